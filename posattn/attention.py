@@ -1,0 +1,68 @@
+"""Multi-head attention: projections, the positional terms of the layer, one kernel call."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from .encodings.base import LayerTerms
+from .kernels import attention_logits, get_kernel
+
+
+class MultiHeadAttention(nn.Module):
+    def __init__(
+        self, d_model: int, num_heads: int, dropout: float = 0.0, kernel: str = "sdpa"
+    ) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.set_kernel(kernel)
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def set_kernel(self, name: str) -> None:
+        self.kernel_name, self.kernel = name, get_kernel(name)
+
+    def _heads(self, x: Tensor) -> Tensor:
+        return x.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)  # [B, H, n, d_h]
+
+    def queries_keys(self, x: Tensor, terms: LayerTerms) -> tuple[Tensor, Tensor]:
+        q, k = self._heads(self.q_proj(x)), self._heads(self.k_proj(x))
+        return (q, k) if terms.transform_qk is None else terms.transform_qk(q, k)
+
+    @staticmethod
+    def positional_bias(q: Tensor, k: Tensor, terms: LayerTerms, extra: Tensor | None):
+        """Everything added to q k^T * scale: the encoding's bias, its content x position
+        logits, and an extra bias (segments)."""
+        bias = terms.bias
+        for term in (terms.qk_logits(q, k) if terms.qk_logits else None, extra):
+            if term is not None:
+                bias = term if bias is None else bias + term
+        return bias
+
+    def logits(self, x: Tensor, terms: LayerTerms, extra_bias: Tensor | None = None) -> Tensor:
+        """[B, H, n, n] pre-softmax logits before masking, as the eager kernel computes them."""
+        q, k = self.queries_keys(x, terms)
+        return attention_logits(q, k, terms.scale, self.positional_bias(q, k, terms, extra_bias))
+
+    def forward(
+        self,
+        x: Tensor,
+        terms: LayerTerms,
+        mask: Tensor | None = None,
+        extra_bias: Tensor | None = None,
+    ) -> Tensor:
+        q, k = self.queries_keys(x, terms)
+        v = self._heads(self.v_proj(x))
+        out = self.kernel(
+            q,
+            k,
+            v,
+            mask=mask,
+            bias=self.positional_bias(q, k, terms, extra_bias),
+            scale=terms.scale,
+            dropout_p=self.dropout if self.training else 0.0,
+            value_term=terms.value_term,
+        )
+        return self.out_proj(out.transpose(1, 2).flatten(2))

@@ -1,0 +1,54 @@
+"""The `posattn` command."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from .encodings import ENCODINGS, option_defaults
+
+
+def encoding_rows() -> list[tuple[str, str, str, str, str, str]]:
+    """(name, paper, equation, places, cost, options) for every registered encoding."""
+    rows = []
+    for name, cls in ENCODINGS.items():
+        places = ", ".join(place.value for place in cls.places) or "-"
+        options = ", ".join(f"{k}={v!r}" for k, v in option_defaults(name).items()) or "-"
+        rows.append((name, cls.paper, cls.equation, places, cls.cost, options))
+    return rows
+
+
+HEADER = ("encoding", "paper", "equation", "where it acts", "cost", "options (defaults)")
+
+
+def list_encodings(markdown: bool) -> None:
+    rows = encoding_rows()
+    if markdown:
+        print("| " + " | ".join(HEADER) + " |")
+        print("|" + "---|" * len(HEADER))
+        for row in rows:
+            print("| " + " | ".join(f"`{row[0]}`" if i == 0 else c for i, c in enumerate(row)))
+        return
+    table = Table(title="posattn encodings")
+    for column in HEADER:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*row)
+    Console(width=200).print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="posattn", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    listing = commands.add_parser("list", help="every encoding with its paper, equation and cost")
+    listing.add_argument("--markdown", action="store_true", help="print a markdown table")
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        list_encodings(args.markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

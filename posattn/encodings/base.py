@@ -1,0 +1,132 @@
+"""The contract between a positional encoding and the attention core.
+
+Every method touches attention in one or more of four places (DESIGN.md):
+
+- input: a vector added to the token embeddings before layer 1 (`input_embedding`);
+- q/k transform: q and k are changed before the dot product (`LayerTerms.transform_qk`);
+- logit bias: an input-independent [1, H, n, n] term on the logits (`LayerTerms.bias`);
+- content x position: terms that need q or k (`LayerTerms.qk_logits`, `LayerTerms.value_term`).
+
+`PositionalEncoding.layer_terms` is called once per model forward and returns one `LayerTerms`
+per layer; where a method shares its terms across layers the same object is returned for each
+layer, so an input-independent bias is built once and broadcast over the batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import require, require_positive_int
+
+
+class Place(str, Enum):
+    INPUT = "input"
+    QK_TRANSFORM = "q/k transform"
+    LOGIT_BIAS = "logit bias"
+    CONTENT_POSITION = "content x position"
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """The sizes an encoding needs to build its parameters."""
+
+    d_model: int
+    num_heads: int
+    num_layers: int
+    max_len: int
+    init_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "num_heads", "num_layers", "max_len"):
+            require_positive_int(name, getattr(self, name))
+        require(
+            self.d_model % self.num_heads == 0,
+            "d_model",
+            self.d_model,
+            f"must be divisible by num_heads={self.num_heads}",
+        )
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+
+@dataclass(frozen=True)
+class LayerTerms:
+    """What one attention layer receives from the positional encoding.
+
+    scale: multiplier of the content logits q.k (1/sqrt(d_h) unless the method says otherwise).
+    bias: input-independent logits, [1, H, n, n] (or [H, n, n]), added after scaling.
+    transform_qk: (q, k) -> (q, k) on [B, H, n, d_h], applied before the dot product.
+    qk_logits: (q, k) -> [B, H, n, n] extra logits that need the content, in final logit units.
+    value_term: probabilities [B, H, n, n] -> [B, H, n, d_h] added to the attention output.
+    """
+
+    scale: float
+    bias: Tensor | None = None
+    transform_qk: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None
+    qk_logits: Callable[[Tensor, Tensor], Tensor] | None = None
+    value_term: Callable[[Tensor], Tensor] | None = None
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """The encoding takes no options."""
+
+
+class PositionalEncoding(nn.Module):
+    """Base class. Subclasses set the class attributes used by the registry and `posattn list`."""
+
+    name: ClassVar[str]
+    Options: ClassVar[type] = NoOptions
+    paper: ClassVar[str]
+    equation: ClassVar[str]
+    places: ClassVar[tuple[Place, ...]] = ()
+    cost: ClassVar[str]
+
+    def __init__(self, dims: ModelDims, options) -> None:
+        super().__init__()
+        self.dims = dims
+        self.options = options
+
+    # Encodings with a position table cannot index past it; None means any length works.
+    @property
+    def max_positions(self) -> int | None:
+        return None
+
+    def content_scale(self) -> float:
+        return 1.0 / math.sqrt(self.dims.head_dim)
+
+    def input_embedding(self, seq_len: int, device: torch.device, dtype: torch.dtype):
+        """[n, d_model] added to the token embeddings, or None."""
+        return None
+
+    def layer_terms(self, seq_len: int, device: torch.device, dtype: torch.dtype):
+        """One `LayerTerms` per layer, computed once per forward."""
+        return [LayerTerms(scale=self.content_scale())] * self.dims.num_layers
+
+
+def normal_parameter(*shape: int, std: float) -> nn.Parameter:
+    return nn.Parameter(torch.randn(*shape) * std)
+
+
+def sharing_groups(sharing: str, dims: ModelDims) -> tuple[int, int]:
+    """(layer groups, head groups) for DIET's sharing variants (DIET Sec. 4.4).
+
+    none: a table per layer and head; layer: shared across layers, per head;
+    head: shared across the heads of a layer, per layer.
+    """
+    layers = 1 if sharing == "layer" else dims.num_layers
+    heads = 1 if sharing == "head" else dims.num_heads
+    return layers, heads
+
+
+def layer_group(sharing: str, layer: int) -> int:
+    return 0 if sharing == "layer" else layer

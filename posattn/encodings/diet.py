@@ -1,0 +1,141 @@
+"""DIET (Chen et al., EMNLP 2021): decoupled per-head positional attention."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from ..errors import require, require_choice, require_positive_int
+from .base import (
+    LayerTerms,
+    ModelDims,
+    Place,
+    PositionalEncoding,
+    layer_group,
+    normal_parameter,
+    sharing_groups,
+)
+from .t5 import relative_positions
+
+SHARING = ("none", "layer", "head")
+
+
+def per_layer_terms(scale: float, sharing: str, num_layers: int, bias_of_group) -> list:
+    """One LayerTerms per layer; layers that share a table share one bias tensor."""
+    groups = 1 if sharing == "layer" else num_layers
+    terms = [LayerTerms(scale=scale, bias=bias_of_group(g)) for g in range(groups)]
+    return [terms[layer_group(sharing, layer)] for layer in range(num_layers)]
+
+
+@dataclass(frozen=True)
+class DietAbsOptions:
+    rank: int | None = None  # d_p; None means d_h
+    sharing: str = "layer"
+
+    def __post_init__(self) -> None:
+        if self.rank is not None:
+            require(
+                isinstance(self.rank, int) and self.rank >= 1,
+                "rank",
+                self.rank,
+                "d_p must be an integer >= 1 (or None for d_h)",
+            )
+        require_choice("sharing", self.sharing, SHARING)
+
+
+class DietAbsolute(PositionalEncoding):
+    """[diet-abs] DIET-ABS, DIET Eq. 1:
+
+    A_ij = (X_i W_Q)(X_j W_K)^T / sqrt(d_h) + (P_Q P_K^T)_ij  [+ E_S(S(i), S(j)), Eq. 2].
+
+    P_Q, P_K in R^{max_len x d_p} learned directly (no projection, no LayerNorm), per head;
+    d_p = `rank` (default d_h). The position term is unscaled. No input position embedding.
+    sharing: `layer` (default, DIET's recommendation: one set per head shared across layers),
+    `none` (per layer and head), `head` (per layer, shared by its heads).
+    """
+
+    name = "diet-abs"
+    Options = DietAbsOptions
+    paper = "Chen et al. 2021 (DIET)"
+    equation = "DIET Eq. 1"
+    places = (Place.LOGIT_BIAS,)
+    cost = "once per forward (per layer if unshared), rank-d_p [H,n,n]"
+
+    def __init__(self, dims: ModelDims, options: DietAbsOptions) -> None:
+        super().__init__(dims, options)
+        rank = options.rank or dims.head_dim
+        layers, heads = sharing_groups(options.sharing, dims)
+        self.query = normal_parameter(layers, heads, dims.max_len, rank, std=dims.init_std)
+        self.key = normal_parameter(layers, heads, dims.max_len, rank, std=dims.init_std)
+
+    @property
+    def max_positions(self) -> int:
+        return self.dims.max_len
+
+    def group_bias(self, group: int, seq_len: int) -> Tensor:
+        """[1, H or 1, n, n] = P_Q P_K^T of one layer group."""
+        pq = self.query[group, :, :seq_len]
+        pk = self.key[group, :, :seq_len]
+        return (pq @ pk.transpose(-1, -2)).unsqueeze(0)
+
+    def layer_terms(self, seq_len, device, dtype):
+        return per_layer_terms(
+            self.content_scale(),
+            self.options.sharing,
+            self.dims.num_layers,
+            lambda g: self.group_bias(g, seq_len),
+        )
+
+
+@dataclass(frozen=True)
+class DietRelOptions:
+    max_distance: int | None = None  # None means max_len - 1: every offset of the table
+    sharing: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.max_distance is not None:
+            require_positive_int("max_distance", self.max_distance)
+        require_choice("sharing", self.sharing, SHARING)
+
+
+class DietRelative(PositionalEncoding):
+    """[diet-rel] DIET-REL, DIET Eq. 3:
+
+    A_ij = (X_i W_Q)(X_j W_K)^T / sqrt(d_h) + R_{clip(i - j, m)}  [+ E_S(S(i), S(j))].
+
+    R: one scalar per relative offset per head, no log buckets, offsets clipped to [-m, m] with
+    m = max_distance (default max_len - 1, i.e. 2 max_len - 1 scalars). Index order i - j as in
+    the paper. sharing: `none` (default, DIET's recommendation), `layer`, `head`.
+    Unscaled. Any length: offsets past m share the edge value.
+    """
+
+    name = "diet-rel"
+    Options = DietRelOptions
+    paper = "Chen et al. 2021 (DIET)"
+    equation = "DIET Eq. 3"
+    places = (Place.LOGIT_BIAS,)
+    cost = "per layer gather of [H,n,n] from 2m+1 scalars"
+
+    def __init__(self, dims: ModelDims, options: DietRelOptions) -> None:
+        super().__init__(dims, options)
+        self.max_distance = options.max_distance or dims.max_len - 1
+        layers, heads = sharing_groups(options.sharing, dims)
+        self.table = normal_parameter(layers, 2 * self.max_distance + 1, heads, std=dims.init_std)
+
+    def offsets(self, seq_len: int, device) -> Tensor:
+        """[n, n] rows of R: clip(i - j, -m, m) + m."""
+        m = self.max_distance
+        return (-relative_positions(seq_len, device)).clamp(-m, m) + m
+
+    def layer_terms(self, seq_len, device, dtype):
+        offsets = self.offsets(seq_len, device)
+        return per_layer_terms(
+            self.content_scale(),
+            self.options.sharing,
+            self.dims.num_layers,
+            lambda g: self.table[g][offsets].permute(2, 0, 1).unsqueeze(0),
+        )
+
+
+__all__ = ["DietAbsOptions", "DietAbsolute", "DietRelOptions", "DietRelative"]

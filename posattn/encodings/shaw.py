@@ -1,0 +1,82 @@
+"""Shaw et al. (2018) relative position representations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+from torch import Tensor
+
+from ..errors import require_positive_int
+from .base import LayerTerms, ModelDims, Place, PositionalEncoding, normal_parameter
+from .t5 import relative_positions
+
+
+@dataclass(frozen=True)
+class ShawOptions:
+    max_distance: int = 128
+    values: bool = False
+
+    def __post_init__(self) -> None:
+        require_positive_int("max_distance", self.max_distance)
+
+
+class ShawRelative(PositionalEncoding):
+    """[shaw] Shaw et al. 2018 relative keys (TUPE Eq. 4), optionally values:
+
+    alpha_ij = (x_i W^Q)(x_j W^K + a^K_{clip(j - i, t)})^T / sqrt(d_h),
+    z_i = sum_j softmax(alpha)_ij (x_j W^V + a^V_{clip(j - i, t)})   (values=True).
+
+    a^K, a^V in R^{(2t+1) x d_h}: one table per layer, shared by the heads of the layer (as DIET
+    describes it); t = max_distance (128, TUPE's footnote). Any length: distances are clipped.
+    The key term is computed as q a^K^T ([B,H,n,2t+1]) and gathered by offset, never as an
+    [n, n, d_h] tensor. The value term needs the probabilities, so it runs the eager kernel.
+    """
+
+    name = "shaw"
+    Options = ShawOptions
+    paper = "Shaw et al. 2018"
+    equation = "TUPE Eq. 4 (Shaw Eq. 3-4)"
+    places = (Place.CONTENT_POSITION,)
+    cost = "per layer, q a^T [B,H,n,2t+1] + gather"
+
+    def __init__(self, dims: ModelDims, options: ShawOptions) -> None:
+        super().__init__(dims, options)
+        offsets = 2 * options.max_distance + 1
+        shape = (dims.num_layers, offsets, dims.head_dim)
+        self.keys = normal_parameter(*shape, std=dims.init_std)
+        self.values = normal_parameter(*shape, std=dims.init_std) if options.values else None
+
+    def offsets(self, seq_len: int, device) -> Tensor:
+        """[n, n] table rows: clip(j - i, -t, t) + t."""
+        t = self.options.max_distance
+        return relative_positions(seq_len, device).clamp(-t, t) + t
+
+    def _key_logits(self, layer: int, offsets: Tensor, q: Tensor, k: Tensor) -> Tensor:
+        per_offset = q @ self.keys[layer].to(q.dtype).T  # [B, H, n, 2t+1]
+        index = offsets.expand(*q.shape[:2], *offsets.shape)
+        return torch.gather(per_offset, -1, index) * self.content_scale()
+
+    def _value_term(self, layer: int, offsets: Tensor, probs: Tensor) -> Tensor:
+        # sum_j p_ij a_{o(i,j)} = sum_o (sum_{j: o(i,j)=o} p_ij) a_o
+        index = offsets.expand(*probs.shape[:2], *offsets.shape)
+        per_offset = probs.new_zeros(*probs.shape[:-1], self.values.shape[1])
+        per_offset.scatter_add_(-1, index, probs)
+        return per_offset @ self.values[layer].to(probs.dtype)
+
+    def layer_terms(self, seq_len, device, dtype):
+        offsets = self.offsets(seq_len, device)
+        return [
+            LayerTerms(
+                scale=self.content_scale(),
+                qk_logits=partial(self._key_logits, layer, offsets),
+                value_term=(
+                    partial(self._value_term, layer, offsets) if self.values is not None else None
+                ),
+            )
+            for layer in range(self.dims.num_layers)
+        ]
+
+
+__all__ = ["ShawOptions", "ShawRelative"]

@@ -1,0 +1,215 @@
+"""TUPE (Ke, He, Liu, ICLR 2021): untied positional correlation, and its BERT-Ad ablation."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import require
+from .base import LayerTerms, ModelDims, Place, PositionalEncoding, normal_parameter
+from .t5 import T5BiasTable, T5Options, relative_positions, t5_relative_bucket
+
+
+class UntiedPositions(nn.Module):
+    """p_i -> LayerNorm -> per-head U^Q, U^K (TUPE Sec. 3.1 and App. B, official code).
+
+    One table p in R^{max_len x d} shared by the heads; one LayerNorm; U^Q, U^K: Linear(d, d) with
+    bias, split into H heads of d_h. Shared across all layers.
+    """
+
+    def __init__(self, dims: ModelDims, extra_rows: int = 0) -> None:
+        super().__init__()
+        self.num_heads = dims.num_heads
+        self.table = normal_parameter(dims.max_len, dims.d_model, std=dims.init_std)
+        # p_theta1, p_theta2 of TUPE App. B: learnable rows whose self-correlation is theta.
+        self.special = normal_parameter(extra_rows, dims.d_model, std=dims.init_std)
+        self.norm = nn.LayerNorm(dims.d_model)
+        self.query = nn.Linear(dims.d_model, dims.d_model)
+        self.key = nn.Linear(dims.d_model, dims.d_model)
+        for linear in (self.query, self.key):
+            nn.init.normal_(linear.weight, std=dims.init_std)
+            nn.init.zeros_(linear.bias)
+
+    def _heads(self, x: Tensor) -> Tensor:
+        return x.unflatten(-1, (self.num_heads, -1)).transpose(0, 1)  # [H, m, d_h]
+
+    def project(self, rows: Tensor) -> tuple[Tensor, Tensor]:
+        """[m, d] position rows -> (p U^Q, p U^K), each [H, m, d_h]."""
+        normed = self.norm(rows)
+        return self._heads(self.query(normed)), self._heads(self.key(normed))
+
+
+@dataclass(frozen=True)
+class TupeOptions:
+    untie_cls: bool = True
+    cls_index: int = 0
+
+    def __post_init__(self) -> None:
+        require(
+            isinstance(self.cls_index, int) and self.cls_index >= 0,
+            "cls_index",
+            self.cls_index,
+            "an integer >= 0 (the position of [CLS] in every sequence)",
+        )
+
+
+@dataclass(frozen=True)
+class TupeROptions(TupeOptions, T5Options):
+    def __post_init__(self) -> None:
+        TupeOptions.__post_init__(self)
+        T5Options.__post_init__(self)
+
+
+def require_cls_inside(cls_index: int, seq_len: int) -> None:
+    require(
+        cls_index < seq_len,
+        "cls_index",
+        cls_index,
+        f"must lie inside the sequence of length {seq_len} (0 <= cls_index < {seq_len})",
+    )
+
+
+def untie_cls(values: Tensor, cls_index: int, row_value: Tensor, column_value: Tensor) -> Tensor:
+    """reset_theta of TUPE Eq. 9 on [H, n, n]: the [CLS] row becomes row_value[h], the [CLS]
+    column (other rows) column_value[h]; (cls, cls) belongs to the row."""
+    n = values.shape[-1]
+    index = torch.arange(n, device=values.device)
+    is_row = (index == cls_index)[:, None].expand(n, n)
+    is_column = (index == cls_index)[None, :].expand(n, n) & ~is_row
+    values = torch.where(is_column, column_value[:, None, None], values)
+    return torch.where(is_row, row_value[:, None, None], values)
+
+
+class TupeAbsolute(PositionalEncoding):
+    """[tupe-a] TUPE-A, TUPE Eq. 10 (with Eq. 7 and Eq. 9), as the official code does it:
+
+    alpha_ij = (x_i W^{Q,l})(x_j W^{K,l})^T / sqrt(2 d_h)
+               + reset_theta((LN(p_i) U^Q)(LN(p_j) U^K)^T / sqrt(2 d_h), i, j).
+
+    No input position embedding. U^Q, U^K per head, shared across layers, so the [H, n, n]
+    positional logits are built once per forward and shared by every layer. The paper's d is
+    the head size in the code: both terms are scaled by 1/sqrt(2 d_h).
+    [CLS] untie (Eq. 9, App. B): row cls_index -> theta_1, column cls_index -> theta_2, with
+    theta_k = (LN(p_theta_k) U^Q)(LN(p_theta_k) U^K)^T / sqrt(2 d_h) per head.
+    `untie_cls=False` is TUPE's tie-cls ablation.
+    """
+
+    name = "tupe-a"
+    Options = TupeOptions
+    paper = "Ke et al. 2021 (TUPE)"
+    equation = "TUPE Eq. 10 (Eq. 7, 9)"
+    places = (Place.LOGIT_BIAS,)
+    cost = "once per forward, rank-d_h [H,n,n], shared by layers"
+
+    def __init__(self, dims: ModelDims, options: TupeOptions) -> None:
+        super().__init__(dims, options)
+        self.positions = UntiedPositions(dims, extra_rows=2 if options.untie_cls else 0)
+
+    @property
+    def max_positions(self) -> int:
+        return self.dims.max_len
+
+    def content_scale(self) -> float:
+        return 1.0 / math.sqrt(2 * self.dims.head_dim)
+
+    def absolute_logits(self, seq_len: int) -> Tensor:
+        """[H, n, n] content-free positional logits after the [CLS] reset."""
+        rows = torch.cat([self.positions.table[:seq_len], self.positions.special])
+        pq, pk = self.positions.project(rows)
+        scale = self.content_scale()
+        logits = pq[:, :seq_len] @ pk[:, :seq_len].transpose(-1, -2) * scale
+        if not self.options.untie_cls:
+            return logits
+        require_cls_inside(self.options.cls_index, seq_len)
+        theta = (pq[:, seq_len:] * pk[:, seq_len:]).sum(-1) * scale  # [H, 2]
+        return untie_cls(logits, self.options.cls_index, theta[:, 0], theta[:, 1])
+
+    def layer_terms(self, seq_len, device, dtype):
+        bias = self.absolute_logits(seq_len).unsqueeze(0)
+        return [LayerTerms(scale=self.content_scale(), bias=bias)] * self.dims.num_layers
+
+
+class TupeRelative(TupeAbsolute):
+    """[tupe-r] TUPE-R, TUPE Eq. 11: TUPE-A plus T5's relative bias inside the reset:
+
+    alpha_ij = (x_i W^{Q,l})(x_j W^{K,l})^T / sqrt(2 d_h)
+               + reset_theta((LN(p_i) U^Q)(LN(p_j) U^K)^T / sqrt(2 d_h) + b_{bucket(j-i)}, i, j).
+
+    b: per head, shared across layers, unscaled; 32 bidirectional buckets up to distance 128 as
+    in the official code. With the untie, two extra buckets per head carry the [CLS] row and
+    column of the relative part (the code's buckets 16 and 32), so the [CLS] row is
+    theta_1 + b_row and the column theta_2 + b_column.
+    """
+
+    name = "tupe-r"
+    Options = TupeROptions
+    equation = "TUPE Eq. 11 (Eq. 8, 9)"
+    cost = "once per forward, [H,n,n], shared by layers"
+
+    def __init__(self, dims: ModelDims, options: TupeROptions) -> None:
+        super().__init__(dims, options)
+        extra = 2 if options.untie_cls else 0
+        self.relative = T5BiasTable(options.num_buckets + extra, dims.num_heads, dims.init_std)
+
+    def buckets(self, seq_len: int, device) -> Tensor:
+        o = self.options
+        buckets = t5_relative_bucket(
+            relative_positions(seq_len, device), o.bidirectional, o.num_buckets, o.max_distance
+        )
+        if not o.untie_cls:
+            return buckets
+        special = torch.tensor([o.num_buckets, o.num_buckets + 1], device=device)
+        return untie_cls(buckets[None], o.cls_index, special[:1], special[1:])[0]
+
+    def layer_terms(self, seq_len, device, dtype):
+        bias = self.absolute_logits(seq_len).unsqueeze(0) + self.relative(
+            self.buckets(seq_len, device)
+        )
+        return [LayerTerms(scale=self.content_scale(), bias=bias)] * self.dims.num_layers
+
+
+class BertAd(PositionalEncoding):
+    """[bert-ad] TUPE's BERT-A_d ablation (TUPE Sec. 4.2): positions with their own
+    projections, all four word/position terms kept, scaled 1/sqrt(4 d_h):
+
+    alpha_ij = [(x_i W^Q)(x_j W^K)^T + (x_i W^Q)(p_j U^K)^T + (p_i U^Q)(x_j W^K)^T
+                + (p_i U^Q)(p_j U^K)^T] / sqrt(4 d_h)
+             = (q_i + p_i U^Q)(k_j + p_j U^K)^T / sqrt(4 d_h).
+
+    p -> LayerNorm -> U^Q, U^K as in TUPE, shared across layers, no input position embedding and
+    no [CLS] untie. The cross terms need the content, so they are paid in every layer; written
+    as the factored form above they cost an O(n d) addition to q and k and keep the fused kernel.
+    """
+
+    name = "bert-ad"
+    paper = "Ke et al. 2021 (TUPE ablation)"
+    equation = "TUPE Sec. 4.2 (Eq. 6 with U)"
+    places = (Place.CONTENT_POSITION, Place.QK_TRANSFORM)
+    cost = "per layer, O(n d) added to q and k"
+
+    def __init__(self, dims: ModelDims, options) -> None:
+        super().__init__(dims, options)
+        self.positions = UntiedPositions(dims)
+
+    @property
+    def max_positions(self) -> int:
+        return self.dims.max_len
+
+    def content_scale(self) -> float:
+        return 1.0 / math.sqrt(4 * self.dims.head_dim)
+
+    @staticmethod
+    def _add_positions(pq: Tensor, pk: Tensor, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        return q + pq.to(q.dtype), k + pk.to(k.dtype)
+
+    def layer_terms(self, seq_len, device, dtype):
+        pq, pk = self.positions.project(self.positions.table[:seq_len])
+        terms = LayerTerms(
+            scale=self.content_scale(),
+            transform_qk=partial(self._add_positions, pq.unsqueeze(0), pk.unsqueeze(0)),
+        )
+        return [terms] * self.dims.num_layers

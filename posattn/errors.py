@@ -1,0 +1,32 @@
+"""One way to reject bad input: name the parameter, the value, and what is allowed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class PosAttnConfigError(ValueError):
+    """A parameter or input that posattn cannot use."""
+
+
+def invalid(parameter: str, value: Any, allowed: str) -> PosAttnConfigError:
+    return PosAttnConfigError(f"{parameter}={value!r} is not allowed: {allowed}")
+
+
+def require(condition: bool, parameter: str, value: Any, allowed: str) -> None:
+    """Raise `invalid(...)` unless `condition` holds."""
+    if not condition:
+        raise invalid(parameter, value, allowed)
+
+
+def require_choice(parameter: str, value: Any, choices: tuple[Any, ...] | list[Any]) -> None:
+    require(value in choices, parameter, value, f"expected one of {', '.join(map(repr, choices))}")
+
+
+def require_positive_int(parameter: str, value: Any) -> None:
+    require(
+        isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+        parameter,
+        value,
+        "expected an integer >= 1",
+    )

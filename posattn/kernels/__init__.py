@@ -1,0 +1,16 @@
+"""Ways to compute softmax(q k^T * scale + bias + mask) v. Positional code never sees which runs."""
+
+from ..errors import require_choice
+from .eager import attention_logits, eager_attention
+from .masks import build_attention_mask
+from .sdpa import sdpa_attention
+
+KERNELS = {"eager": eager_attention, "sdpa": sdpa_attention}
+
+
+def get_kernel(name: str):
+    require_choice("kernel", name, tuple(KERNELS))
+    return KERNELS[name]
+
+
+__all__ = ["KERNELS", "attention_logits", "build_attention_mask", "eager_attention", "get_kernel"]

@@ -1,0 +1,42 @@
+"""torch's fused scaled_dot_product_attention, with the bias merged into its float mask."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+from .eager import eager_attention
+
+
+def sdpa_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    mask: Tensor | None,
+    bias: Tensor | None,
+    scale: float,
+    dropout_p: float = 0.0,
+    value_term: Callable[[Tensor], Tensor] | None = None,
+) -> Tensor:
+    if value_term is not None:
+        # A value-side term (Shaw values) needs the probabilities, which SDPA never returns.
+        return eager_attention(
+            q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p, value_term=value_term
+        )
+    if bias is None:
+        attn_mask = mask
+    else:
+        bias = bias.to(q.dtype)
+        # SDPA takes a 4-D mask only; a 3-D one is rejected by its fused kernels.
+        bias = bias if bias.dim() == 4 else bias.unsqueeze(0)
+        if mask is None:
+            attn_mask = bias
+        else:
+            attn_mask = torch.where(mask, bias, torch.tensor(float("-inf"), dtype=q.dtype))
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale
+    )

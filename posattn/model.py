@@ -1,0 +1,226 @@
+"""A BERT-style encoder whose attention takes any registered positional encoding."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from .attention import MultiHeadAttention
+from .config import EncoderConfig
+from .encodings import LayerTerms, build_encoding
+from .errors import invalid, require
+from .kernels import build_attention_mask
+from .segments import SegmentAttentionBias
+
+
+class Embeddings(nn.Module):
+    """Word (+ segment, when at the input) embeddings; positions come from the encoding."""
+
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+        self.word = nn.Embedding(config.vocab_size, config.d_model)
+        self.segment = (
+            nn.Embedding(config.num_segments, config.d_model)
+            if config.segments == "input"
+            else None
+        )
+        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, input_ids: Tensor, segment_ids: Tensor, positions: Tensor | None) -> Tensor:
+        x = self.word(input_ids)
+        if self.segment is not None:
+            x = x + self.segment(segment_ids)
+        if positions is not None:
+            x = x + positions.to(x.dtype)
+        return self.dropout(self.norm(x))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model: int, ffn_dim: int, dropout: float) -> None:
+        super().__init__()
+        self.up = nn.Linear(d_model, ffn_dim)
+        self.down = nn.Linear(ffn_dim, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.dropout(self.down(F.gelu(self.up(x))))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+        self.pre_norm = config.norm == "pre"
+        self.attention = MultiHeadAttention(
+            config.d_model, config.num_heads, config.attention_dropout, config.kernel
+        )
+        self.attention_dropout = nn.Dropout(config.dropout)
+        self.attention_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.ffn = FeedForward(config.d_model, config.ffn_dim, config.dropout)
+        self.ffn_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(self, x: Tensor, terms: LayerTerms, mask, segment_bias) -> Tensor:
+        def attend(h: Tensor) -> Tensor:
+            return self.attention_dropout(self.attention(h, terms, mask, segment_bias))
+
+        if self.pre_norm:
+            x = x + attend(self.attention_norm(x))
+            return x + self.ffn(self.ffn_norm(x))
+        x = self.attention_norm(x + attend(x))
+        return self.ffn_norm(x + self.ffn(x))
+
+
+class Encoder(nn.Module):
+    """Token ids -> hidden states [B, n, d_model].
+
+    The positional encoding is consulted once per forward: its input vector (if any) and one
+    `LayerTerms` per layer, which carries the input-independent bias shared across layers.
+    """
+
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embeddings = Embeddings(config)
+        self.encoding = build_encoding(config.encoding, config.dims, config.encoding_options)
+        self.segment_bias = (
+            SegmentAttentionBias(
+                config.num_layers, config.num_heads, config.num_segments, config.init_std
+            )
+            if config.segments == "attention"
+            else None
+        )
+        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_layers))
+        self.final_norm = (
+            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+            if config.norm == "pre"
+            else None
+        )
+        for module in self.modules():
+            _init_weights(module, config.init_std)
+
+    def set_kernel(self, name: str) -> None:
+        """Switch every layer to another attention kernel (the weights are unchanged)."""
+        for layer in self.layers:
+            layer.attention.set_kernel(name)
+        self.config = dataclasses.replace(self.config, kernel=name)
+
+    def _check_inputs(self, input_ids, attention_mask, segment_ids) -> None:
+        require(
+            input_ids.dim() == 2,
+            "input_ids",
+            tuple(input_ids.shape),
+            "expected a [batch, seq_len] tensor of token ids",
+        )
+        seq_len = input_ids.shape[1]
+        limit = self.encoding.max_positions
+        if limit is not None and seq_len > limit:
+            raise invalid(
+                "seq_len",
+                seq_len,
+                f"encoding {self.config.encoding!r} has a position table of max_len={limit}; "
+                "use a relative or functional encoding for longer inputs",
+            )
+        for name, value in (("attention_mask", attention_mask), ("segment_ids", segment_ids)):
+            if value is not None and value.shape != input_ids.shape:
+                raise invalid(
+                    f"{name}.shape",
+                    tuple(value.shape),
+                    f"must equal input_ids.shape {tuple(input_ids.shape)}",
+                )
+        if segment_ids is not None and segment_ids.numel():
+            low, high = int(segment_ids.min()), int(segment_ids.max())
+            if low < 0 or high >= self.config.num_segments:
+                raise invalid(
+                    "segment_ids",
+                    f"values in [{low}, {high}]",
+                    f"ids in [0, {self.config.num_segments - 1}] (num_segments="
+                    f"{self.config.num_segments})",
+                )
+
+    def layer_inputs(self, input_ids, attention_mask=None, segment_ids=None):
+        """(embeddings, per-layer terms, mask, per-layer segment bias) for one forward."""
+        self._check_inputs(input_ids, attention_mask, segment_ids)
+        seq_len, device = input_ids.shape[1], input_ids.device
+        if segment_ids is None:
+            segment_ids = torch.zeros_like(input_ids)
+        dtype = self.embeddings.word.weight.dtype
+        x = self.embeddings(
+            input_ids, segment_ids, self.encoding.input_embedding(seq_len, device, dtype)
+        )
+        terms = self.encoding.layer_terms(seq_len, device, dtype)
+        mask = build_attention_mask(attention_mask, seq_len, self.config.causal, device)
+        segment_bias = (
+            self.segment_bias(segment_ids)
+            if self.segment_bias is not None
+            else [None] * len(self.layers)
+        )
+        return x, terms, mask, segment_bias
+
+    def forward(self, input_ids, attention_mask=None, segment_ids=None) -> Tensor:
+        x, terms, mask, segment_bias = self.layer_inputs(input_ids, attention_mask, segment_ids)
+        for layer, layer_terms, layer_segments in zip(
+            self.layers, terms, segment_bias, strict=True
+        ):
+            x = layer(x, layer_terms, mask, layer_segments)
+        return x if self.final_norm is None else self.final_norm(x)
+
+
+def _init_weights(module: nn.Module, std: float) -> None:
+    """BERT's initialisation: N(0, std) weights, zero biases, unit LayerNorm."""
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, std=std)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, std=std)
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
+class MaskedLMHead(nn.Module):
+    """BERT's MLM head: dense -> GELU -> LayerNorm -> decoder tied to the word embeddings."""
+
+    def __init__(self, config: EncoderConfig, word_embeddings: nn.Embedding) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.d_model, config.d_model)
+        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.word_embeddings = word_embeddings
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        h = self.norm(F.gelu(self.dense(hidden)))
+        return F.linear(h, self.word_embeddings.weight, self.bias)
+
+
+class EncoderForMaskedLM(nn.Module):
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+        self.encoder = Encoder(config)
+        self.head = MaskedLMHead(config, self.encoder.embeddings.word)
+        _init_weights(self.head.dense, config.init_std)
+
+    def forward(self, input_ids, attention_mask=None, segment_ids=None) -> Tensor:
+        """[B, n, vocab] logits."""
+        return self.head(self.encoder(input_ids, attention_mask, segment_ids))
+
+
+class EncoderForSequenceClassification(nn.Module):
+    """BERT's classifier on the first token: pooler (dense + tanh) -> dropout -> linear."""
+
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+        self.encoder = Encoder(config)
+        self.pooler = nn.Linear(config.d_model, config.d_model)
+        self.dropout = nn.Dropout(config.dropout)
+        self.classifier = nn.Linear(config.d_model, config.num_labels)
+        for module in (self.pooler, self.classifier):
+            _init_weights(module, config.init_std)
+
+    def forward(self, input_ids, attention_mask=None, segment_ids=None) -> Tensor:
+        """[B, num_labels] logits."""
+        first = self.encoder(input_ids, attention_mask, segment_ids)[:, 0]
+        return self.classifier(self.dropout(torch.tanh(self.pooler(first))))
