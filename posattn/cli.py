@@ -29,7 +29,8 @@ def list_encodings(markdown: bool) -> None:
         print("| " + " | ".join(HEADER) + " |")
         print("|" + "---|" * len(HEADER))
         for row in rows:
-            print("| " + " | ".join(f"`{row[0]}`" if i == 0 else c for i, c in enumerate(row)))
+            cells = [f"`{row[0]}`", *row[1:]]
+            print("| " + " | ".join(cells) + " |")
         return
     table = Table(title="posattn encodings")
     for column in HEADER:

@@ -1,0 +1,65 @@
+"""Shared helpers: tiny float64 models and direct access to one layer's logits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from posattn import Encoder, EncoderConfig
+
+torch.set_default_dtype(torch.float64)
+
+
+def tiny_config(encoding: str = "learned", **overrides) -> EncoderConfig:
+    values = dict(
+        vocab_size=40,
+        d_model=24,
+        num_layers=2,
+        num_heads=3,
+        ffn_dim=32,
+        max_len=16,
+        dropout=0.0,
+        attention_dropout=0.0,
+        encoding=encoding,
+    )
+    values.update(overrides)
+    return EncoderConfig(**values)
+
+
+def tiny_encoder(encoding: str = "learned", seed: int = 0, **overrides) -> Encoder:
+    """A float64 encoder in eval mode whose every parameter is random (LayerNorms and biases
+    included, so no term can hide behind a zero or a one)."""
+    torch.manual_seed(seed)
+    model = Encoder(tiny_config(encoding, **overrides)).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(torch.randn_like(parameter) * 0.5)
+    return model
+
+
+def layer_logits(model: Encoder, x: torch.Tensor, layer: int, segment_ids=None) -> torch.Tensor:
+    """posattn's [B, H, n, n] logits of one layer for hidden states x."""
+    n = x.shape[1]
+    terms = model.encoding.layer_terms(n, x.device, x.dtype)[layer]
+    extra = None
+    if model.segment_bias is not None:
+        extra = model.segment_bias(segment_ids)[layer]
+    return model.layers[layer].attention.logits(x, terms, extra)
+
+
+def projections(model: Encoder, x: torch.Tensor, layer: int):
+    """q, k as [B, H, n, d_h] written out from the raw Linear weights."""
+    attention = model.layers[layer].attention
+    heads = attention.num_heads
+
+    def project(linear):
+        y = x @ linear.weight.T + linear.bias
+        return y.unflatten(-1, (heads, -1)).transpose(1, 2)
+
+    return project(attention.q_proj), project(attention.k_proj)
+
+
+@pytest.fixture
+def hidden():
+    torch.manual_seed(1)
+    return torch.randn(2, 9, 24)

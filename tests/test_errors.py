@@ -1,0 +1,117 @@
+"""Bad input gets an error that names the parameter, the value and what is allowed."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_config, tiny_encoder
+
+from posattn import PosAttnConfigError
+
+
+def raises(*fragments: str):
+    """pytest.raises that checks every fragment appears in the message."""
+
+    class Checker:
+        def __enter__(self):
+            self.context = pytest.raises(PosAttnConfigError)
+            self.info = self.context.__enter__()
+            return self.info
+
+        def __exit__(self, *exc):
+            suppressed = self.context.__exit__(*exc)
+            message = str(self.info.value)
+            for fragment in fragments:
+                assert fragment in message, f"{fragment!r} not in {message!r}"
+            return suppressed
+
+    return Checker()
+
+
+def test_unknown_encoding_lists_the_available_ones():
+    with raises("encoding='tupe'", "tupe-a", "diet-abs", "none"):
+        tiny_config("tupe")
+
+
+def test_d_model_not_divisible_by_heads():
+    with raises("d_model=25", "num_heads=3"):
+        tiny_config(d_model=25)
+
+
+def test_unknown_encoding_option_lists_the_known_ones():
+    with raises("'rnak'", "diet-abs", "rank", "sharing"):
+        tiny_config("diet-abs", encoding_options={"rnak": 3})
+
+
+@pytest.mark.parametrize("rank", [0, -2])
+def test_diet_rank_below_one(rank):
+    with raises(f"rank={rank}", ">= 1"):
+        tiny_config("diet-abs", encoding_options={"rank": rank})
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "fragments"),
+    [
+        ("diet-abs", {"sharing": "all"}, ("sharing='all'", "'layer'")),
+        ("t5", {"num_buckets": 7}, ("num_buckets=7", "even")),
+        ("t5", {"max_distance": 4}, ("max_distance=4",)),
+        ("shaw", {"max_distance": 0}, ("max_distance=0", ">= 1")),
+        ("tupe-a", {"cls_index": -1}, ("cls_index=-1", ">= 0")),
+    ],
+)
+def test_bad_encoding_options(name, options, fragments):
+    with raises(*fragments):
+        tiny_config(name, encoding_options=options)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragments"),
+    [
+        ({"segments": "token"}, ("segments='token'", "'attention'")),
+        ({"kernel": "flash"}, ("kernel='flash'", "'sdpa'")),
+        ({"norm": "mid"}, ("norm='mid'",)),
+        ({"dropout": 1.5}, ("dropout=1.5",)),
+        ({"num_heads": 0}, ("num_heads=0",)),
+    ],
+)
+def test_bad_config(overrides, fragments):
+    with raises(*fragments):
+        tiny_config(**overrides)
+
+
+@pytest.mark.parametrize("encoding", ["learned", "bert-r", "bert-ad", "tupe-a", "diet-abs"])
+def test_sequence_longer_than_the_position_table(encoding):
+    model = tiny_encoder(encoding)
+    with raises("seq_len=17", "max_len=16", encoding):
+        model(torch.zeros(1, 17, dtype=torch.long))
+
+
+@pytest.mark.parametrize("encoding", ["none", "sinusoidal", "shaw", "t5", "diet-rel"])
+def test_functional_and_relative_encodings_run_past_max_len(encoding):
+    out = tiny_encoder(encoding)(torch.zeros(1, 40, dtype=torch.long))
+    assert torch.isfinite(out).all()
+
+
+def test_segment_ids_outside_the_configured_number():
+    model = tiny_encoder(segments="attention", num_segments=2)
+    with raises("segment_ids", "[0, 2]", "num_segments=2"):
+        model(torch.zeros(1, 5, dtype=torch.long), segment_ids=torch.tensor([[0, 1, 2, 0, 0]]))
+
+
+def test_cls_index_outside_the_sequence():
+    model = tiny_encoder("tupe-r", encoding_options={"cls_index": 6})
+    with raises("cls_index=6", "length 5"):
+        model(torch.zeros(1, 5, dtype=torch.long))
+
+
+@pytest.mark.parametrize("argument", ["attention_mask", "segment_ids"])
+def test_mask_and_segment_shapes_must_match_the_input(argument):
+    model = tiny_encoder()
+    ids = torch.zeros(2, 5, dtype=torch.long)
+    with raises(f"{argument}.shape=(2, 4)", "(2, 5)"):
+        model(ids, **{argument: torch.zeros(2, 4, dtype=torch.long)})
+
+
+def test_input_ids_must_be_two_dimensional():
+    with raises("input_ids=(5,)", "[batch, seq_len]"):
+        tiny_encoder()(torch.zeros(5, dtype=torch.long))

@@ -1,0 +1,164 @@
+"""Properties the papers prove or state: shift invariance, permutation equivariance, the TUPE
+[CLS] row and column, DIET Theorem 1, and how terms are shared."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import layer_logits, tiny_encoder
+
+from posattn.encodings import ENCODINGS
+
+
+@pytest.fixture(autouse=True)
+def no_grad():
+    with torch.no_grad():
+        yield
+
+
+@pytest.mark.parametrize(
+    ("encoding", "options"),
+    [
+        ("t5", {"num_buckets": 8, "max_distance": 6}),
+        ("t5", {"num_buckets": 8, "max_distance": 6, "bidirectional": False}),
+        ("shaw", {"max_distance": 3}),
+        ("diet-rel", {"max_distance": 4}),
+        ("diet-rel", {}),
+    ],
+)
+def test_relative_methods_are_shift_invariant(encoding, options):
+    """Shifting every position by s leaves the logits of the same content unchanged: the
+    logits of tokens s..s+n-1 in a longer sequence equal those of the same tokens at 0..n-1."""
+    model = tiny_encoder(encoding, encoding_options=options)
+    torch.manual_seed(2)
+    x = torch.randn(2, 14, 24)
+    for shift in (1, 5):
+        shifted = layer_logits(model, x, 1)[:, :, shift : shift + 9, shift : shift + 9]
+        torch.testing.assert_close(layer_logits(model, x[:, shift : shift + 9], 1), shifted)
+
+
+def test_absolute_methods_are_not_shift_invariant():
+    """The check above can fail: DIET-ABS logits do change under a shift."""
+    model = tiny_encoder("diet-abs")
+    x = torch.randn(1, 12, 24)
+    shifted = layer_logits(model, x, 0)[:, :, 3:12, 3:12]
+    assert (layer_logits(model, x[:, 3:12], 0) - shifted).abs().max() > 1e-3
+
+
+def test_no_position_encoder_is_permutation_equivariant():
+    model = tiny_encoder("none", segments="none")
+    ids = torch.randint(0, 40, (2, 11))
+    permutation = torch.randperm(11)
+    out = model(ids)
+    torch.testing.assert_close(model(ids[:, permutation]), out[:, permutation])
+    # and a positional encoding breaks it
+    learned = tiny_encoder("learned", segments="none")
+    assert (learned(ids[:, permutation]) - learned(ids)[:, permutation]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("encoding", ["tupe-a", "tupe-r"])
+@pytest.mark.parametrize("cls_index", [0, 3])
+def test_tupe_cls_row_and_column_are_theta(encoding, cls_index):
+    """TUPE Eq. 9 / Fig. 4: row cls is theta_1 per head, column cls (other rows) theta_2."""
+    model = tiny_encoder(encoding, encoding_options={"cls_index": cls_index})
+    bias = model.encoding.layer_terms(10, torch.device("cpu"), torch.float64)[0].bias[0]
+    row = bias[:, cls_index, :]
+    others = [i for i in range(10) if i != cls_index]
+    column = bias[:, others, cls_index]
+    # constant per head ...
+    torch.testing.assert_close(row, row[:, :1].expand_as(row))
+    torch.testing.assert_close(column, column[:, :1].expand_as(column))
+    # ... equal to theta_1 / theta_2 of App. B (plus the special relative buckets for TUPE-R)
+    encoding_module = model.encoding
+    positions = encoding_module.positions
+    pq, pk = positions.project(positions.special)
+    theta = (pq * pk).sum(-1) / 4.0  # 1 / sqrt(2 d_h), d_h = 8
+    if encoding == "tupe-r":
+        nb = encoding_module.options.num_buckets
+        theta = theta + encoding_module.relative.weight[nb : nb + 2].T
+    torch.testing.assert_close(row[:, 0], theta[:, 0])
+    torch.testing.assert_close(column[:, 0], theta[:, 1])
+    # the other rows are not constant: the reset touches only the [CLS] row and column
+    rest = bias[:, others][:, :, others]
+    assert (rest - rest[:, :, :1]).abs().max() > 1e-3
+
+
+def test_tupe_tie_cls_has_no_reset():
+    model = tiny_encoder("tupe-a", encoding_options={"untie_cls": False})
+    bias = model.encoding.layer_terms(10, torch.device("cpu"), torch.float64)[0].bias[0]
+    assert (bias[:, 0, :] - bias[:, 0, :1]).abs().max() > 1e-3
+    assert model.encoding.positions.special.numel() == 0
+
+
+def one_head_logits(model, x):
+    logits = layer_logits(model, x, 0)
+    return logits[0, 0]
+
+
+def test_diet_theorem1_input_additive_rank_is_at_most_dh():
+    """DIET Theorem 1: (X + P) W_Q W_K^T (X + P)^T has rank <= d_h, whatever X and P."""
+    n, d_h = 16, 8
+    for seed in range(3):
+        model = tiny_encoder("learned", seed=seed, segments="none")
+        attention = model.layers[0].attention
+        attention.q_proj.bias.zero_()  # the theorem's W_Q, W_K are linear maps
+        attention.k_proj.bias.zero_()
+        x, *_ = model.layer_inputs(torch.randint(0, 40, (1, n)))
+        rank = torch.linalg.matrix_rank(one_head_logits(model, x))
+        assert rank <= d_h
+        assert rank == d_h  # generic weights reach the bound
+
+
+def test_diet_theorem1_diet_abs_reaches_dh_plus_dp():
+    """DIET Theorem 1: with per-head positions the rank reaches d_h + d_p (> d_h), shown with
+    the paper's block construction and with random weights."""
+    n, d_h, d_p = 16, 8, 6
+    model = tiny_encoder("diet-abs", segments="none", encoding_options={"rank": d_p})
+    attention = model.layers[0].attention
+    # Construction of App. B: content on the first d_h rows, positions on the next d_p rows.
+    x = torch.zeros(1, n, 24)
+    x[0, :d_h, :d_h] = torch.eye(d_h)
+    for proj in (attention.q_proj, attention.k_proj):
+        proj.weight.zero_()
+        proj.bias.zero_()
+        proj.weight[:d_h, :d_h] = torch.eye(d_h)
+    for table in (model.encoding.query, model.encoding.key):
+        table.zero_()
+        table[0, 0, d_h : d_h + d_p] = torch.eye(d_p)
+    assert torch.linalg.matrix_rank(one_head_logits(model, x)) == d_h + d_p
+    random_model = tiny_encoder("diet-abs", segments="none", encoding_options={"rank": d_p})
+    x = torch.randn(1, n, 24)
+    assert torch.linalg.matrix_rank(one_head_logits(random_model, x)) == d_h + d_p
+
+
+@pytest.mark.parametrize(
+    ("encoding", "options", "shared"),
+    [
+        ("t5", {}, True),
+        ("bert-r", {}, True),
+        ("tupe-a", {}, True),
+        ("tupe-r", {}, True),
+        ("diet-abs", {"sharing": "layer"}, True),
+        ("diet-abs", {"sharing": "none"}, False),
+        ("diet-rel", {"sharing": "layer"}, True),
+        ("diet-rel", {"sharing": "none"}, False),
+    ],
+)
+def test_input_independent_bias_is_built_once_and_broadcast_over_the_batch(
+    encoding, options, shared
+):
+    model = tiny_encoder(encoding, num_layers=3, encoding_options=options)
+    terms = model.encoding.layer_terms(7, torch.device("cpu"), torch.float64)
+    biases = [t.bias for t in terms]
+    assert all(b.shape == (1, 3, 7, 7) for b in biases)  # never [B, H, n, n]
+    same = [b is biases[0] for b in biases]
+    assert all(same) == shared
+    if not shared:
+        assert not any(same[1:])
+
+
+def test_every_registered_encoding_has_its_equation_in_the_docstring():
+    for name, cls in ENCODINGS.items():
+        doc = cls.__doc__ or ""
+        assert f"[{name}]" in doc
+        assert "Eq." in doc or "Sec." in doc

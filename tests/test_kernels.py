@@ -1,0 +1,103 @@
+"""The eager reference and SDPA agree for every encoding; padding never leaks or makes NaN."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_encoder
+
+from posattn.encodings import ENCODINGS
+from posattn.kernels import build_attention_mask, eager_attention, get_kernel
+
+SETTINGS = [
+    ("input", {}),
+    ("attention", {}),
+]
+
+
+def with_values(name: str) -> dict:
+    return {"values": True} if name == "shaw" else {}
+
+
+def padded_batch():
+    torch.manual_seed(3)
+    ids = torch.randint(1, 40, (4, 12))
+    mask = torch.ones(4, 12, dtype=torch.bool)
+    mask[1, 7:] = False  # right padding
+    mask[2, :4] = False  # left padding
+    mask[3, :] = False  # a fully padded sequence
+    segments = (torch.arange(12) >= 6).long().expand(4, 12)
+    return ids, mask, segments
+
+
+@pytest.mark.parametrize("encoding", list(ENCODINGS))
+@pytest.mark.parametrize("segments", ["input", "attention"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_kernels_agree(encoding, segments, causal):
+    ids, mask, segment_ids = padded_batch()
+    options = {"bidirectional": False} if causal and encoding in ("t5", "bert-r", "tupe-r") else {}
+    model = tiny_encoder(encoding, segments=segments, causal=causal, encoding_options=options)
+    outputs = {}
+    with torch.no_grad():
+        for kernel in ("eager", "sdpa"):
+            model.set_kernel(kernel)
+            outputs[kernel] = (model(ids, mask, segment_ids), model(ids, segment_ids=segment_ids))
+    for padded, plain in zip(*outputs.values(), strict=True):
+        torch.testing.assert_close(padded, plain, atol=1e-5, rtol=1e-5)
+    assert torch.isfinite(outputs["sdpa"][0]).all()
+
+
+@pytest.mark.parametrize("encoding", ["shaw", "tupe-r", "diet-abs"])
+def test_kernels_agree_in_gradients(encoding):
+    ids, mask, segment_ids = padded_batch()
+    model = tiny_encoder(encoding, segments="attention", encoding_options=with_values(encoding))
+    grads = {}
+    for kernel in ("eager", "sdpa"):
+        model.set_kernel(kernel)
+        model.zero_grad()
+        model(ids, mask, segment_ids)[mask].square().sum().backward()
+        grads[kernel] = [p.grad.clone() for p in model.parameters()]
+    for a, b in zip(*grads.values(), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("encoding", list(ENCODINGS))
+@pytest.mark.parametrize("kernel", ["eager", "sdpa"])
+def test_padded_tokens_do_not_change_real_outputs(encoding, kernel):
+    """Padded keys get zero weight: whatever the padded tokens are, real rows are unchanged."""
+    ids, mask, segment_ids = padded_batch()
+    model = tiny_encoder(encoding, kernel=kernel, encoding_options=with_values(encoding))
+    other = torch.where(mask, ids, torch.randint(1, 40, ids.shape))
+    with torch.no_grad():
+        out, out_other = model(ids, mask, segment_ids), model(other, mask, segment_ids)
+    assert torch.isfinite(out).all() and torch.isfinite(out_other).all()
+    torch.testing.assert_close(out[mask], out_other[mask])
+
+
+def test_padded_keys_get_exactly_zero_weight():
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 2, 5, 4), torch.randn(2, 2, 5, 4)
+    padding = torch.tensor([[1, 1, 1, 0, 0], [0, 0, 0, 0, 0]], dtype=torch.bool)
+    mask = build_attention_mask(padding, 5, causal=False, device=torch.device("cpu"))
+    identity = torch.eye(5).expand(2, 2, 5, 5)
+    # with v = identity the output rows are the attention probabilities themselves
+    probs = eager_attention(q, k, identity, mask=mask, bias=None, scale=0.5)
+    assert (probs[0, :, :, 3:] == 0).all()
+    torch.testing.assert_close(probs[0].sum(-1), torch.ones(2, 5))
+    # a sequence without any real token attends as if unmasked instead of producing NaN
+    unmasked = torch.softmax(q[1] @ k[1].transpose(-1, -2) * 0.5, -1)
+    torch.testing.assert_close(probs[1], unmasked)
+    sdpa = get_kernel("sdpa")(q, k, identity, mask=mask, bias=None, scale=0.5)
+    torch.testing.assert_close(sdpa, probs)
+
+
+def test_causal_mask_gives_future_keys_zero_weight():
+    torch.manual_seed(0)
+    q, k = torch.randn(1, 2, 6, 4), torch.randn(1, 2, 6, 4)
+    mask = build_attention_mask(None, 6, causal=True, device=torch.device("cpu"))
+    bias = torch.randn(1, 2, 6, 6)
+    for kernel in ("eager", "sdpa"):
+        probs = get_kernel(kernel)(
+            q, k, torch.eye(6).expand(1, 2, 6, 6), mask=mask, bias=bias, scale=1.0
+        )
+        assert (probs.triu(1) == 0).all()

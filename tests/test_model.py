@@ -1,0 +1,79 @@
+"""The encoder, its heads, its config and the command line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import tiny_config, tiny_encoder
+from reference import layer_norm
+
+from posattn import EncoderConfig, EncoderForMaskedLM, EncoderForSequenceClassification
+from posattn.cli import encoding_rows, main
+from posattn.encodings import ENCODINGS
+
+
+def test_config_round_trips_through_json(tmp_path):
+    config = tiny_config("tupe-r", encoding_options={"cls_index": 2}, segments="attention")
+    path = tmp_path / "config.json"
+    config.to_json(path)
+    assert EncoderConfig.from_json(path) == config
+    assert EncoderConfig.from_json(config.to_json()) == config
+    assert json.loads(path.read_text())["encoding_options"] == {"cls_index": 2}
+
+
+def test_config_rejects_unknown_keys():
+    with pytest.raises(ValueError, match="d_modle"):
+        EncoderConfig.from_dict({"d_modle": 3})
+
+
+def randomise(model):
+    torch.manual_seed(5)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(torch.randn_like(parameter) * 0.5)
+    return model.eval()
+
+
+def test_mlm_head_is_bert_transform_with_tied_decoder():
+    model = randomise(EncoderForMaskedLM(tiny_config("diet-abs")))
+    assert model.head.word_embeddings.weight is model.encoder.embeddings.word.weight
+    ids = torch.randint(0, 40, (2, 7))
+    with torch.no_grad():
+        hidden = model.encoder(ids)
+        head = model.head
+        h = F.gelu(hidden @ head.dense.weight.T + head.dense.bias)
+        h = layer_norm(h, head.norm.weight, head.norm.bias, head.norm.eps)
+        expected = h @ model.encoder.embeddings.word.weight.T + head.bias
+        torch.testing.assert_close(model(ids), expected)
+
+
+def test_classification_reads_the_first_token():
+    model = randomise(EncoderForSequenceClassification(tiny_config("tupe-a", num_labels=3)))
+    ids = torch.randint(0, 40, (2, 7))
+    with torch.no_grad():
+        first = model.encoder(ids)[:, 0]
+        pooled = torch.tanh(first @ model.pooler.weight.T + model.pooler.bias)
+        expected = pooled @ model.classifier.weight.T + model.classifier.bias
+        torch.testing.assert_close(model(ids), expected)
+
+
+def test_pre_norm_differs_from_post_norm_and_ends_with_a_layernorm():
+    post, pre = tiny_encoder(norm="post"), tiny_encoder(norm="pre")
+    assert post.final_norm is None and pre.final_norm is not None
+    ids = torch.randint(0, 40, (1, 6))
+    with torch.no_grad():
+        assert (post(ids) - pre(ids)).abs().max() > 1e-3
+
+
+def test_list_names_every_encoding_with_paper_and_equation(capsys):
+    rows = {row[0]: row for row in encoding_rows()}
+    assert set(rows) == set(ENCODINGS)
+    assert rows["tupe-r"][2].startswith("TUPE Eq. 11")
+    assert rows["diet-abs"][2] == "DIET Eq. 1"
+    assert main(["list", "--markdown"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n| `") == len(ENCODINGS)
+    assert "DIET Eq. 3" in out
