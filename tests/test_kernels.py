@@ -9,11 +9,6 @@ from conftest import tiny_encoder
 from posattn.encodings import ENCODINGS
 from posattn.kernels import build_attention_mask, eager_attention, get_kernel
 
-SETTINGS = [
-    ("input", {}),
-    ("attention", {}),
-]
-
 
 def with_values(name: str) -> dict:
     return {"values": True} if name == "shaw" else {}
