@@ -31,12 +31,11 @@ class MultiHeadAttention(nn.Module):
         q, k = self._heads(self.q_proj(x)), self._heads(self.k_proj(x))
         return (q, k) if terms.transform_qk is None else terms.transform_qk(q, k)
 
-    @staticmethod
-    def positional_bias(q: Tensor, k: Tensor, terms: LayerTerms, extra: Tensor | None):
+    def positional_bias(self, q: Tensor, k: Tensor, terms: LayerTerms, extra: Tensor | None):
         """Everything added to q k^T * scale: the encoding's bias, its content x position
         logits, and an extra bias (segments)."""
         bias = terms.bias
-        for term in (terms.qk_logits(q, k) if terms.qk_logits else None, extra):
+        for term in (terms.qk_logits(q, k, self) if terms.qk_logits else None, extra):
             if term is not None:
                 bias = term if bias is None else bias + term
         return bias

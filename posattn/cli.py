@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from .encodings import ENCODINGS, option_defaults
+from .encodings import ENCODINGS, REQUIRED, option_defaults
 
 
 def encoding_rows() -> list[tuple[str, str, str, str, str, str]]:
@@ -15,7 +15,11 @@ def encoding_rows() -> list[tuple[str, str, str, str, str, str]]:
     rows = []
     for name, cls in ENCODINGS.items():
         places = ", ".join(place.value for place in cls.places) or "-"
-        options = ", ".join(f"{k}={v!r}" for k, v in option_defaults(name).items()) or "-"
+        options = ", ".join(
+            f"{k} (required)" if v is REQUIRED else f"{k}={v!r}"
+            for k, v in option_defaults(name).items()
+        )
+        options = options or "-"
         rows.append((name, cls.paper, cls.equation, places, cls.cost, options))
     return rows
 

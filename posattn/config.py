@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .encodings import ModelDims, encoding_options
+import torch
+
+from .encodings import ModelDims, build_encoding
 from .errors import PosAttnConfigError, require, require_choice, require_positive_int
 from .kernels import KERNELS
 from .segments import SEGMENT_MODES
@@ -51,12 +53,16 @@ class EncoderConfig:
         require_choice("norm", self.norm, ("post", "pre"))
         require_choice("segments", self.segments, SEGMENT_MODES)
         require_choice("kernel", self.kernel, tuple(KERNELS))
-        _ = self.dims  # validates d_model, num_heads, num_layers, max_len
-        encoding_options(self.encoding, self.encoding_options)
+        # Building the encoding on the meta device checks its options against the model's sizes
+        # (head dimension, causality, table lengths) now rather than at the first forward.
+        with torch.device("meta"):
+            build_encoding(self.encoding, self.dims, self.encoding_options)
 
     @property
     def dims(self) -> ModelDims:
-        return ModelDims(self.d_model, self.num_heads, self.num_layers, self.max_len, self.init_std)
+        return ModelDims(
+            self.d_model, self.num_heads, self.num_layers, self.max_len, self.init_std, self.causal
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -10,8 +10,17 @@ from posattn import Encoder, EncoderConfig
 torch.set_default_dtype(torch.float64)
 
 
+# Options without a default (the rotary layout is never implicit) and causal-only methods.
+REQUIRED_OPTIONS = {"rope": {"layout": "interleaved"}, "xpos": {"layout": "interleaved"}}
+CAUSAL_ONLY = {"xpos", "fire"}
+
+
 def tiny_config(encoding: str = "learned", **overrides) -> EncoderConfig:
+    """A small float64-friendly config; required options and causality filled in."""
+    options = {**REQUIRED_OPTIONS.get(encoding, {}), **overrides.pop("encoding_options", {})}
     values = dict(
+        encoding_options=options,
+        causal=encoding in CAUSAL_ONLY,
         vocab_size=40,
         d_model=24,
         num_layers=2,

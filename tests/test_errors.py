@@ -86,7 +86,11 @@ def test_sequence_longer_than_the_position_table(encoding):
         model(torch.zeros(1, 17, dtype=torch.long))
 
 
-@pytest.mark.parametrize("encoding", ["none", "sinusoidal", "shaw", "t5", "diet-rel"])
+EXTRAPOLATING = ["none", "sinusoidal", "shaw", "t5", "diet-rel", "rope", "xpos", "alibi"]
+EXTRAPOLATING += ["kerple", "fire", "deberta"]
+
+
+@pytest.mark.parametrize("encoding", EXTRAPOLATING)
 def test_functional_and_relative_encodings_run_past_max_len(encoding):
     out = tiny_encoder(encoding)(torch.zeros(1, 40, dtype=torch.long))
     assert torch.isfinite(out).all()
@@ -115,3 +119,51 @@ def test_mask_and_segment_shapes_must_match_the_input(argument):
 def test_input_ids_must_be_two_dimensional():
     with raises("input_ids=(5,)", "[batch, seq_len]"):
         tiny_encoder()(torch.zeros(5, dtype=torch.long))
+
+
+def test_rope_layout_is_never_implicit():
+    with raises("layout=None", "'interleaved'", "'half'"):
+        tiny_config("rope", encoding_options={"layout": None})
+    with raises("layout='neox'", "'half'"):
+        tiny_config("rope", encoding_options={"layout": "neox"})
+
+
+def test_rope_needs_an_even_head_dimension():
+    with raises("head_dim=5", "even"):
+        tiny_config("rope", d_model=15, num_heads=3)
+
+
+def test_rope_fraction_must_leave_an_even_number_of_dims():
+    with raises("fraction=0.375", "3", "even"):
+        tiny_config("rope", encoding_options={"fraction": 0.375})  # 0.375 * 8 = 3
+
+
+@pytest.mark.parametrize("encoding", ["xpos", "fire"])
+def test_causal_only_methods_refuse_bidirectional_attention(encoding):
+    with raises("causal=False", encoding, "causal=True"):
+        tiny_config(encoding, causal=False)
+
+
+def test_deberta_buckets_that_cannot_map_max_len():
+    with raises("max_relative_positions=8", "position_buckets=6", "max_len=16"):
+        tiny_config(
+            "deberta", encoding_options={"position_buckets": 6, "max_relative_positions": 8}
+        )
+    with raises("max_relative_positions=4", "position_buckets=6"):
+        tiny_config(
+            "deberta", encoding_options={"position_buckets": 6, "max_relative_positions": 4}
+        )
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "fragments"),
+    [
+        ("deberta", {"terms": ("c2c",)}, ("terms=('c2c',)", "'c2p'")),
+        ("kerple", {"kernel": "cubic"}, ("kernel='cubic'", "'log'", "'power'")),
+        ("rope", {"layout": "half", "scale": 0.5}, ("scale=0.5",)),
+        ("fire", {"mlp_width": 0}, ("mlp_width=0",)),
+    ],
+)
+def test_bad_modern_options(name, options, fragments):
+    with raises(*fragments):
+        tiny_config(name, encoding_options=options, causal=True)

@@ -71,9 +71,19 @@ def test_pre_norm_differs_from_post_norm_and_ends_with_a_layernorm():
 def test_list_names_every_encoding_with_paper_and_equation(capsys):
     rows = {row[0]: row for row in encoding_rows()}
     assert set(rows) == set(ENCODINGS)
-    assert rows["tupe-r"][2].startswith("TUPE Eq. 11")
+    assert rows["tupe-r"][2] == "TUPE Eq. 11"
     assert rows["diet-abs"][2] == "DIET Eq. 1"
     assert main(["list", "--markdown"]) == 0
     out = capsys.readouterr().out
     assert out.count("\n| `") == len(ENCODINGS)
     assert "DIET Eq. 3" in out
+
+
+def test_readme_encoding_table_is_current(capsys):
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    start = readme.index("<!-- encodings:start")
+    table = readme[readme.index("\n", start) + 1 : readme.index("<!-- encodings:end -->")]
+    main(["list", "--markdown"])
+    assert table == capsys.readouterr().out

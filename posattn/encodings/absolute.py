@@ -16,7 +16,7 @@ class NoPosition(PositionalEncoding):
 
     name = "none"
     paper = "- (NoPE)"
-    equation = "TUPE Eq. 2 without p_i"
+    equation = "TUPE Eq. 2"
     places = ()
     cost = "free"
 
@@ -37,7 +37,7 @@ class Sinusoidal(PositionalEncoding):
     """[sinusoidal] Vaswani input-additive encoding: x_i^1 = w_i + PE(i).
 
     PE(i)_{2k} = sin(i / 10000^{2k/d}), PE(i)_{2k+1} = cos(i / 10000^{2k/d})
-    (Vaswani et al. 2017, Sec. 3.5; TUPE Eq. 3 with a fixed p_i). No parameters; any length.
+    (Vaswani Sec. 3.5; TUPE Eq. 3 with a fixed p_i). No parameters; any length.
     """
 
     name = "sinusoidal"

@@ -42,6 +42,7 @@ class ModelDims:
     num_layers: int
     max_len: int
     init_std: float = 0.02
+    causal: bool = False
 
     def __post_init__(self) -> None:
         for name in ("d_model", "num_heads", "num_layers", "max_len"):
@@ -65,14 +66,16 @@ class LayerTerms:
     scale: multiplier of the content logits q.k (1/sqrt(d_h) unless the method says otherwise).
     bias: input-independent logits, [1, H, n, n] (or [H, n, n]), added after scaling.
     transform_qk: (q, k) -> (q, k) on [B, H, n, d_h], applied before the dot product.
-    qk_logits: (q, k) -> [B, H, n, n] extra logits that need the content, in final logit units.
+    qk_logits: (q, k, attention) -> [B, H, n, n] extra logits that need the content, in final
+        logit units; `attention` is the calling MultiHeadAttention, for methods that reuse its
+        projections (DeBERTa's share_att_key).
     value_term: probabilities [B, H, n, n] -> [B, H, n, d_h] added to the attention output.
     """
 
     scale: float
     bias: Tensor | None = None
     transform_qk: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None
-    qk_logits: Callable[[Tensor, Tensor], Tensor] | None = None
+    qk_logits: Callable[[Tensor, Tensor, nn.Module], Tensor] | None = None
     value_term: Callable[[Tensor], Tensor] | None = None
 
 
@@ -111,6 +114,16 @@ class PositionalEncoding(nn.Module):
     def layer_terms(self, seq_len: int, device: torch.device, dtype: torch.dtype):
         """One `LayerTerms` per layer, computed once per forward."""
         return [LayerTerms(scale=self.content_scale())] * self.dims.num_layers
+
+
+def require_causal(name: str, dims: ModelDims) -> None:
+    """For methods the papers define for causal attention only."""
+    require(
+        dims.causal,
+        "causal",
+        dims.causal,
+        f"encoding {name!r} is defined for causal attention only (a decoder): set causal=True",
+    )
 
 
 def normal_parameter(*shape: int, std: float) -> nn.Parameter:

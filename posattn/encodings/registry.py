@@ -7,8 +7,13 @@ from typing import Any
 
 from ..errors import PosAttnConfigError, invalid
 from .absolute import Learned, NoPosition, Sinusoidal
+from .alibi import Alibi
 from .base import ModelDims, PositionalEncoding
+from .deberta import Deberta
 from .diet import DietAbsolute, DietRelative
+from .fire import Fire
+from .kerple import Kerple
+from .rotary import Rope, Xpos
 from .shaw import ShawRelative
 from .t5 import BertRelative, T5Bias
 from .tupe import BertAd, TupeAbsolute, TupeRelative
@@ -27,6 +32,12 @@ ENCODINGS: dict[str, type[PositionalEncoding]] = {
         TupeRelative,
         DietAbsolute,
         DietRelative,
+        Rope,
+        Xpos,
+        Alibi,
+        Deberta,
+        Kerple,
+        Fire,
     )
 }
 
@@ -58,5 +69,11 @@ def build_encoding(
     return encoding_class(name)(dims, encoding_options(name, options))
 
 
+REQUIRED = object()  # marks an option without a default in `option_defaults`
+
+
 def option_defaults(name: str) -> dict[str, Any]:
-    return {f.name: f.default for f in dataclasses.fields(encoding_class(name).Options)}
+    return {
+        f.name: REQUIRED if f.metadata.get("required") else f.default
+        for f in dataclasses.fields(encoding_class(name).Options)
+    }

@@ -37,7 +37,7 @@ class ShawRelative(PositionalEncoding):
     name = "shaw"
     Options = ShawOptions
     paper = "Shaw et al. 2018"
-    equation = "TUPE Eq. 4 (Shaw Eq. 3-4)"
+    equation = "TUPE Eq. 4"
     places = (Place.CONTENT_POSITION,)
     cost = "per layer, q a^T [B,H,n,2t+1] + gather"
 
@@ -53,7 +53,7 @@ class ShawRelative(PositionalEncoding):
         t = self.options.max_distance
         return relative_positions(seq_len, device).clamp(-t, t) + t
 
-    def _key_logits(self, layer: int, offsets: Tensor, q: Tensor, k: Tensor) -> Tensor:
+    def _key_logits(self, layer: int, offsets: Tensor, q: Tensor, k: Tensor, attention) -> Tensor:
         per_offset = q @ self.keys[layer].to(q.dtype).T  # [B, H, n, 2t+1]
         index = offsets.expand(*q.shape[:2], *offsets.shape)
         return torch.gather(per_offset, -1, index) * self.content_scale()

@@ -115,7 +115,8 @@ class T5Bias(PositionalEncoding):
 
 
 class BertRelative(T5Bias):
-    """[bert-r] TUPE's BERT-R baseline: BERT-A input embeddings plus the T5 bias of Eq. 5.
+    """[bert-r] TUPE's BERT-R baseline (TUPE Eq. 3 + Eq. 5): BERT-A input embeddings plus the
+    T5 bias.
 
     x_i^1 = w_i + p_i;  alpha_ij = (x_i W^Q)(x_j W^K)^T / sqrt(d_h) + b_{bucket(j - i)}.
     """

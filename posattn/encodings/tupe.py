@@ -101,7 +101,7 @@ class TupeAbsolute(PositionalEncoding):
     name = "tupe-a"
     Options = TupeOptions
     paper = "Ke et al. 2021 (TUPE)"
-    equation = "TUPE Eq. 10 (Eq. 7, 9)"
+    equation = "TUPE Eq. 10 (with Eq. 7 and Eq. 9)"
     places = (Place.LOGIT_BIAS,)
     cost = "once per forward, rank-d_h [H,n,n], shared by layers"
 
@@ -147,7 +147,7 @@ class TupeRelative(TupeAbsolute):
 
     name = "tupe-r"
     Options = TupeROptions
-    equation = "TUPE Eq. 11 (Eq. 8, 9)"
+    equation = "TUPE Eq. 11"
     cost = "once per forward, [H,n,n], shared by layers"
 
     def __init__(self, dims: ModelDims, options: TupeROptions) -> None:
@@ -187,7 +187,7 @@ class BertAd(PositionalEncoding):
 
     name = "bert-ad"
     paper = "Ke et al. 2021 (TUPE ablation)"
-    equation = "TUPE Sec. 4.2 (Eq. 6 with U)"
+    equation = "TUPE Sec. 4.2"
     places = (Place.CONTENT_POSITION, Place.QK_TRANSFORM)
     cost = "per layer, O(n d) added to q and k"
 

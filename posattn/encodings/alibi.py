@@ -1,0 +1,51 @@
+"""ALiBi: attention with linear biases (Press, Smith, Lewis, ICLR 2022)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from .base import LayerTerms, Place, PositionalEncoding
+from .t5 import relative_positions
+
+
+def alibi_slopes(num_heads: int) -> Tensor:
+    """The paper's head slopes (ALiBi Sec. 3): for H a power of two, the geometric sequence
+    2^(-8/H), 2^(-16/H), ..., 2^(-8). Otherwise the slopes of the nearest smaller power of two
+    2^k, followed by every other slope of 2^(k+1) heads for the remaining H - 2^k heads."""
+
+    def geometric(n: int) -> list[float]:
+        return [2 ** (-8 * (i + 1) / n) for i in range(n)]
+
+    closest = 2 ** math.floor(math.log2(num_heads))
+    slopes = geometric(closest)
+    if closest != num_heads:
+        slopes += geometric(2 * closest)[0::2][: num_heads - closest]
+    return torch.tensor(slopes, dtype=torch.float64)
+
+
+class Alibi(PositionalEncoding):
+    """[alibi] ALiBi Sec. 3 (Press et al. 2022):
+
+    causal:        alpha_ij = q_i k_j^T / sqrt(d_h) - m_h (i - j),  j <= i;
+    bidirectional: alpha_ij = q_i k_j^T / sqrt(d_h) - m_h |i - j|  (the symmetric form used for
+    encoders; the paper defines only the causal one).
+
+    m_h: fixed per-head slopes (`alibi_slopes`), no parameters, no input positions, any length.
+    The form follows the model: causal models get the causal bias.
+    """
+
+    name = "alibi"
+    paper = "Press et al. 2022 (ALiBi)"
+    equation = "ALiBi Sec. 3"
+    places = (Place.LOGIT_BIAS,)
+    cost = "once per forward, fixed [H,n,n], no gradient"
+
+    def layer_terms(self, seq_len, device, dtype):
+        # -m |j - i| equals -m (i - j) wherever the causal mask lets a key through.
+        distance = relative_positions(seq_len, device).abs()
+        slopes = alibi_slopes(self.dims.num_heads).to(device)
+        bias = (-slopes[:, None, None] * distance).to(dtype).unsqueeze(0)
+        return [LayerTerms(scale=self.content_scale(), bias=bias)] * self.dims.num_layers

@@ -1,0 +1,153 @@
+"""DeBERTa-v2 disentangled attention (He et al., ICLR 2021)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import require
+from .base import LayerTerms, ModelDims, Place, PositionalEncoding, normal_parameter
+from .t5 import relative_positions
+
+TERMS = ("c2p", "p2c")
+
+
+def deberta_log_bucket(relative: Tensor, bucket_size: int, max_position: int) -> Tensor:
+    """DeBERTa-v2's log buckets of r = i - j: |r| <= bucket_size/2 keeps r; longer distances
+    get sign(r) * (mid + ceil(log(|r| / mid) / log((max_position - 1) / mid) * (mid - 1)))."""
+    mid = bucket_size // 2
+    distance = relative.abs()
+    # In the default float dtype, as DeBERTa computes it, so that bucket edges agree.
+    ratio = torch.log(distance.clamp(min=1) / mid) / torch.log(
+        torch.tensor((max_position - 1) / mid)
+    )
+    log_bucket = (torch.ceil(ratio * (mid - 1)) + mid).long() * relative.sign()
+    return torch.where(distance <= mid, relative, log_bucket)
+
+
+@dataclass(frozen=True)
+class DebertaOptions:
+    position_buckets: int = 256
+    max_relative_positions: int | None = None  # None means max_len
+    share_att_key: bool = True
+    norm_rel_embeddings: bool = True
+    terms: tuple[str, ...] = TERMS
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "terms", tuple(self.terms))
+        require(
+            len(self.terms) > 0 and set(self.terms) <= set(TERMS),
+            "terms",
+            self.terms,
+            "a non-empty subset of ('c2p', 'p2c')",
+        )
+        require(
+            isinstance(self.position_buckets, int) and self.position_buckets >= 0,
+            "position_buckets",
+            self.position_buckets,
+            "an integer >= 0 (0: no log buckets, one embedding per clipped distance)",
+        )
+        if self.max_relative_positions is not None:
+            require(
+                isinstance(self.max_relative_positions, int) and self.max_relative_positions >= 1,
+                "max_relative_positions",
+                self.max_relative_positions,
+                "an integer >= 1, or None for max_len",
+            )
+
+
+class Deberta(PositionalEncoding):
+    """[deberta] DeBERTa-v2 disentangled attention, DeBERTa Eq. 2-4 (He et al. 2021):
+
+    A_ij = [q_i k_j^T + q_i k^r_{d(i,j)}^T + k_j q^r_{d(j,i)}^T] / sqrt(d_h (1 + #terms))
+
+    with content q, k (c2p: content-to-position, p2c: position-to-content) and relative
+    embeddings P in R^{2s x d} (s = position_buckets, or max_relative_positions without
+    buckets), shared by all layers, LayerNorm-ed (norm_rel_embeddings), projected by the
+    layer's own W_Q, W_K (share_att_key) or by per-layer position projections. d(i, j) =
+    clip(bucket(i - j) + s, 0, 2s - 1) with DeBERTa-v2's log buckets. No input positions.
+    Bidirectional as in DeBERTa; with causal=True the same terms are masked.
+    """
+
+    name = "deberta"
+    Options = DebertaOptions
+    paper = "He et al. 2021 (DeBERTa)"
+    equation = "DeBERTa Eq. 2-4"
+    places = (Place.CONTENT_POSITION,)
+    cost = "per layer, q P^T and k P^T [B,H,n,2s] + gathers"
+
+    def __init__(self, dims: ModelDims, options: DebertaOptions) -> None:
+        super().__init__(dims, options)
+        self.max_relative = options.max_relative_positions or dims.max_len
+        buckets = options.position_buckets
+        mid = buckets // 2
+        if buckets > 0 and dims.max_len - 1 > mid:
+            require(
+                self.max_relative - 1 > mid and self.max_relative >= dims.max_len,
+                "max_relative_positions",
+                self.max_relative,
+                f"position_buckets={buckets} log-buckets distances past {mid}; to map "
+                f"max_len={dims.max_len} it needs max_relative_positions >= max_len and > "
+                f"{mid + 1}",
+            )
+        self.span = buckets if buckets > 0 else self.max_relative
+        self.embeddings = normal_parameter(2 * self.span, dims.d_model, std=dims.init_std)
+        self.norm = nn.LayerNorm(dims.d_model) if options.norm_rel_embeddings else None
+        self.key_projections = self.query_projections = None
+        if not options.share_att_key:
+            per_layer = lambda: nn.ModuleList(  # noqa: E731
+                nn.Linear(dims.d_model, dims.d_model) for _ in range(dims.num_layers)
+            )
+            self.key_projections = per_layer() if "c2p" in options.terms else None
+            self.query_projections = per_layer() if "p2c" in options.terms else None
+
+    def content_scale(self) -> float:
+        return 1.0 / math.sqrt(self.dims.head_dim * (1 + len(self.options.terms)))
+
+    def relative_index(self, seq_len: int, device) -> Tensor:
+        """[n, n] clip(bucket(i - j) + s, 0, 2s - 1)."""
+        relative = -relative_positions(seq_len, device)  # i - j
+        if self.options.position_buckets > 0:
+            relative = deberta_log_bucket(
+                relative, self.options.position_buckets, self.max_relative
+            )
+        return (relative + self.span).clamp(0, 2 * self.span - 1)
+
+    def _heads(self, x: Tensor) -> Tensor:
+        return x.unflatten(-1, (self.dims.num_heads, -1)).transpose(0, 1)  # [H, 2s, d_h]
+
+    def _logits(self, layer: int, index: Tensor, embeddings: Tensor, q, k, attention) -> Tensor:
+        expand = index.expand(*q.shape[:2], *index.shape)
+        logits = 0
+        if "c2p" in self.options.terms:
+            project = (
+                attention.k_proj if self.key_projections is None else self.key_projections[layer]
+            )
+            per_offset = q @ self._heads(project(embeddings)).to(q.dtype).transpose(-1, -2)
+            logits = logits + torch.gather(per_offset, -1, expand)
+        if "p2c" in self.options.terms:
+            project = (
+                attention.q_proj
+                if self.query_projections is None
+                else self.query_projections[layer]
+            )
+            per_offset = k @ self._heads(project(embeddings)).to(k.dtype).transpose(-1, -2)
+            # row j (a key) reads offset bucket(j - i) = -bucket(i - j): the transposed index
+            reverse = index.T.expand(*q.shape[:2], *index.shape)
+            logits = logits + torch.gather(per_offset, -1, reverse).transpose(-1, -2)
+        return logits * self.content_scale()
+
+    def layer_terms(self, seq_len, device, dtype):
+        index = self.relative_index(seq_len, device)
+        embeddings = self.embeddings if self.norm is None else self.norm(self.embeddings)
+        return [
+            LayerTerms(
+                scale=self.content_scale(),
+                qk_logits=partial(self._logits, layer, index, embeddings),
+            )
+            for layer in range(self.dims.num_layers)
+        ]

@@ -1,0 +1,84 @@
+"""FIRE: functional interpolation for relative positions (Li et al., ICLR 2024)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import require, require_positive_int
+from .base import LayerTerms, ModelDims, Place, PositionalEncoding, require_causal
+from .t5 import relative_positions
+
+
+@dataclass(frozen=True)
+class FireOptions:
+    mlp_width: int = 32
+    init_c: float = 0.1
+    init_threshold: float = 512.0
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        require_positive_int("mlp_width", self.mlp_width)
+        require(self.init_threshold > 0, "init_threshold", self.init_threshold, "a length > 0")
+        require(self.eps > 0, "eps", self.eps, "a small positive number")
+
+
+class FireBias(nn.Module):
+    """One layer's FIRE: an MLP from the normalised log distance to a bias per head."""
+
+    def __init__(self, num_heads: int, options: FireOptions) -> None:
+        super().__init__()
+        self.mlp = nn.Sequential(
+            nn.Linear(1, options.mlp_width), nn.ReLU(), nn.Linear(options.mlp_width, num_heads)
+        )
+        self.c = nn.Parameter(torch.tensor(options.init_c))
+        self.threshold = nn.Parameter(torch.tensor(options.init_threshold))
+        self.eps = options.eps
+
+    def normalised_distance(self, seq_len: int, device) -> Tensor:
+        """[n, n] psi(i - j) / psi(max(L, i)), psi(x) = log(|c x| + 1)."""
+        relative = -relative_positions(seq_len, device).to(self.c.dtype)  # i - j
+        query = torch.arange(seq_len, device=device, dtype=self.c.dtype)
+        normaliser = torch.maximum(query, self.threshold.abs())[:, None]
+        psi = lambda x: torch.log1p(torch.abs(self.c * x))  # noqa: E731
+        return psi(relative) / (psi(normaliser) + self.eps)
+
+    def forward(self, seq_len: int, device) -> Tensor:
+        """[1, H, n, n] bias."""
+        distance = self.normalised_distance(seq_len, device)
+        return self.mlp(distance[..., None]).permute(2, 0, 1).unsqueeze(0)
+
+
+class Fire(PositionalEncoding):
+    """[fire] FIRE, Li et al. 2023, progressive interpolation with a threshold (FIRE
+    f(psi(i-j)/psi(max(L,i)))), as its reference code computes it:
+
+    alpha_ij = q_i k_j^T / sqrt(d_h) + f_theta(psi(i - j) / psi(max(L, i))),  j <= i,
+
+    psi(x) = log(c x + 1); f_theta: Linear(1, 32) -> ReLU -> Linear(32, H), per layer; c
+    (init 0.1) and the threshold L (init 512) are learned. Normalising by the query position
+    maps every distance into [0, 1], which is what lets it run past the training length.
+    Causal only: the normaliser max(L, i) is defined for keys at or before the query.
+    """
+
+    name = "fire"
+    Options = FireOptions
+    paper = "Li et al. 2023 (FIRE)"
+    equation = "FIRE f(psi(i-j)/psi(max(L,i)))"
+    places = (Place.LOGIT_BIAS,)
+    cost = "per layer, MLP over n^2 scalars, [H,n,n]"
+
+    def __init__(self, dims: ModelDims, options: FireOptions) -> None:
+        require_causal(self.name, dims)
+        super().__init__(dims, options)
+        self.layers = nn.ModuleList(
+            FireBias(dims.num_heads, options) for _ in range(dims.num_layers)
+        )
+
+    def layer_terms(self, seq_len, device, dtype):
+        return [
+            LayerTerms(scale=self.content_scale(), bias=layer(seq_len, device))
+            for layer in self.layers
+        ]

@@ -1,0 +1,74 @@
+"""KERPLE: kernelized relative positional embedding (Chi et al., NeurIPS 2022)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import require_choice
+from .base import LayerTerms, ModelDims, Place, PositionalEncoding
+from .t5 import relative_positions
+
+EPS = 1e-2  # the official code's floor for both kernel parameters
+
+
+@dataclass(frozen=True)
+class KerpleOptions:
+    kernel: str = "log"
+
+    def __post_init__(self) -> None:
+        require_choice("kernel", self.kernel, ("log", "power"))
+
+
+class Kerple(PositionalEncoding):
+    """[kerple] KERPLE, Chi et al. 2022, log and power kernels (KERPLE log / power), as the
+    official code (chijames/KERPLE) computes them:
+
+    log:   alpha_ij = q_i k_j^T / sqrt(d_h) - r1_h log(1 + r2_h |i - j|)
+    power: alpha_ij = q_i k_j^T / sqrt(d_h) - r1_h |i - j|^{r2_h}
+
+    r1, r2: learned per head, shared by all layers; initialised U(0, 2) (log r1, power r2)
+    and U(0, 1) (the other); kept in range by projection after each update as the code does:
+    both >= 0.01, the power's exponent <= 2 (a conditionally positive definite kernel).
+    Bidirectional form: the kernels are functions of |i - j|, so symmetric (causal models mask
+    the upper half). Any length.
+    """
+
+    name = "kerple"
+    Options = KerpleOptions
+    paper = "Chi et al. 2022 (KERPLE)"
+    equation = "KERPLE log / power"
+    places = (Place.LOGIT_BIAS,)
+    cost = "once per forward, [H,n,n] from 2H scalars"
+
+    def __init__(self, dims: ModelDims, options: KerpleOptions) -> None:
+        super().__init__(dims, options)
+        heads = dims.num_heads
+        # log: (r1 ~ U(0,2), r2 ~ U(0,1)); power: (r1 ~ U(0,1), r2 ~ U(0,2))
+        wide, narrow = torch.rand(heads) * 2, torch.rand(heads)
+        log = options.kernel == "log"
+        self.r1 = nn.Parameter(wide if log else narrow)
+        self.r2 = nn.Parameter(narrow if log else wide)
+
+    def valid_parameters(self) -> tuple[Tensor, Tensor]:
+        r2_max = 2.0 if self.options.kernel == "power" else None
+        return self.r1.clamp(min=EPS), self.r2.clamp(min=EPS, max=r2_max)
+
+    def layer_terms(self, seq_len, device, dtype):
+        r1, r2 = self.valid_parameters()
+        if self.training:
+            # The official projection: keep the stored values in range so that they keep
+            # receiving gradients after an update has pushed them out.
+            with torch.no_grad():
+                self.r1.copy_(r1)
+                self.r2.copy_(r2)
+        distance = relative_positions(seq_len, device).abs().to(r1.dtype)
+        r1, r2 = r1[:, None, None], r2[:, None, None]
+        if self.options.kernel == "log":
+            bias = -r1 * torch.log1p(r2 * distance)
+        else:
+            bias = -r1 * distance.pow(r2)
+        terms = LayerTerms(scale=self.content_scale(), bias=bias.unsqueeze(0))
+        return [terms] * self.dims.num_layers
