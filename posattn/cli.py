@@ -1,4 +1,4 @@
-"""The `posattn` command."""
+"""The `posattn` command. Each command module adds its subcommand with `register(commands)`."""
 
 from __future__ import annotations
 
@@ -19,40 +19,53 @@ def encoding_rows() -> list[tuple[str, str, str, str, str, str]]:
             f"{k} (required)" if v is REQUIRED else f"{k}={v!r}"
             for k, v in option_defaults(name).items()
         )
-        options = options or "-"
-        rows.append((name, cls.paper, cls.equation, places, cls.cost, options))
+        rows.append((name, cls.paper, cls.equation, places, cls.cost, options or "-"))
     return rows
 
 
 HEADER = ("encoding", "paper", "equation", "where it acts", "cost", "options (defaults)")
 
 
-def list_encodings(markdown: bool) -> None:
+def list_encodings(args: argparse.Namespace) -> int:
     rows = encoding_rows()
-    if markdown:
+    if args.markdown:
         print("| " + " | ".join(HEADER) + " |")
         print("|" + "---|" * len(HEADER))
         for row in rows:
             cells = [f"`{row[0]}`", *row[1:]]
             print("| " + " | ".join(cells) + " |")
-        return
+        return 0
     table = Table(title="posattn encodings")
     for column in HEADER:
         table.add_column(column)
     for row in rows:
         table.add_row(*row)
     Console(width=200).print(table)
+    return 0
+
+
+def register(commands) -> None:
+    listing = commands.add_parser("list", help="every encoding with its paper, equation and cost")
+    listing.add_argument("--markdown", action="store_true", help="print a markdown table")
+    listing.set_defaults(func=list_encodings)
+
+
+COMMAND_MODULES = [register]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="posattn", description="Positional encoding for Transformers: TUPE, DIET and peers."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    for add_commands in COMMAND_MODULES:
+        add_commands(commands)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="posattn", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    listing = commands.add_parser("list", help="every encoding with its paper, equation and cost")
-    listing.add_argument("--markdown", action="store_true", help="print a markdown table")
-    args = parser.parse_args(argv)
-    if args.command == "list":
-        list_encodings(args.markdown)
-    return 0
+    args = build_parser().parse_args(argv)
+    return args.func(args)
 
 
 if __name__ == "__main__":
