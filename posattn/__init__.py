@@ -1,23 +1,31 @@
 """posattn: positional encoding for Transformers, built around TUPE and DIET."""
 
 from .attention import MultiHeadAttention
-from .config import EncoderConfig
+from .config import PosAttnConfig
 from .encodings import ENCODINGS, LayerTerms, ModelDims, PositionalEncoding, build_encoding
 from .errors import PosAttnConfigError
-from .model import Encoder, EncoderForMaskedLM, EncoderForSequenceClassification
+from .model import Encoder
+from .modeling import (
+    PosAttnForMaskedLM,
+    PosAttnForSequenceClassification,
+    PosAttnModel,
+    PosAttnPreTrainedModel,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ENCODINGS",
     "Encoder",
-    "EncoderConfig",
-    "EncoderForMaskedLM",
-    "EncoderForSequenceClassification",
     "LayerTerms",
     "ModelDims",
     "MultiHeadAttention",
+    "PosAttnConfig",
     "PosAttnConfigError",
+    "PosAttnForMaskedLM",
+    "PosAttnForSequenceClassification",
+    "PosAttnModel",
+    "PosAttnPreTrainedModel",
     "PositionalEncoding",
     "build_encoding",
 ]

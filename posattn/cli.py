@@ -50,7 +50,10 @@ def register(commands) -> None:
     listing.set_defaults(func=list_encodings)
 
 
-COMMAND_MODULES = [register]
+def command_modules() -> list:
+    from . import import_command
+
+    return [register, import_command.register]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="posattn", description="Positional encoding for Transformers: TUPE, DIET and peers."
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    for add_commands in COMMAND_MODULES:
+    for add_commands in command_modules():
         add_commands(commands)
     return parser
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
 from .attention import MultiHeadAttention
-from .config import EncoderConfig
+from .config import PosAttnConfig
 from .encodings import LayerTerms, build_encoding
 from .errors import invalid, require
 from .kernels import build_attention_mask
@@ -19,7 +17,7 @@ from .segments import SegmentAttentionBias
 class Embeddings(nn.Module):
     """Word (+ segment, when at the input) embeddings; positions come from the encoding."""
 
-    def __init__(self, config: EncoderConfig) -> None:
+    def __init__(self, config: PosAttnConfig) -> None:
         super().__init__()
         self.word = nn.Embedding(config.vocab_size, config.d_model)
         self.segment = (
@@ -51,7 +49,7 @@ class FeedForward(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, config: EncoderConfig) -> None:
+    def __init__(self, config: PosAttnConfig) -> None:
         super().__init__()
         self.pre_norm = config.norm == "pre"
         self.attention = MultiHeadAttention(
@@ -80,7 +78,7 @@ class Encoder(nn.Module):
     `LayerTerms` per layer, which carries the input-independent bias shared across layers.
     """
 
-    def __init__(self, config: EncoderConfig) -> None:
+    def __init__(self, config: PosAttnConfig) -> None:
         super().__init__()
         self.config = config
         self.embeddings = Embeddings(config)
@@ -99,13 +97,13 @@ class Encoder(nn.Module):
             else None
         )
         for module in self.modules():
-            _init_weights(module, config.init_std)
+            init_weights(module, config.init_std)
 
     def set_kernel(self, name: str) -> None:
         """Switch every layer to another attention kernel (the weights are unchanged)."""
         for layer in self.layers:
             layer.attention.set_kernel(name)
-        self.config = dataclasses.replace(self.config, kernel=name)
+        self.config.kernel = name
 
     def _check_inputs(self, input_ids, attention_mask, segment_ids) -> None:
         require(
@@ -168,7 +166,7 @@ class Encoder(nn.Module):
         return x if self.final_norm is None else self.final_norm(x)
 
 
-def _init_weights(module: nn.Module, std: float) -> None:
+def init_weights(module: nn.Module, std: float) -> None:
     """BERT's initialisation: N(0, std) weights, zero biases, unit LayerNorm."""
     if isinstance(module, nn.Linear):
         nn.init.normal_(module.weight, std=std)
@@ -182,45 +180,27 @@ def _init_weights(module: nn.Module, std: float) -> None:
 
 
 class MaskedLMHead(nn.Module):
-    """BERT's MLM head: dense -> GELU -> LayerNorm -> decoder tied to the word embeddings."""
+    """BERT's MLM head: dense -> GELU -> LayerNorm -> decoder (tied to the word embeddings by
+    the model that owns it)."""
 
-    def __init__(self, config: EncoderConfig, word_embeddings: nn.Embedding) -> None:
+    def __init__(self, config: PosAttnConfig) -> None:
         super().__init__()
         self.dense = nn.Linear(config.d_model, config.d_model)
         self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.word_embeddings = word_embeddings
-        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.decoder = nn.Linear(config.d_model, config.vocab_size)
 
     def forward(self, hidden: Tensor) -> Tensor:
-        h = self.norm(F.gelu(self.dense(hidden)))
-        return F.linear(h, self.word_embeddings.weight, self.bias)
+        return self.decoder(self.norm(F.gelu(self.dense(hidden))))
 
 
-class EncoderForMaskedLM(nn.Module):
-    def __init__(self, config: EncoderConfig) -> None:
-        super().__init__()
-        self.encoder = Encoder(config)
-        self.head = MaskedLMHead(config, self.encoder.embeddings.word)
-        _init_weights(self.head.dense, config.init_std)
-
-    def forward(self, input_ids, attention_mask=None, segment_ids=None) -> Tensor:
-        """[B, n, vocab] logits."""
-        return self.head(self.encoder(input_ids, attention_mask, segment_ids))
-
-
-class EncoderForSequenceClassification(nn.Module):
+class ClassificationHead(nn.Module):
     """BERT's classifier on the first token: pooler (dense + tanh) -> dropout -> linear."""
 
-    def __init__(self, config: EncoderConfig) -> None:
+    def __init__(self, config: PosAttnConfig) -> None:
         super().__init__()
-        self.encoder = Encoder(config)
         self.pooler = nn.Linear(config.d_model, config.d_model)
         self.dropout = nn.Dropout(config.dropout)
         self.classifier = nn.Linear(config.d_model, config.num_labels)
-        for module in (self.pooler, self.classifier):
-            _init_weights(module, config.init_std)
 
-    def forward(self, input_ids, attention_mask=None, segment_ids=None) -> Tensor:
-        """[B, num_labels] logits."""
-        first = self.encoder(input_ids, attention_mask, segment_ids)[:, 0]
-        return self.classifier(self.dropout(torch.tanh(self.pooler(first))))
+    def forward(self, hidden: Tensor) -> Tensor:
+        return self.classifier(self.dropout(torch.tanh(self.pooler(hidden[:, 0]))))

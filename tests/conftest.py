@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posattn import Encoder, EncoderConfig
+from posattn import Encoder, PosAttnConfig
 
 torch.set_default_dtype(torch.float64)
 
@@ -15,7 +15,7 @@ REQUIRED_OPTIONS = {"rope": {"layout": "interleaved"}, "xpos": {"layout": "inter
 CAUSAL_ONLY = {"xpos", "fire"}
 
 
-def tiny_config(encoding: str = "learned", **overrides) -> EncoderConfig:
+def tiny_config(encoding: str = "learned", **overrides) -> PosAttnConfig:
     """A small float64-friendly config; required options and causality filled in."""
     options = {**REQUIRED_OPTIONS.get(encoding, {}), **overrides.pop("encoding_options", {})}
     values = dict(
@@ -32,7 +32,7 @@ def tiny_config(encoding: str = "learned", **overrides) -> EncoderConfig:
         encoding=encoding,
     )
     values.update(overrides)
-    return EncoderConfig(**values)
+    return PosAttnConfig(**values)
 
 
 def tiny_encoder(encoding: str = "learned", seed: int = 0, **overrides) -> Encoder:

@@ -4,29 +4,25 @@ from __future__ import annotations
 
 import json
 
-import pytest
 import torch
 import torch.nn.functional as F
 from conftest import tiny_config, tiny_encoder
 from reference import layer_norm
 
-from posattn import EncoderConfig, EncoderForMaskedLM, EncoderForSequenceClassification
+from posattn import PosAttnConfig, PosAttnForMaskedLM, PosAttnForSequenceClassification
 from posattn.cli import encoding_rows, main
 from posattn.encodings import ENCODINGS
 
 
 def test_config_round_trips_through_json(tmp_path):
     config = tiny_config("tupe-r", encoding_options={"cls_index": 2}, segments="attention")
-    path = tmp_path / "config.json"
-    config.to_json(path)
-    assert EncoderConfig.from_json(path) == config
-    assert EncoderConfig.from_json(config.to_json()) == config
-    assert json.loads(path.read_text())["encoding_options"] == {"cls_index": 2}
-
-
-def test_config_rejects_unknown_keys():
-    with pytest.raises(ValueError, match="d_modle"):
-        EncoderConfig.from_dict({"d_modle": 3})
+    config.save_pretrained(tmp_path)
+    loaded = PosAttnConfig.from_pretrained(tmp_path)
+    assert loaded.to_dict() == config.to_dict()
+    assert json.loads((tmp_path / "config.json").read_text())["encoding_options"] == {
+        "cls_index": 2
+    }
+    assert loaded.hidden_size == 24 and loaded.num_attention_heads == 3  # transformers names
 
 
 def randomise(model):
@@ -38,26 +34,28 @@ def randomise(model):
 
 
 def test_mlm_head_is_bert_transform_with_tied_decoder():
-    model = randomise(EncoderForMaskedLM(tiny_config("diet-abs")))
-    assert model.head.word_embeddings.weight is model.encoder.embeddings.word.weight
+    model = randomise(PosAttnForMaskedLM(tiny_config("diet-abs")))
+    word = model.posattn.encoder.embeddings.word.weight
+    assert model.head.decoder.weight is word
     ids = torch.randint(0, 40, (2, 7))
     with torch.no_grad():
-        hidden = model.encoder(ids)
+        hidden = model.posattn(ids).last_hidden_state
         head = model.head
         h = F.gelu(hidden @ head.dense.weight.T + head.dense.bias)
         h = layer_norm(h, head.norm.weight, head.norm.bias, head.norm.eps)
-        expected = h @ model.encoder.embeddings.word.weight.T + head.bias
-        torch.testing.assert_close(model(ids), expected)
+        expected = h @ word.T + head.decoder.bias
+        torch.testing.assert_close(model(ids).logits, expected)
 
 
 def test_classification_reads_the_first_token():
-    model = randomise(EncoderForSequenceClassification(tiny_config("tupe-a", num_labels=3)))
+    model = randomise(PosAttnForSequenceClassification(tiny_config("tupe-a", num_labels=3)))
     ids = torch.randint(0, 40, (2, 7))
     with torch.no_grad():
-        first = model.encoder(ids)[:, 0]
-        pooled = torch.tanh(first @ model.pooler.weight.T + model.pooler.bias)
-        expected = pooled @ model.classifier.weight.T + model.classifier.bias
-        torch.testing.assert_close(model(ids), expected)
+        first = model.posattn(ids).last_hidden_state[:, 0]
+        head = model.head
+        pooled = torch.tanh(first @ head.pooler.weight.T + head.pooler.bias)
+        expected = pooled @ head.classifier.weight.T + head.classifier.bias
+        torch.testing.assert_close(model(ids).logits, expected)
 
 
 def test_pre_norm_differs_from_post_norm_and_ends_with_a_layernorm():

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posattn import Encoder, EncoderConfig
+from posattn import Encoder, PosAttnConfig
 
 
 def count(encoding: str, **options) -> int:
-    config = EncoderConfig(encoding=encoding, encoding_options=options)  # BERT-base defaults
+    config = PosAttnConfig(encoding=encoding, encoding_options=options)  # BERT-base defaults
     with torch.device("meta"):
         return sum(p.numel() for p in Encoder(config).parameters())
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posattn.bert import load_bert
+from posattn.bert import import_bert
 from posattn.encodings import t5_relative_bucket
 
 transformers = pytest.importorskip("transformers")
@@ -52,7 +52,7 @@ def test_learned_encoder_with_real_bert_weights_equals_transformers_bert(minilm_
     from transformers import BertModel
 
     reference = BertModel.from_pretrained(minilm_path, local_files_only=True).eval()
-    ours = load_bert(minilm_path).float().eval()  # the checkpoint's own precision
+    ours = import_bert(minilm_path).encoder.float().eval()  # the checkpoint's own precision
     ids = torch.tensor(
         [
             [101, 1996, 4937, 2938, 2006, 1996, 13523, 1012, 102, 0, 0],
@@ -70,3 +70,42 @@ def test_learned_encoder_with_real_bert_weights_equals_transformers_bert(minilm_
             hidden = ours(ids, mask, segments)
             real = mask.bool()
             torch.testing.assert_close(hidden[real], expected[real], atol=1e-5, rtol=1e-5)
+
+
+def test_import_bert_command_keeps_content_weights_and_fills_masks(minilm_path, tmp_path):
+    from transformers import AutoTokenizer, BertModel, pipeline
+
+    from posattn import PosAttnForMaskedLM
+    from posattn.cli import main
+
+    assert main(["import-bert", str(minilm_path), "--encoding", "diet-abs", "--option",
+                 "rank=8", "--output", str(tmp_path)]) == 0  # fmt: skip
+    model = PosAttnForMaskedLM.from_pretrained(tmp_path).float().eval()
+    bert = BertModel.from_pretrained(minilm_path, local_files_only=True)
+    encoder = model.posattn.encoder
+    assert model.config.encoding == "diet-abs" and encoder.encoding.query.shape[-1] == 8
+    torch.testing.assert_close(
+        encoder.layers[3].attention.q_proj.weight,
+        bert.encoder.layer[3].attention.self.query.weight,
+        rtol=0,
+        atol=0,
+    )
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    answers = pipeline("fill-mask", model=model, tokenizer=tokenizer, top_k=2)(
+        "paris is the capital of [MASK]."
+    )
+    assert len(answers) == 2 and answers[0]["score"] >= answers[1]["score"] > 0
+
+
+def test_import_bert_rejects_a_corrupt_checkpoint(minilm_path, tmp_path):
+    import shutil
+
+    from posattn import PosAttnConfigError
+
+    shutil.copy(minilm_path / "config.json", tmp_path / "config.json")
+    (tmp_path / "model.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(PosAttnConfigError, match="corrupt"):
+        import_bert(tmp_path)
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')
+    with pytest.raises(PosAttnConfigError, match="model_type='gpt2'"):
+        import_bert(tmp_path)
