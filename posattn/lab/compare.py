@@ -1,0 +1,86 @@
+"""`posattn compare`, the main job: pretrain one model per encoding on the same data and
+budget, fine-tune each on the tasks, and report them side by side."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from rich.console import Console
+
+from ..modeling import PosAttnForMaskedLM
+from .finetune import finetune
+from .plots import plot_task_scores, plot_validation_loss
+from .pretrain import model_config, pretrain
+from .report import results_markdown
+from .runconfig import RunConfig, to_yaml
+from .timing import step_times
+
+console = Console()
+
+
+def machine() -> str:
+    if torch.cuda.is_available():
+        return f"GPU {torch.cuda.get_device_name()}"
+    return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+
+
+def run_encoding(config: RunConfig, run_dir: Path, tokenizer, corpus, tasks) -> dict:
+    """Pretrain, fine-tune and time one encoding; finished stages are reused on a rerun."""
+    pretrain_dir, finetune_dir = run_dir / "pretrain", run_dir / "finetune"
+    if (pretrain_dir / "metrics.json").is_file():
+        pretrained = json.loads((pretrain_dir / "metrics.json").read_text())
+    else:
+        resume = (pretrain_dir / "checkpoints").is_dir() and any(
+            p.name.startswith("checkpoint-") for p in (pretrain_dir / "checkpoints").iterdir()
+        )
+        pretrained = pretrain(config, pretrain_dir, tokenizer, corpus, resume=resume)
+    model_dir = pretrain_dir / "model"
+    if (finetune_dir / "finetune.json").is_file():
+        tuned = json.loads((finetune_dir / "finetune.json").read_text())
+    else:
+        finetune_dir.mkdir(parents=True, exist_ok=True)
+        tuned = finetune(model_dir, config, finetune_dir, tokenizer, tasks)
+    model = PosAttnForMaskedLM.from_pretrained(model_dir)
+    timing = step_times(model, config.pretrain.batch_size, config.model.max_len)
+    return {"pretrain": pretrained, "finetune": tuned, "timing": timing}
+
+
+def compare(config: RunConfig, output: Path, tokenizer, corpus, tasks, preset: str) -> dict:
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    # Every encoding is checked against the model before the first one trains.
+    for encoding in config.encodings:
+        model_config(replace(config, model=replace(config.model, encoding=encoding)), tokenizer)
+    for task in config.finetune.tasks:
+        tasks.spec(task)
+    (output / "config.yaml").write_text(to_yaml(config))
+    start = time.perf_counter()
+    results = {}
+    for index, encoding in enumerate(config.encodings, start=1):
+        console.rule(f"[{index}/{len(config.encodings)}] {encoding}")
+        encoding_config = replace(config, model=replace(config.model, encoding=encoding))
+        results[encoding] = run_encoding(
+            encoding_config, output / encoding, tokenizer, corpus, tasks
+        )
+    context = {
+        "preset": preset,
+        "machine": machine(),
+        "wall_seconds": time.perf_counter() - start,
+        "torch": torch.__version__,
+    }
+    tasks_list = list(config.finetune.tasks)
+    (output / "results.json").write_text(
+        json.dumps({"context": context, "results": results}, indent=2)
+    )
+    markdown = results_markdown(results, tasks_list, context)
+    (output / "results.md").write_text(markdown)
+    plot_validation_loss(results, output / "validation_loss.png")
+    plot_task_scores(results, tasks_list, output / "task_scores.png")
+    print(markdown)
+    return results

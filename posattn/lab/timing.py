@@ -1,0 +1,44 @@
+"""Train-step and inference time of a model on a fixed batch (median after warm-up)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+
+def _median_ms(fn, repeats: int, warmup: int) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
+def step_times(model, batch_size: int, seq_len: int, repeats: int = 5, warmup: int = 2) -> dict:
+    """{"train_ms", "infer_ms"}: one AdamW step (forward, backward, update) and one forward
+    pass without gradients, on random token ids of the model's vocabulary."""
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, model.config.vocab_size, (batch_size, seq_len), generator=generator)
+    labels = torch.where(torch.rand(ids.shape, generator=generator) < 0.15, ids, -100)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
+
+    def train_step() -> None:
+        model.train()
+        optimizer.zero_grad(set_to_none=True)
+        model(ids, labels=labels).loss.backward()
+        optimizer.step()
+
+    @torch.no_grad()
+    def infer() -> None:
+        model.eval()
+        model(ids)
+
+    return {
+        "train_ms": _median_ms(train_step, repeats, warmup),
+        "infer_ms": _median_ms(infer, repeats, warmup),
+    }

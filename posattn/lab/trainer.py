@@ -1,0 +1,83 @@
+"""The transformers Trainer with checkpoints that appear atomically and a resumable run dir."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import torch.distributed as dist
+from transformers import Trainer, TrainerCallback
+
+from ..errors import invalid
+
+STAGING = ".staging"
+CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+class AtomicCheckpointTrainer(Trainer):
+    """Writes each checkpoint into a staging folder, then renames it into place: a run killed
+    while saving leaves the previous checkpoints intact and no half-written one."""
+
+    _staging_dir: str | None = None
+
+    def _get_output_dir(self, trial):
+        return self._staging_dir or super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        run_dir = super()._get_output_dir(trial)
+        staging = os.path.join(run_dir, STAGING)
+        limit, self.args.save_total_limit = self.args.save_total_limit, None
+        self._staging_dir = staging
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._staging_dir = None
+            self.args.save_total_limit = limit
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()  # every rank has written its RNG state into the staging folder
+        if self.args.should_save:
+            name = f"checkpoint-{self.state.global_step}"
+            target = os.path.join(run_dir, name)
+            if os.path.exists(target):
+                shutil.rmtree(target)
+            os.replace(os.path.join(staging, name), target)
+            prune_checkpoints(Path(run_dir), limit)
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()
+
+
+def checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoints in a Trainer output dir, oldest first."""
+    if not run_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in run_dir.iterdir() if (m := CHECKPOINT.match(p.name))]
+    return [path for _, path in sorted(found)]
+
+
+def prune_checkpoints(run_dir: Path, keep: int | None) -> None:
+    if keep:
+        for old in checkpoints(run_dir)[:-keep]:
+            shutil.rmtree(old)
+
+
+def last_checkpoint(run_dir: Path) -> Path:
+    found = checkpoints(run_dir)
+    if not found:
+        raise invalid(
+            "--resume",
+            str(run_dir),
+            "a run directory that holds a checkpoint (checkpoint-N); none was found",
+        )
+    return found[-1]
+
+
+class EpochToDataset(TrainerCallback):
+    """Tells a dataset the epoch, so its random masking changes per epoch deterministically."""
+
+    def __init__(self, dataset) -> None:
+        self.dataset = dataset
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        self.dataset.set_epoch(int(state.epoch or 0))

@@ -1,0 +1,128 @@
+"""The lab's building blocks: run configs, MLM packing and masking, checkpoints, the report."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from posattn import PosAttnConfigError
+from posattn.lab.mlm_data import MaskedBlocks, pack_paragraphs
+from posattn.lab.report import verdicts
+from posattn.lab.runconfig import PRESETS, load_run_config
+from posattn.lab.trainer import last_checkpoint, prune_checkpoints
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    vocab = {t: i for i, t in enumerate([*SPECIALS, *"abcdefghij"])}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_presets_load(preset):
+    config = load_run_config(preset)
+    assert config.encodings and config.pretrain.steps > 0
+
+
+def test_overrides_win_over_presets_and_are_typed():
+    config = load_run_config("smoke", overrides=["pretrain.steps=7", "encodings=[t5,shaw]"])
+    assert config.pretrain.steps == 7 and config.encodings == ["t5", "shaw"]
+    assert config.model.d_model == 32  # from the preset
+
+
+def test_unknown_key_names_the_closest_valid_one():
+    with pytest.raises(PosAttnConfigError, match=r"'pretrain.stpes'.*'pretrain.steps'"):
+        load_run_config(overrides=["pretrain.stpes=3"])
+    with pytest.raises(PosAttnConfigError, match=r"'modl'.*'model'"):
+        load_run_config(overrides=["modl.d_model=3"])
+
+
+def test_bad_values_and_presets_are_rejected():
+    with pytest.raises(PosAttnConfigError, match=r"pretrain.steps"):
+        load_run_config(overrides=["pretrain.steps=many"])
+    with pytest.raises(PosAttnConfigError, match=r"--preset='huge'.*smoke, quick, paper-mini"):
+        load_run_config("huge")
+
+
+def test_config_file_layer(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("model:\n  encoding: diet-rel\npretrain:\n  steps: 9\n")
+    config = load_run_config("smoke", file=path, overrides=["pretrain.steps=11"])
+    assert config.model.encoding == "diet-rel" and config.pretrain.steps == 11
+
+
+def test_packing_joins_paragraphs_with_sep_and_starts_blocks_with_cls(tokenizer):
+    blocks = pack_paragraphs(tokenizer, ["a b c", "d e", "f g h i j"], seq_len=4)
+    ids = tokenizer.convert_tokens_to_ids
+    stream = ids(["a", "b", "c", "[SEP]", "d", "e", "[SEP]", "f", "g", "h", "i", "j", "[SEP]"])
+    cls = tokenizer.cls_token_id
+    expected = [[cls, *stream[k : k + 3]] for k in range(0, 12, 3)]
+    assert blocks.tolist() == expected
+
+
+def test_masking_is_bert_80_10_10_and_deterministic(tokenizer):
+    torch.manual_seed(0)
+    blocks = torch.randint(5, 15, (400, 64))
+    blocks[:, 0] = tokenizer.cls_token_id
+    data = MaskedBlocks(blocks, tokenizer.mask_token_id, tokenizer.all_special_ids, 15, 0.15, 3)
+    items = [data[i] for i in range(len(data))]
+    inputs = torch.stack([x["input_ids"] for x in items])
+    labels = torch.stack([x["labels"] for x in items])
+    chosen = labels != -100
+    assert not chosen[:, 0].any()  # [CLS] is never chosen
+    assert chosen[:, 1:].float().mean().item() == pytest.approx(0.15, abs=0.01)
+    as_mask = (inputs[chosen] == tokenizer.mask_token_id).float().mean().item()
+    kept = (inputs[chosen] == labels[chosen]).float().mean().item()
+    assert as_mask == pytest.approx(0.8, abs=0.02)
+    assert kept == pytest.approx(0.1 + 0.1 / 15, abs=0.02)  # 10% kept, plus random hits
+    assert torch.equal(labels[~chosen], torch.full_like(labels[~chosen], -100))
+    assert torch.equal(data[7]["input_ids"], items[7]["input_ids"])  # same draw on re-read
+    data.set_epoch(1)
+    assert not torch.equal(data[7]["labels"], items[7]["labels"])  # a new draw per epoch
+
+
+def test_last_checkpoint_and_pruning(tmp_path):
+    with pytest.raises(PosAttnConfigError, match=r"--resume.*none was found"):
+        last_checkpoint(tmp_path)
+    for step in (5, 40, 10):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+    (tmp_path / ".staging").mkdir()
+    assert last_checkpoint(tmp_path).name == "checkpoint-40"
+    prune_checkpoints(tmp_path, keep=2)
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == [
+        "checkpoint-10",
+        "checkpoint-40",
+    ]
+
+
+def result(test_by_seed):
+    return {
+        "finetune": {
+            "t": {
+                "test_by_seed": test_by_seed,
+                "test_median": sorted(test_by_seed)[len(test_by_seed) // 2],
+                "test_min": min(test_by_seed),
+                "test_max": max(test_by_seed),
+            }
+        }
+    }
+
+
+def test_verdicts_name_a_winner_only_without_overlap():
+    clear = {"a": result([0.9, 0.92, 0.91]), "b": result([0.8, 0.85, 0.82])}
+    assert "`a` is best on every seed" in verdicts(clear, ["t"])[0]
+    overlap = {"a": result([0.9, 0.8, 0.91]), "b": result([0.85, 0.84, 0.86])}
+    assert "no clear winner" in verdicts(overlap, ["t"])[0]
