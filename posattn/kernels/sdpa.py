@@ -9,6 +9,16 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from .eager import eager_attention
+from .fused_bias import fused_bias_attention
+
+
+def uses_fused_bias(q: Tensor, bias: Tensor, dropout_p: float) -> bool:
+    """A learned bias on CPU without dropout: the fused forward with a recomputing backward
+    (SDPA itself would fall back to its unfused math path). On GPU, SDPA's own efficient
+    kernel returns bias gradients."""
+    return (
+        bias.requires_grad and torch.is_grad_enabled() and q.device.type == "cpu" and not dropout_p
+    )
 
 
 def sdpa_attention(
@@ -33,6 +43,9 @@ def sdpa_attention(
         bias = bias.to(q.dtype)
         # SDPA takes a 4-D mask only; a 3-D one is rejected by its fused kernels.
         bias = bias if bias.dim() == 4 else bias.unsqueeze(0)
+        if uses_fused_bias(q, bias, dropout_p):
+            return fused_bias_attention(q, k, v, bias, mask, scale)
+        bias = bias.detach() if not torch.is_grad_enabled() else bias
         if mask is None:
             attn_mask = bias
         else:
