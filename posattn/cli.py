@@ -52,8 +52,9 @@ def register(commands) -> None:
 
 def command_modules() -> list:
     from . import import_command
+    from .lab import commands as lab_commands
 
-    return [register, import_command.register]
+    return [register, import_command.register, lab_commands.register]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -23,6 +23,17 @@ from .config import PosAttnConfig
 from .model import ClassificationHead, Encoder, MaskedLMHead, init_weights
 
 
+def cross_entropy(logits: Tensor, labels: Tensor, num_items_in_batch=None) -> Tensor:
+    """Mean cross-entropy over labelled items (label -100 is ignored). Given the Trainer's
+    count of labelled items in the whole (accumulated, all-process) batch, the sum is divided
+    by it instead, so that gradient accumulation and DDP average over the same items."""
+    flat_logits, flat_labels = logits.flatten(0, -2), labels.flatten()
+    if num_items_in_batch is None:
+        return F.cross_entropy(flat_logits, flat_labels, ignore_index=-100)
+    total = F.cross_entropy(flat_logits, flat_labels, ignore_index=-100, reduction="sum")
+    return total / num_items_in_batch
+
+
 class PosAttnPreTrainedModel(PreTrainedModel):
     config_class = PosAttnConfig
     config: PosAttnConfig
@@ -89,13 +100,14 @@ class PosAttnForMaskedLM(PosAttnPreTrainedModel):
         token_type_ids: Tensor | None = None,
         labels: Tensor | None = None,
         return_dict: bool | None = None,
+        num_items_in_batch: int | Tensor | None = None,
         **kwargs,
     ) -> MaskedLMOutput:
         hidden = self.posattn(input_ids, attention_mask, token_type_ids).last_hidden_state
         logits = self.head(hidden)
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+            loss = cross_entropy(logits, labels, num_items_in_batch)
         return MaskedLMOutput(loss=loss, logits=logits)
 
 
@@ -115,6 +127,7 @@ class PosAttnForSequenceClassification(PosAttnPreTrainedModel):
         token_type_ids: Tensor | None = None,
         labels: Tensor | None = None,
         return_dict: bool | None = None,
+        num_items_in_batch: int | Tensor | None = None,
         **kwargs,
     ) -> SequenceClassifierOutput:
         hidden = self.posattn(input_ids, attention_mask, token_type_ids).last_hidden_state
@@ -122,9 +135,10 @@ class PosAttnForSequenceClassification(PosAttnPreTrainedModel):
         loss = None
         if labels is not None:
             if self.config.num_labels == 1:
-                loss = F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype))
+                loss = F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype), reduction="sum")
+                loss = loss / (num_items_in_batch or labels.numel())
             else:
-                loss = F.cross_entropy(logits, labels)
+                loss = cross_entropy(logits, labels, num_items_in_batch)
         return SequenceClassifierOutput(loss=loss, logits=logits)
 
 

@@ -142,3 +142,17 @@ def test_trainer_fits_a_classifier(tmp_path):
         assert losses[0] > 0.5 and losses[-1] < 0.05
     finally:
         torch.set_default_dtype(torch.float64)
+
+
+def test_loss_divides_by_the_trainers_item_count():
+    """With num_items_in_batch (the Trainer's count over accumulated and distributed batches)
+    the loss is the summed cross-entropy divided by that count."""
+    torch.manual_seed(4)
+    model = PosAttnForMaskedLM(config_for("t5")).eval()
+    ids = torch.randint(5, 16, (2, 8))
+    labels = torch.full_like(ids, -100)
+    labels[0, 1], labels[1, 3], labels[1, 4] = 7, 8, 9
+    with torch.no_grad():
+        mean = model(ids, labels=labels).loss
+        scaled = model(ids, labels=labels, num_items_in_batch=6).loss
+    torch.testing.assert_close(scaled, mean * 3 / 6)

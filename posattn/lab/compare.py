@@ -13,6 +13,8 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
+from ..encodings import build_encoding
+from ..errors import invalid
 from ..modeling import PosAttnForMaskedLM
 from .finetune import finetune
 from .plots import plot_task_scores, plot_validation_loss
@@ -51,14 +53,28 @@ def run_encoding(config: RunConfig, run_dir: Path, tokenizer, corpus, tasks) -> 
     return {"pretrain": pretrained, "finetune": tuned, "timing": timing}
 
 
+def check_before_training(config: RunConfig, tokenizer, tasks) -> None:
+    """Every encoding against the model and every task name, before the first step trains."""
+    for encoding in config.encodings:
+        model = model_config(
+            replace(config, model=replace(config.model, encoding=encoding)), tokenizer
+        )
+        with torch.device("meta"):
+            table = build_encoding(encoding, model.dims, model.encoding_options).max_positions
+        if table is not None and config.finetune.max_len > table:
+            raise invalid(
+                "finetune.max_len",
+                config.finetune.max_len,
+                f"at most model.max_len={table}: encoding {encoding!r} has a position table",
+            )
+    for task in config.finetune.tasks:
+        tasks.spec(task)
+
+
 def compare(config: RunConfig, output: Path, tokenizer, corpus, tasks, preset: str) -> dict:
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
-    # Every encoding is checked against the model before the first one trains.
-    for encoding in config.encodings:
-        model_config(replace(config, model=replace(config.model, encoding=encoding)), tokenizer)
-    for task in config.finetune.tasks:
-        tasks.spec(task)
+    check_before_training(config, tokenizer, tasks)
     (output / "config.yaml").write_text(to_yaml(config))
     start = time.perf_counter()
     results = {}

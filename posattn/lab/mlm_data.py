@@ -20,6 +20,8 @@ def pack_paragraphs(
     chunk: list[str] = []
 
     def flush() -> None:
+        if not chunk:
+            return
         for ids in tokenizer(chunk, add_special_tokens=False)["input_ids"]:
             stream.extend(ids)
             stream.append(tokenizer.sep_token_id)

@@ -1,0 +1,276 @@
+"""`posattn bench`: the cost of every positional method as a ratio to plain fused attention
+measured in the same process (attention level), and DIET Table 1 in our numbers (model level).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch.nn import functional as F
+
+from ..attention import MultiHeadAttention
+from ..config import PosAttnConfig
+from ..encodings import ENCODINGS, ModelDims, build_encoding
+from ..modeling import PosAttnForMaskedLM
+from .compare import machine
+from .timing import step_times
+
+# Options that the benchmark needs to build each encoding (rotary layouts are never implicit).
+BENCH_OPTIONS = {"rope": {"layout": "half"}, "xpos": {"layout": "half"}}
+CAUSAL_ONLY = ("xpos", "fire")
+# DIET Table 1: step-time increase over BERT (TPU v2), BERT-small rows.
+PAPER_TABLE1 = {
+    "shaw": {"train": 24, "infer": 65},
+    "tupe-r": {"train": 4, "infer": 27},
+    "diet-abs": {"train": 0, "infer": 1},
+    "diet-rel": {"train": 0, "infer": 0},
+}
+
+
+@dataclass
+class BenchSettings:
+    lengths: list[int] = field(default_factory=lambda: [128, 256, 512, 1024])
+    batch: int = 8
+    heads: int = 8
+    head_dim: int = 64
+    repeats: int = 5
+    model_lengths: list[int] = field(default_factory=lambda: [128, 512])
+    model_batch: int = 8
+    encodings: list[str] = field(default_factory=lambda: list(ENCODINGS))
+
+    @classmethod
+    def quick(cls) -> BenchSettings:
+        return cls(
+            lengths=[128, 256], repeats=3, model_lengths=[128], model_batch=4,
+            encodings=["learned", "shaw", "t5", "tupe-a", "tupe-r", "diet-abs", "diet-rel",
+                       "rope", "alibi"],
+        )  # fmt: skip
+
+
+def peak_rss_mib() -> float:
+    """Peak resident memory of this process since the last reset (Linux), in MiB."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def current_rss_mib() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def reset_peak() -> None:
+    try:
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")
+    except OSError:
+        pass
+
+
+def measure(fn, repeats: int) -> tuple[float, float]:
+    """(median ms, extra peak MiB) of fn after one warm-up call."""
+    fn()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    else:
+        reset_peak()
+        base = current_rss_mib()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        times.append(1000 * (time.perf_counter() - start))
+    if torch.cuda.is_available():
+        extra = (torch.cuda.max_memory_allocated() - base) / 2**20
+    else:
+        extra = peak_rss_mib() - base
+    return statistics.median(times), extra
+
+
+def attention_call(name: str | None, s: BenchSettings, n: int, train: bool, device):
+    """A closure running one attention call of encoding `name` (None: SDPA without bias)."""
+    d_model = s.heads * s.head_dim
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(s.batch, n, d_model, generator=generator).to(device)
+    attention = MultiHeadAttention(d_model, s.heads, kernel="sdpa").to(device)
+    q, k, v = (
+        p(x).unflatten(-1, (s.heads, -1)).transpose(1, 2).detach().requires_grad_(train)
+        for p in (attention.q_proj, attention.k_proj, attention.v_proj)
+    )
+    grad = torch.randn_like(q)
+    if name is None:
+
+        def call() -> None:
+            with torch.set_grad_enabled(train):
+                out = F.scaled_dot_product_attention(q, k, v)
+                if train:
+                    out.backward(grad)
+
+        return call
+    dims = ModelDims(d_model, s.heads, 1, n, causal=name in CAUSAL_ONLY)
+    encoding = build_encoding(name, dims, BENCH_OPTIONS.get(name, {})).to(device)
+    encoding.requires_grad_(train)
+
+    def call() -> None:
+        with torch.set_grad_enabled(train):
+            terms = encoding.layer_terms(n, device, q.dtype)[0]
+            qq, kk = (q, k) if terms.transform_qk is None else terms.transform_qk(q, k)
+            bias = attention.positional_bias(qq, kk, terms, None)
+            out = attention.kernel(
+                qq, kk, v, mask=None, bias=bias, scale=terms.scale, value_term=terms.value_term
+            )
+            if train:
+                out.backward(grad)
+
+    return call
+
+
+def attention_level(s: BenchSettings, device) -> list[dict]:
+    rows = []
+    for n in s.lengths:
+        for train in (False, True):
+            floor_ms, floor_mib = measure(attention_call(None, s, n, train, device), s.repeats)
+            rows.append(dict(encoding="sdpa (no bias)", n=n, train=train, ms=floor_ms,
+                             ratio=1.0, extra_mib=floor_mib))  # fmt: skip
+            for name in s.encodings:
+                ms, mib = measure(attention_call(name, s, n, train, device), s.repeats)
+                rows.append(dict(encoding=name, n=n, train=train, ms=ms, ratio=ms / floor_ms,
+                                 extra_mib=mib))  # fmt: skip
+            gc.collect()
+    return rows
+
+
+def bert_small(encoding: str, n: int) -> PosAttnForMaskedLM:
+    """DIET Table 1's BERT-small: 4 layers, hidden 512, 8 heads."""
+    config = PosAttnConfig(
+        vocab_size=30522, d_model=512, num_layers=4, num_heads=8, ffn_dim=2048, max_len=n,
+        encoding=encoding, encoding_options=BENCH_OPTIONS.get(encoding, {}),
+        causal=encoding in CAUSAL_ONLY,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return PosAttnForMaskedLM(config)
+
+
+def model_level(s: BenchSettings, device) -> list[dict]:
+    rows = []
+    for n in s.model_lengths:
+        times = {}
+        for name in s.encodings:
+            model = bert_small(name, n).to(device)
+            times[name] = step_times(model, s.model_batch, n, repeats=s.repeats)
+            del model
+            gc.collect()
+        base = times.get("learned")
+        for name, t in times.items():
+            row = dict(encoding=name, n=n, **t)
+            if base:
+                row["train_pct"] = 100 * (t["train_ms"] / base["train_ms"] - 1)
+                row["infer_pct"] = 100 * (t["infer_ms"] / base["infer_ms"] - 1)
+            rows.append(row)
+    return rows
+
+
+def markdown(attention_rows: list[dict], model_rows: list[dict], context: dict) -> str:
+    lines = [
+        "# posattn bench",
+        "",
+        f"{context['machine']}, torch {context['torch']}. Medians of {context['repeats']} runs "
+        "after a warm-up; ratios to SDPA without a bias in the same process.",
+        "",
+        "## Attention level (ratio to no-bias SDPA; extra peak MiB)",
+        "",
+    ]
+    lengths = sorted({r["n"] for r in attention_rows})
+    header = ["encoding"] + [f"{mode} n={n}" for mode in ("fwd", "train") for n in lengths]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    names = list(dict.fromkeys(r["encoding"] for r in attention_rows))
+    for name in names:
+        cells = [name]
+        for train in (False, True):
+            for n in lengths:
+                r = next(
+                    r
+                    for r in attention_rows
+                    if (r["encoding"], r["n"], r["train"]) == (name, n, train)
+                )
+                cells.append(f"{r['ratio']:.2f} ({r['extra_mib']:.0f})")
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "## Model level: BERT-small (4 x 512, 8 heads), +% over `learned`", ""]
+    header = [
+        "encoding",
+        "n",
+        "train ms",
+        "train +%",
+        "infer ms",
+        "infer +%",
+        "DIET Table 1 (train / infer)",
+    ]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in model_rows:
+        paper = PAPER_TABLE1.get(r["encoding"])
+        lines.append(
+            "| " + " | ".join([
+                r["encoding"], str(r["n"]), f"{r['train_ms']:.1f}", f"{r.get('train_pct', 0):+.1f}",
+                f"{r['infer_ms']:.1f}", f"{r.get('infer_pct', 0):+.1f}",
+                f"+{paper['train']}% / +{paper['infer']}%" if paper else "-",
+            ]) + " |"
+        )  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def bench(settings: BenchSettings, output: Path) -> dict:
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    context = {"machine": machine(), "torch": torch.__version__, "repeats": settings.repeats}
+    attention_rows = attention_level(settings, device)
+    model_rows = model_level(settings, device)
+    result = {"context": context, "attention": attention_rows, "model": model_rows}
+    (output / "bench.json").write_text(json.dumps(result, indent=2))
+    text = markdown(attention_rows, model_rows, context)
+    (output / "bench.md").write_text(text)
+    plot_ratios(attention_rows, output / "attention_ratios.png")
+    print(text)
+    return result
+
+
+def plot_ratios(rows: list[dict], path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    from . import plots  # noqa: F401 - selects the file-only backend
+
+    figure, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for axis, train in zip(axes, (False, True), strict=True):
+        for name in dict.fromkeys(r["encoding"] for r in rows):
+            points = sorted(
+                (r["n"], r["ratio"]) for r in rows if r["encoding"] == name and r["train"] == train
+            )
+            axis.plot(*zip(*points, strict=True), marker="o", markersize=3, label=name)
+        axis.set(
+            xscale="log",
+            xlabel="sequence length n",
+            title="forward + backward" if train else "forward",
+        )
+        axis.grid(alpha=0.3)
+    axes[0].set_ylabel("time / SDPA without bias")
+    axes[1].legend(fontsize=7, ncol=2)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
