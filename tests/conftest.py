@@ -68,6 +68,26 @@ def projections(model: Encoder, x: torch.Tensor, layer: int):
     return project(attention.q_proj), project(attention.k_proj)
 
 
+def word_level_tokenizer(words: list[str]):
+    """A transformers fast tokenizer over BERT's special tokens and `words`, one id each."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab = {token: i for i, token in enumerate(specials + list(words))}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    backend.post_processor = processors.BertProcessing(("[SEP]", 3), ("[CLS]", 2))
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
+
+
 @pytest.fixture
 def hidden():
     torch.manual_seed(1)

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import CAUSAL_ONLY, tiny_config
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+from conftest import CAUSAL_ONLY, tiny_config, word_level_tokenizer
 from transformers import (
     AutoConfig,
     AutoModel,
     AutoModelForMaskedLM,
     AutoModelForSequenceClassification,
-    PreTrainedTokenizerFast,
     Trainer,
     TrainingArguments,
     pipeline,
@@ -31,20 +29,8 @@ SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
 @pytest.fixture(scope="module")
-def tokenizer() -> PreTrainedTokenizerFast:
-    vocab = {token: i for i, token in enumerate(SPECIALS + WORDS)}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    backend.normalizer = normalizers.Lowercase()
-    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    backend.post_processor = processors.BertProcessing(("[SEP]", 3), ("[CLS]", 2))
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        unk_token="[UNK]",
-        pad_token="[PAD]",
-        cls_token="[CLS]",
-        sep_token="[SEP]",
-        mask_token="[MASK]",
-    )
+def tokenizer():
+    return word_level_tokenizer(WORDS)
 
 
 def config_for(encoding: str, **overrides) -> PosAttnConfig:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
+from conftest import word_level_tokenizer
 
 from posattn import PosAttnConfigError
 from posattn.lab.mlm_data import MaskedBlocks, pack_paragraphs
@@ -13,22 +12,10 @@ from posattn.lab.report import verdicts
 from posattn.lab.runconfig import PRESETS, load_run_config
 from posattn.lab.trainer import last_checkpoint, prune_checkpoints
 
-SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    vocab = {t: i for i, t in enumerate([*SPECIALS, *"abcdefghij"])}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        unk_token="[UNK]",
-        pad_token="[PAD]",
-        cls_token="[CLS]",
-        sep_token="[SEP]",
-        mask_token="[MASK]",
-    )
+    return word_level_tokenizer(list("abcdefghij"))
 
 
 @pytest.mark.parametrize("preset", PRESETS)

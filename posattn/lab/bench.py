@@ -53,19 +53,11 @@ class BenchSettings:
         )  # fmt: skip
 
 
-def peak_rss_mib() -> float:
-    """Peak resident memory of this process since the last reset (Linux), in MiB."""
+def rss_mib(field: str) -> float:
+    """A memory field of this process (VmHWM: peak since the last reset, VmRSS: now), MiB."""
     with open("/proc/self/status") as status:
         for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def current_rss_mib() -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -88,7 +80,7 @@ def measure(fn, repeats: int) -> tuple[float, float]:
         base = torch.cuda.memory_allocated()
     else:
         reset_peak()
-        base = current_rss_mib()
+        base = rss_mib("VmRSS")
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -99,7 +91,7 @@ def measure(fn, repeats: int) -> tuple[float, float]:
     if torch.cuda.is_available():
         extra = (torch.cuda.max_memory_allocated() - base) / 2**20
     else:
-        extra = peak_rss_mib() - base
+        extra = rss_mib("VmHWM") - base
     return statistics.median(times), extra
 
 
