@@ -52,9 +52,10 @@ def register(commands) -> None:
 
 def command_modules() -> list:
     from . import import_command
+    from .data import commands as data_commands
     from .lab import commands as lab_commands
 
-    return [register, import_command.register, lab_commands.register]
+    return [register, data_commands.register, import_command.register, lab_commands.register]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -57,13 +57,14 @@ class Kerple(PositionalEncoding):
         return self.r1.clamp(min=EPS), self.r2.clamp(min=EPS, max=r2_max)
 
     def layer_terms(self, seq_len, device, dtype):
-        r1, r2 = self.valid_parameters()
         if self.training:
             # The official projection: keep the stored values in range so that they keep
             # receiving gradients after an update has pushed them out.
             with torch.no_grad():
+                r1, r2 = self.valid_parameters()
                 self.r1.copy_(r1)
                 self.r2.copy_(r2)
+        r1, r2 = self.valid_parameters()
         distance = relative_positions(seq_len, device).abs().to(r1.dtype)
         r1, r2 = r1[:, None, None], r2[:, None, None]
         if self.options.kernel == "log":

