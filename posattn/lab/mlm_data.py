@@ -22,7 +22,8 @@ def pack_paragraphs(
     def flush() -> None:
         if not chunk:
             return
-        for ids in tokenizer(chunk, add_special_tokens=False)["input_ids"]:
+        # verbose=False: paragraphs longer than the model are expected here, they get cut
+        for ids in tokenizer(chunk, add_special_tokens=False, verbose=False)["input_ids"]:
             stream.extend(ids)
             stream.append(tokenizer.sep_token_id)
         chunk.clear()

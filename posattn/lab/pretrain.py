@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -33,8 +34,13 @@ def model_config(config: RunConfig, tokenizer, **extra) -> PosAttnConfig:
     )
 
 
-def masked_dataset(tokenizer, paragraphs, config: RunConfig, seed: int) -> MaskedBlocks:
-    blocks = pack_paragraphs(tokenizer, paragraphs, config.model.max_len)
+@functools.lru_cache(maxsize=4)
+def packed_blocks(tokenizer, corpus, split: str, limit: int | None, seq_len: int):
+    """Packed corpus blocks; cached, as every encoding of a comparison reads the same ones."""
+    return pack_paragraphs(tokenizer, corpus.paragraphs(split, limit), seq_len)
+
+
+def masked_dataset(tokenizer, blocks, config: RunConfig, seed: int) -> MaskedBlocks:
     return MaskedBlocks(
         blocks,
         mask_token_id=tokenizer.mask_token_id,
@@ -66,6 +72,7 @@ def training_arguments(config: RunConfig, output: Path) -> TrainingArguments:
         max_grad_norm=p.max_grad_norm,
         adam_epsilon=p.adam_epsilon,
         eval_strategy="steps",
+        prediction_loss_only=True,
         eval_steps=p.eval_steps,
         save_strategy="steps",
         save_steps=p.save_steps,
@@ -91,15 +98,15 @@ def pretrain(config: RunConfig, output: Path, tokenizer, corpus, resume: bool = 
     output = Path(output)
     checkpoint = str(last_checkpoint(output / "checkpoints")) if resume else None
     model_cfg = model_config(config, tokenizer)
-    train = masked_dataset(
-        tokenizer,
-        corpus.paragraphs("train", config.data.max_train_paragraphs),
-        config,
-        seed=config.pretrain.seed,
+    seq_len = config.model.max_len
+    train_blocks = packed_blocks(
+        tokenizer, corpus, "train", config.data.max_train_paragraphs, seq_len
     )
-    validation = masked_dataset(tokenizer, corpus.paragraphs("validation"), config, seed=12345)
     eval_size = config.pretrain.eval_batches * config.pretrain.batch_size
-    validation.blocks = validation.blocks[:eval_size]
+    validation_blocks = packed_blocks(tokenizer, corpus, "validation", None, seq_len)[:eval_size]
+    train = masked_dataset(tokenizer, train_blocks, config, seed=config.pretrain.seed)
+    # The same masks for every encoding and every evaluation.
+    validation = masked_dataset(tokenizer, validation_blocks, config, seed=12345)
     torch.manual_seed(config.pretrain.seed)
     model = PosAttnForMaskedLM(model_cfg)
     trainer = AtomicCheckpointTrainer(
