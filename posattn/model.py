@@ -148,7 +148,7 @@ class Encoder(nn.Module):
         x = self.embeddings(
             input_ids, segment_ids, self.encoding.input_embedding(seq_len, device, dtype)
         )
-        terms = self.encoding.layer_terms(seq_len, device, dtype)
+        terms = self.encoding.terms_for(seq_len, device, dtype)
         mask = build_attention_mask(attention_mask, seq_len, self.config.causal, device)
         segment_bias = (
             self.segment_bias(segment_ids)

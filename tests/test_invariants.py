@@ -162,3 +162,21 @@ def test_every_registered_encoding_has_its_equation_in_the_docstring():
         doc = cls.__doc__ or ""
         assert f"[{name}]" in doc
         assert cls.equation in " ".join(doc.split())  # the equation `posattn list` shows
+
+
+def test_inference_reuses_positional_terms_until_a_weight_changes():
+    model = tiny_encoder("tupe-r")
+    encoding = model.encoding
+    with torch.no_grad():
+        first = encoding.terms_for(7, torch.device("cpu"), torch.float64)
+        assert encoding.terms_for(7, torch.device("cpu"), torch.float64) is first
+        assert encoding.terms_for(8, torch.device("cpu"), torch.float64) is not first
+        again = encoding.terms_for(7, torch.device("cpu"), torch.float64)
+        encoding.relative.weight.add_(1.0)  # an optimizer step does the same in place
+        updated = encoding.terms_for(7, torch.device("cpu"), torch.float64)
+    assert updated is not again
+    torch.testing.assert_close(updated[0].bias, again[0].bias + 1.0)
+    # with gradients the terms are rebuilt every forward, so that they take part in backward
+    with torch.enable_grad():
+        fresh = encoding.terms_for(7, torch.device("cpu"), torch.float64)
+    assert fresh[0].bias.requires_grad and fresh is not updated

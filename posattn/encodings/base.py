@@ -115,6 +115,20 @@ class PositionalEncoding(nn.Module):
         """One `LayerTerms` per layer, computed once per forward."""
         return [LayerTerms(scale=self.content_scale())] * self.dims.num_layers
 
+    def terms_for(self, seq_len: int, device: torch.device, dtype: torch.dtype):
+        """`layer_terms`, cached for inference: without gradients the input-independent terms
+        depend only on the length and the parameters, so they are reused until a parameter
+        changes (every in-place update bumps its version counter, which is part of the key)."""
+        if torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()):
+            return self.layer_terms(seq_len, device, dtype)
+        versions = tuple((p.data_ptr(), p._version) for p in self.parameters())
+        key = (seq_len, str(device), dtype, self.training, *versions)
+        cache = self.__dict__.setdefault("_terms_cache", {})
+        if key not in cache:
+            cache.clear()  # one entry: the latest length and weights
+            cache[key] = self.layer_terms(seq_len, device, dtype)
+        return cache[key]
+
 
 def require_causal(name: str, dims: ModelDims) -> None:
     """For methods the papers define for causal attention only."""
