@@ -54,6 +54,12 @@ class MultiHeadAttention(nn.Module):
     ) -> Tensor:
         q, k = self.queries_keys(x, terms)
         v = self._heads(self.v_proj(x))
+        if terms.project_kv is not None:
+            # Linformer: padded keys are zeroed before the projection; every projected key
+            # is then visible (a fully padded row keeps its finite fallback).
+            keep = None if mask is None else mask[:, :, -1:, :].transpose(-1, -2)
+            k, v = terms.project_kv(k, v, keep)
+            mask = None
         out = self.kernel(
             q,
             k,

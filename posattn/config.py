@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from transformers import PreTrainedConfig
 
-from .encodings import ModelDims, build_encoding
-from .errors import require, require_choice, require_positive_int
+from .encodings import ModelDims, build_encoding, encoding_class
+from .errors import invalid, require, require_choice, require_positive_int
 from .kernels import KERNELS
 from .segments import SEGMENT_MODES
 
@@ -65,6 +65,13 @@ class PosAttnConfig(PreTrainedConfig):
         require_choice("norm", self.norm, ("post", "pre"))
         require_choice("segments", self.segments, SEGMENT_MODES)
         require_choice("kernel", self.kernel, tuple(KERNELS))
+        if self.segments == "attention" and encoding_class(self.encoding).projects_keys():
+            raise invalid(
+                "segments",
+                self.segments,
+                f"'input' or 'none' with encoding {self.encoding!r}: its keys are projected "
+                "along the sequence, so no (query segment, key segment) pairs exist",
+            )
         # Building the encoding on the meta device checks its options against the model's sizes
         # (head dimension, causality, table lengths) now rather than at the first forward.
         with torch.device("meta"):

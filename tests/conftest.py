@@ -13,6 +13,17 @@ torch.set_default_dtype(torch.float64)
 # Options without a default (the rotary layout is never implicit) and causal-only methods.
 REQUIRED_OPTIONS = {"rope": {"layout": "interleaved"}, "xpos": {"layout": "interleaved"}}
 CAUSAL_ONLY = {"xpos", "fire"}
+# Keys projected along the sequence (Linformer): bidirectional, segments at the input only.
+PROJECTED = {"linformer", "diet-abs-lin"}
+
+
+def settings_of(encoding: str) -> list[tuple[bool, str]]:
+    """The (causal, segments) settings an encoding supports."""
+    directions = (
+        [True] if encoding in CAUSAL_ONLY else [False] if encoding in PROJECTED else [False, True]
+    )
+    segments = ["input"] if encoding in PROJECTED else ["input", "attention"]
+    return [(causal, segment) for causal in directions for segment in segments]
 
 
 def tiny_config(encoding: str = "learned", **overrides) -> PosAttnConfig:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import CAUSAL_ONLY, tiny_config, word_level_tokenizer
+from conftest import CAUSAL_ONLY, settings_of, tiny_config, word_level_tokenizer
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -48,7 +48,10 @@ def config_for(encoding: str, **overrides) -> PosAttnConfig:
 )
 def test_save_and_load_give_identical_outputs(tmp_path, encoding, model_class, auto_class):
     torch.manual_seed(0)
-    model = model_class(config_for(encoding, segments="attention", num_labels=3)).eval()
+    segments = settings_of(encoding)[-1][1]  # in attention wherever the encoding allows it
+    causal = settings_of(encoding)[-1][0]
+    model = model_class(config_for(encoding, segments=segments, causal=causal, num_labels=3))
+    model.eval()
     with torch.no_grad():  # every parameter away from its initial value
         for parameter in model.parameters():
             parameter.add_(torch.randn_like(parameter) * 0.1)

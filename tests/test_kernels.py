@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import CAUSAL_ONLY, tiny_encoder
+from conftest import PROJECTED, settings_of, tiny_encoder
 
 from posattn.encodings import ENCODINGS
 from posattn.kernels import build_attention_mask, eager_attention, get_kernel
@@ -25,13 +25,11 @@ def padded_batch():
     return ids, mask, segments
 
 
-# Causal-only methods run causal only; their bidirectional error is tested in test_errors.
-DIRECTIONS = [(name, True) for name in ENCODINGS]
-DIRECTIONS += [(name, False) for name in ENCODINGS if name not in CAUSAL_ONLY]
+# Every setting each encoding supports; the others' errors are tested in test_errors.
+SETTINGS = [(name, *setting) for name in ENCODINGS for setting in settings_of(name)]
 
 
-@pytest.mark.parametrize(("encoding", "causal"), DIRECTIONS)
-@pytest.mark.parametrize("segments", ["input", "attention"])
+@pytest.mark.parametrize(("encoding", "causal", "segments"), SETTINGS)
 def test_kernels_agree(encoding, segments, causal):
     ids, mask, segment_ids = padded_batch()
     options = {"bidirectional": False} if causal and encoding in ("t5", "bert-r", "tupe-r") else {}
@@ -49,7 +47,8 @@ def test_kernels_agree(encoding, segments, causal):
 @pytest.mark.parametrize("encoding", ["shaw", "tupe-r", "diet-abs"])
 def test_kernels_agree_in_gradients(encoding):
     ids, mask, segment_ids = padded_batch()
-    model = tiny_encoder(encoding, segments="attention", encoding_options=with_values(encoding))
+    segments = "input" if encoding in PROJECTED else "attention"
+    model = tiny_encoder(encoding, segments=segments, encoding_options=with_values(encoding))
     grads = {}
     for kernel in ("eager", "sdpa"):
         model.set_kernel(kernel)

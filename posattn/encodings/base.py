@@ -1,11 +1,13 @@
 """The contract between a positional encoding and the attention core.
 
-Every method touches attention in one or more of four places (DESIGN.md):
+Every method touches attention in one or more of these places (DESIGN.md's four, and the
+sequence projection of Linformer):
 
 - input: a vector added to the token embeddings before layer 1 (`input_embedding`);
 - q/k transform: q and k are changed before the dot product (`LayerTerms.transform_qk`);
 - logit bias: an input-independent [1, H, n, n] term on the logits (`LayerTerms.bias`);
-- content x position: terms that need q or k (`LayerTerms.qk_logits`, `LayerTerms.value_term`).
+- content x position: terms that need q or k (`LayerTerms.qk_logits`, `LayerTerms.value_term`);
+- k/v sequence projection: keys and values projected to fewer rows (`LayerTerms.project_kv`).
 
 `PositionalEncoding.layer_terms` is called once per model forward and returns one `LayerTerms`
 per layer; where a method shares its terms across layers the same object is returned for each
@@ -28,6 +30,7 @@ from ..errors import require, require_positive_int
 
 class Place(str, Enum):
     INPUT = "input"
+    SEQUENCE_PROJECTION = "k/v sequence projection"
     QK_TRANSFORM = "q/k transform"
     LOGIT_BIAS = "logit bias"
     CONTENT_POSITION = "content x position"
@@ -70,6 +73,8 @@ class LayerTerms:
         logit units; `attention` is the calling MultiHeadAttention, for methods that reuse its
         projections (DeBERTa's share_att_key).
     value_term: probabilities [B, H, n, n] -> [B, H, n, d_h] added to the attention output.
+    project_kv: (k, v, key_keep) -> (k', v') with fewer rows (Linformer: E k, F v); key_keep
+        [B, 1, n, 1] zeroes padded keys first, and the kernel then sees every projected key.
     """
 
     scale: float
@@ -77,6 +82,7 @@ class LayerTerms:
     transform_qk: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None
     qk_logits: Callable[[Tensor, Tensor, nn.Module], Tensor] | None = None
     value_term: Callable[[Tensor], Tensor] | None = None
+    project_kv: Callable[[Tensor, Tensor, Tensor | None], tuple[Tensor, Tensor]] | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,11 @@ class PositionalEncoding(nn.Module):
     equation: ClassVar[str]
     places: ClassVar[tuple[Place, ...]] = ()
     cost: ClassVar[str]
+
+    @classmethod
+    def projects_keys(cls) -> bool:
+        """Keys are projected along the sequence: no [n, n] logits exist (Linformer)."""
+        return Place.SEQUENCE_PROJECTION in cls.places
 
     def __init__(self, dims: ModelDims, options) -> None:
         super().__init__()

@@ -13,6 +13,7 @@ from .deberta import Deberta
 from .diet import DietAbsolute, DietRelative
 from .fire import Fire
 from .kerple import Kerple
+from .linformer import DietAbsLin, Linformer
 from .rotary import Rope, Xpos
 from .shaw import ShawRelative
 from .t5 import BertRelative, T5Bias
@@ -38,6 +39,8 @@ ENCODINGS: dict[str, type[PositionalEncoding]] = {
         Deberta,
         Kerple,
         Fire,
+        Linformer,
+        DietAbsLin,
     )
 }
 

@@ -1,0 +1,136 @@
+"""Linformer (Wang et al. 2020) and DIET-ABS inside it (DIET Eq. 4): attention over k
+projected keys and values, cost linear in the sequence length."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+from torch import Tensor
+
+from ..errors import require, require_positive_int
+from .absolute import Learned
+from .base import LayerTerms, ModelDims, Place, PositionalEncoding, normal_parameter
+
+
+@dataclass(frozen=True)
+class LinformerOptions:
+    k: int = 32  # projected length (DIET: 32 on GLUE, 256 on XTREME)
+    share_kv: bool = False  # one projection for keys and values (Linformer's key-value sharing)
+
+    def __post_init__(self) -> None:
+        require_positive_int("k", self.k)
+
+
+class SequenceProjection(PositionalEncoding):
+    """Per-layer projections E, F in R^{k x max_len} along the sequence, shared by the heads;
+    a sequence of n <= max_len tokens uses their first n columns."""
+
+    def __init__(self, dims: ModelDims, options: LinformerOptions) -> None:
+        super().__init__(dims, options)
+        require(
+            not dims.causal,
+            "causal",
+            dims.causal,
+            f"encoding {self.name!r} mixes every position into each projected key: it is "
+            "defined for bidirectional (encoder) attention only",
+        )
+        shape = (dims.num_layers, options.k, dims.max_len)
+        # Linformer initialises E, F like any linear layer: N(0, 1/k) keeps E k at k's scale.
+        self.key_projection = normal_parameter(*shape, std=options.k**-0.5)
+        self.value_projection = (
+            None if options.share_kv else normal_parameter(*shape, std=options.k**-0.5)
+        )
+
+    @property
+    def max_positions(self) -> int:
+        return self.dims.max_len
+
+    def projections(self, layer: int, seq_len: int) -> tuple[Tensor, Tensor]:
+        keys = self.key_projection[layer, :, :seq_len]
+        values = (
+            keys if self.value_projection is None else self.value_projection[layer, :, :seq_len]
+        )
+        return keys, values
+
+    def _project(self, layer: int, seq_len: int, k: Tensor, v: Tensor, keep) -> tuple:
+        if keep is not None:
+            k, v = k * keep, v * keep
+        e, f = self.projections(layer, seq_len)
+        return e.to(k.dtype) @ k, f.to(v.dtype) @ v
+
+    def layer_bias(self, layer: int, seq_len: int):
+        return None
+
+    def layer_terms(self, seq_len, device, dtype):
+        return [
+            LayerTerms(
+                scale=self.content_scale(),
+                bias=self.layer_bias(layer, seq_len),
+                project_kv=partial(self._project, layer, seq_len),
+            )
+            for layer in range(self.dims.num_layers)
+        ]
+
+
+class Linformer(SequenceProjection):
+    """[linformer] Linformer Eq. 7 (Wang et al. 2020) with BERT's input positions:
+
+    head = softmax((X W_Q)(E X W_K)^T / sqrt(d_h)) (F X W_V),  x_i^1 = w_i + p_i,
+
+    E, F in R^{k x n} per layer, shared by the heads. The baseline of DIET Table 2's
+    Linformer rows. Bidirectional only; cost O(n k) instead of O(n^2).
+    """
+
+    name = "linformer"
+    Options = LinformerOptions
+    paper = "Wang et al. 2020 (Linformer)"
+    equation = "Linformer Eq. 7"
+    places = (Place.INPUT, Place.SEQUENCE_PROJECTION)
+    cost = "per layer, E k and F v: O(n k d), attention [n,k]"
+
+    def __init__(self, dims: ModelDims, options: LinformerOptions) -> None:
+        super().__init__(dims, options)
+        self.absolute = Learned(dims, None)
+
+    def input_embedding(self, seq_len, device, dtype):
+        return self.absolute.input_embedding(seq_len, device, dtype)
+
+
+@dataclass(frozen=True)
+class DietAbsLinOptions(LinformerOptions):
+    rank: int | None = None  # d_p; None means d_h
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.rank is not None:
+            require_positive_int("rank", self.rank)
+
+
+class DietAbsLin(SequenceProjection):
+    """[diet-abs-lin] DIET-ABS inside Linformer, DIET Eq. 4:
+
+    A_ij = (X_i W_Q)((E X)_j W_K)^T / sqrt(d_h) + (P_Q (E P_K)^T)_ij,   i <= n, j <= k,
+
+    P_Q, P_K in R^{max_len x d_p} per head, shared across layers (DIET-ABS's default); the
+    position term is projected by the same E as the keys, so it is n x k like the content
+    term. No input positions; segments stay at the input (as in DIET). Bidirectional only.
+    """
+
+    name = "diet-abs-lin"
+    Options = DietAbsLinOptions
+    paper = "Chen et al. 2021 (DIET)"
+    equation = "DIET Eq. 4"
+    places = (Place.LOGIT_BIAS, Place.SEQUENCE_PROJECTION)
+    cost = "per layer, E k, F v and a rank-d_p [H,n,k] bias: linear in n"
+
+    def __init__(self, dims: ModelDims, options: DietAbsLinOptions) -> None:
+        super().__init__(dims, options)
+        rank = options.rank or dims.head_dim
+        self.query = normal_parameter(dims.num_heads, dims.max_len, rank, std=dims.init_std)
+        self.key = normal_parameter(dims.num_heads, dims.max_len, rank, std=dims.init_std)
+
+    def layer_bias(self, layer: int, seq_len: int) -> Tensor:
+        e, _ = self.projections(layer, seq_len)
+        projected_keys = e @ self.key[:, :seq_len]  # [H, k, d_p]
+        return (self.query[:, :seq_len] @ projected_keys.transpose(-1, -2)).unsqueeze(0)
