@@ -28,6 +28,7 @@ class MultiHeadAttention(nn.Module):
         return x.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)  # [B, H, n, d_h]
 
     def queries_keys(self, x: Tensor, terms: LayerTerms) -> tuple[Tensor, Tensor]:
+        """q, k as the logits see them (after the encoding's q/k transform)."""
         q, k = self._heads(self.q_proj(x)), self._heads(self.k_proj(x))
         return (q, k) if terms.transform_qk is None else terms.transform_qk(q, k)
 
@@ -45,6 +46,35 @@ class MultiHeadAttention(nn.Module):
         q, k = self.queries_keys(x, terms)
         return attention_logits(q, k, terms.scale, self.positional_bias(q, k, terms, extra_bias))
 
+    def attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        terms: LayerTerms,
+        mask: Tensor | None = None,
+        extra_bias: Tensor | None = None,
+    ) -> Tensor:
+        """Heads [B, H, n, d_h] -> attention outputs [B, H, n, d_h] with the layer's terms."""
+        q, k = (q, k) if terms.transform_qk is None else terms.transform_qk(q, k)
+        bias = self.positional_bias(q, k, terms, extra_bias)
+        if terms.project_kv is not None:
+            # Linformer: padded keys are zeroed before the projection; every projected key
+            # is then visible (a fully padded row keeps its finite fallback).
+            keep = None if mask is None else mask[:, :, -1:, :].transpose(-1, -2)
+            k, v = terms.project_kv(k, v, keep)
+            mask = None
+        return self.kernel(
+            q,
+            k,
+            v,
+            mask=mask,
+            bias=bias,
+            scale=terms.scale,
+            dropout_p=self.dropout if self.training else 0.0,
+            value_term=terms.value_term,
+        )
+
     def forward(
         self,
         x: Tensor,
@@ -52,22 +82,6 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         extra_bias: Tensor | None = None,
     ) -> Tensor:
-        q, k = self.queries_keys(x, terms)
-        v = self._heads(self.v_proj(x))
-        if terms.project_kv is not None:
-            # Linformer: padded keys are zeroed before the projection; every projected key
-            # is then visible (a fully padded row keeps its finite fallback).
-            keep = None if mask is None else mask[:, :, -1:, :].transpose(-1, -2)
-            k, v = terms.project_kv(k, v, keep)
-            mask = None
-        out = self.kernel(
-            q,
-            k,
-            v,
-            mask=mask,
-            bias=self.positional_bias(q, k, terms, extra_bias),
-            scale=terms.scale,
-            dropout_p=self.dropout if self.training else 0.0,
-            value_term=terms.value_term,
-        )
+        q, k, v = (self._heads(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
+        out = self.attend(q, k, v, terms, mask, extra_bias)
         return self.out_proj(out.transpose(1, 2).flatten(2))

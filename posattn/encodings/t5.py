@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -46,6 +47,15 @@ def relative_positions(seq_len: int, device) -> Tensor:
     """[n, n] with entry (i, j) = j - i."""
     positions = torch.arange(seq_len, device=device)
     return positions[None, :] - positions[:, None]
+
+
+@functools.lru_cache(maxsize=32)
+def cached_buckets(
+    seq_len: int, device: str, bidirectional: bool, num_buckets: int, max_distance: int
+) -> Tensor:
+    """T5 bucket ids of an n x n sequence, computed once per length and device."""
+    relative = relative_positions(seq_len, torch.device(device))
+    return t5_relative_bucket(relative, bidirectional, num_buckets, max_distance)
 
 
 @dataclass(frozen=True)
@@ -105,9 +115,7 @@ class T5Bias(PositionalEncoding):
 
     def buckets(self, seq_len: int, device) -> Tensor:
         o = self.options
-        return t5_relative_bucket(
-            relative_positions(seq_len, device), o.bidirectional, o.num_buckets, o.max_distance
-        )
+        return cached_buckets(seq_len, str(device), o.bidirectional, o.num_buckets, o.max_distance)
 
     def layer_terms(self, seq_len, device, dtype):
         bias = self.relative(self.buckets(seq_len, device))

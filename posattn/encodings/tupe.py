@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from ..errors import require
 from .base import LayerTerms, ModelDims, Place, PositionalEncoding, normal_parameter
-from .t5 import T5BiasTable, T5Options, relative_positions, t5_relative_bucket
+from .t5 import T5BiasTable, T5Options, cached_buckets
 
 
 class UntiedPositions(nn.Module):
@@ -157,8 +157,8 @@ class TupeRelative(TupeAbsolute):
 
     def buckets(self, seq_len: int, device) -> Tensor:
         o = self.options
-        buckets = t5_relative_bucket(
-            relative_positions(seq_len, device), o.bidirectional, o.num_buckets, o.max_distance
+        buckets = cached_buckets(
+            seq_len, str(device), o.bidirectional, o.num_buckets, o.max_distance
         )
         if not o.untie_cls:
             return buckets

@@ -41,6 +41,8 @@ class BenchSettings:
     head_dim: int = 64
     repeats: int = 5
     model_lengths: list[int] = field(default_factory=lambda: [128, 512])
+    long_lengths: list[int] = field(default_factory=lambda: [512, 1024, 2048, 4096, 8192])
+    long_batch: int = 1
     model_batch: int = 8
     encodings: list[str] = field(default_factory=lambda: list(ENCODINGS))
 
@@ -48,6 +50,7 @@ class BenchSettings:
     def quick(cls) -> BenchSettings:
         return cls(
             lengths=[128, 256], repeats=3, model_lengths=[128], model_batch=4,
+            long_lengths=[512, 1024],
             encodings=["learned", "shaw", "t5", "tupe-a", "tupe-r", "diet-abs", "diet-rel",
                        "rope", "alibi"],
         )  # fmt: skip
@@ -95,11 +98,13 @@ def measure(fn, repeats: int) -> tuple[float, float]:
     return statistics.median(times), extra
 
 
-def attention_call(name: str | None, s: BenchSettings, n: int, train: bool, device):
+def attention_call(
+    name: str | None, s: BenchSettings, n: int, train: bool, device, batch: int | None = None
+):
     """A closure running one attention call of encoding `name` (None: SDPA without bias)."""
     d_model = s.heads * s.head_dim
     generator = torch.Generator().manual_seed(0)
-    x = torch.randn(s.batch, n, d_model, generator=generator).to(device)
+    x = torch.randn(batch or s.batch, n, d_model, generator=generator).to(device)
     attention = MultiHeadAttention(d_model, s.heads, kernel="sdpa").to(device)
     q, k, v = (
         p(x).unflatten(-1, (s.heads, -1)).transpose(1, 2).detach().requires_grad_(train)
@@ -122,11 +127,7 @@ def attention_call(name: str | None, s: BenchSettings, n: int, train: bool, devi
     def call() -> None:
         with torch.set_grad_enabled(train):
             terms = encoding.layer_terms(n, device, q.dtype)[0]
-            qq, kk = (q, k) if terms.transform_qk is None else terms.transform_qk(q, k)
-            bias = attention.positional_bias(qq, kk, terms, None)
-            out = attention.kernel(
-                qq, kk, v, mask=None, bias=bias, scale=terms.scale, value_term=terms.value_term
-            )
+            out = attention.attend(q, k, v, terms)
             if train:
                 out.backward(grad)
 
@@ -144,6 +145,18 @@ def attention_level(s: BenchSettings, device) -> list[dict]:
                 ms, mib = measure(attention_call(name, s, n, train, device), s.repeats)
                 rows.append(dict(encoding=name, n=n, train=train, ms=ms, ratio=ms / floor_ms,
                                  extra_mib=mib))  # fmt: skip
+            gc.collect()
+    return rows
+
+
+def long_sequences(s: BenchSettings, device) -> list[dict]:
+    """DIET-ABS inside Linformer (k=32) against full attention with DIET-ABS, forward +
+    backward of one attention call: the time and memory curves of DIET Eq. 4's point."""
+    rows = []
+    for n in s.long_lengths:
+        for name in ("diet-abs", "diet-abs-lin"):
+            ms, mib = measure(attention_call(name, s, n, True, device, s.long_batch), s.repeats)
+            rows.append(dict(encoding=name, n=n, ms=ms, extra_mib=mib))
             gc.collect()
     return rows
 
@@ -233,13 +246,113 @@ def bench(settings: BenchSettings, output: Path) -> dict:
     context = {"machine": machine(), "torch": torch.__version__, "repeats": settings.repeats}
     attention_rows = attention_level(settings, device)
     model_rows = model_level(settings, device)
-    result = {"context": context, "attention": attention_rows, "model": model_rows}
+    long_rows = long_sequences(settings, device)
+    checks = targets(attention_rows, model_rows)
+    result = {
+        "context": context,
+        "attention": attention_rows,
+        "model": model_rows,
+        "long": long_rows,
+        "targets": checks,
+    }
     (output / "bench.json").write_text(json.dumps(result, indent=2))
-    text = markdown(attention_rows, model_rows, context)
+    text = markdown(attention_rows, model_rows, context) + long_markdown(long_rows)
+    text += targets_markdown(checks)
     (output / "bench.md").write_text(text)
     plot_ratios(attention_rows, output / "attention_ratios.png")
+    plot_long(long_rows, output / "long_sequences.png")
     print(text)
     return result
+
+
+# The issue's targets: (what, encodings, mode, lengths, bound) on ratios to no-bias SDPA.
+ATTENTION_TARGETS = [
+    ("train", ("tupe-a", "tupe-r", "diet-abs", "diet-rel", "t5", "alibi"), True, 1.10),
+    ("fwd", ("tupe-a", "tupe-r", "diet-abs", "diet-rel", "t5", "alibi"), False, 1.05),
+    ("train", ("shaw", "deberta"), True, 1.6),
+]
+MODEL_TARGETS = [
+    (("tupe-a", "tupe-r", "diet-abs", "diet-rel"), "train_pct", 3.0),
+    (("tupe-a", "tupe-r", "diet-abs", "diet-rel"), "infer_pct", 3.0),
+    (("shaw",), "train_pct", 12.0),
+    (("shaw",), "infer_pct", 25.0),
+]
+BIAS_METHODS = ("t5", "bert-r", "tupe-a", "tupe-r", "diet-abs", "diet-rel", "alibi", "kerple")
+
+
+def targets(attention_rows: list[dict], model_rows: list[dict]) -> list[dict]:
+    """Each target with the measured value and whether it was met."""
+    checks = []
+    for label, names, train, bound in ATTENTION_TARGETS:
+        for r in attention_rows:
+            if r["encoding"] in names and r["train"] == train and r["n"] in (512, 1024):
+                what = f"{r['encoding']} {label} n={r['n']} <= {bound}x"
+                checks.append(dict(target=what, measured=r["ratio"], met=r["ratio"] <= bound))
+    floors = {
+        r["n"]: r["extra_mib"]
+        for r in attention_rows
+        if r["encoding"] == "sdpa (no bias)" and r["train"]
+    }
+    for r in attention_rows:
+        if r["train"] and r["n"] == 1024 and r["encoding"] in BIAS_METHODS:
+            ratio = r["extra_mib"] / max(floors[1024], 1.0)
+            what = f"{r['encoding']} train memory n=1024 <= 2.5x SDPA's"
+            checks.append(dict(target=what, measured=ratio, met=ratio <= 2.5))
+    for names, key, bound in MODEL_TARGETS:
+        for r in model_rows:
+            if r["encoding"] in names and key in r:
+                what = f"BERT-small {r['encoding']} {key[:5]} n={r['n']} <= +{bound:g}%"
+                checks.append(dict(target=what, measured=r[key], met=r[key] <= bound))
+    return checks
+
+
+def targets_markdown(checks: list[dict]) -> str:
+    if not checks:
+        return ""
+    lines = ["", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
+    for c in checks:
+        lines.append(f"| {c['target']} | {c['measured']:.2f} | {'yes' if c['met'] else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+def long_markdown(rows: list[dict]) -> str:
+    lines = [
+        "",
+        "## Long sequences: DIET-ABS in Linformer (k=32) vs full attention with DIET-ABS",
+        "",
+        "| n | diet-abs ms | diet-abs MiB | diet-abs-lin ms | diet-abs-lin MiB |",
+        "|---|---|---|---|---|",
+    ]
+    for n in sorted({r["n"] for r in rows}):
+        full = next(r for r in rows if r["n"] == n and r["encoding"] == "diet-abs")
+        lin = next(r for r in rows if r["n"] == n and r["encoding"] == "diet-abs-lin")
+        lines.append(
+            f"| {n} | {full['ms']:.1f} | {full['extra_mib']:.0f} | {lin['ms']:.1f} "
+            f"| {lin['extra_mib']:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot_long(rows: list[dict], path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    from . import plots  # noqa: F401 - selects the file-only backend
+
+    figure, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    for name in ("diet-abs", "diet-abs-lin"):
+        points = sorted((r["n"], r["ms"], r["extra_mib"]) for r in rows if r["encoding"] == name)
+        lengths, times, memory = zip(*points, strict=True)
+        axes[0].plot(lengths, times, marker="o", label=name)
+        axes[1].plot(lengths, memory, marker="o", label=name)
+    axes[0].set(xscale="log", yscale="log", xlabel="n", ylabel="ms (forward + backward)")
+    axes[1].set(xscale="log", xlabel="n", ylabel="extra peak MiB")
+    for axis in axes:
+        axis.grid(alpha=0.3)
+        axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
 
 
 def plot_ratios(rows: list[dict], path: Path) -> Path:

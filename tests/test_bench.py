@@ -1,0 +1,33 @@
+"""`posattn bench` runs and writes its files (a benchmark, not a timed test)."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from posattn.lab.bench import BenchSettings, bench
+
+
+def test_bench_writes_json_markdown_and_plots(tmp_path):
+    torch.set_default_dtype(torch.float32)
+    try:
+        settings = BenchSettings(
+            lengths=[32], batch=2, heads=2, head_dim=8, repeats=1, model_lengths=[16],
+            model_batch=2, long_lengths=[64, 128],
+            encodings=["learned", "tupe-r", "diet-abs", "shaw", "diet-abs-lin"],
+        )  # fmt: skip
+        bench(settings, tmp_path)
+    finally:
+        torch.set_default_dtype(torch.float64)
+    result = json.loads((tmp_path / "bench.json").read_text())
+    names = {r["encoding"] for r in result["attention"]}
+    assert names == {"sdpa (no bias)", "learned", "tupe-r", "diet-abs", "shaw", "diet-abs-lin"}
+    assert all(r["ms"] > 0 and r["ratio"] > 0 for r in result["attention"])
+    floor = [r for r in result["attention"] if r["encoding"] == "sdpa (no bias)"]
+    assert all(r["ratio"] == 1.0 for r in floor)
+    assert {r["n"] for r in result["long"]} == {64, 128}
+    text = (tmp_path / "bench.md").read_text()
+    assert "| tupe-r |" in text and "DIET Table 1" in text and "Long sequences" in text
+    for figure in ("attention_ratios.png", "long_sequences.png"):
+        assert (tmp_path / figure).stat().st_size > 1000
