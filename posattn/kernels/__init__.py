@@ -1,11 +1,17 @@
 """Ways to compute softmax(q k^T * scale + bias + mask) v. Positional code never sees which runs."""
 
+from functools import partial
+
 from ..errors import require_choice
 from .eager import attention_logits, eager_attention
 from .masks import build_attention_mask
 from .sdpa import sdpa_attention
 
-KERNELS = {"eager": eager_attention, "sdpa": sdpa_attention}
+KERNELS = {
+    "eager": eager_attention,
+    "sdpa": sdpa_attention,
+    "sdpa-lowmem": partial(sdpa_attention, recompute_bias=True),
+}
 
 
 def get_kernel(name: str):

@@ -19,7 +19,7 @@ from ..config import PosAttnConfig
 from ..encodings import ENCODINGS, ModelDims, build_encoding
 from ..modeling import PosAttnForMaskedLM
 from .compare import machine
-from .timing import step_times
+from .timing import step_functions
 
 # Options that the benchmark needs to build each encoding (rotary layouts are never implicit).
 BENCH_OPTIONS = {"rope": {"layout": "half"}, "xpos": {"layout": "half"}}
@@ -134,16 +134,35 @@ def attention_call(
     return call
 
 
+def paired(floor, fn, repeats: int) -> tuple[float, float]:
+    """(median ms of fn, median ratio fn / floor) with the two calls alternated, so that the
+    machine's slow spells hit both sides of every ratio."""
+    floor(), fn()
+    times, ratios = [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        floor()
+        middle = time.perf_counter()
+        fn()
+        end = time.perf_counter()
+        times.append(1000 * (end - middle))
+        ratios.append((end - middle) / (middle - start))
+    return statistics.median(times), statistics.median(ratios)
+
+
 def attention_level(s: BenchSettings, device) -> list[dict]:
     rows = []
     for n in s.lengths:
         for train in (False, True):
-            floor_ms, floor_mib = measure(attention_call(None, s, n, train, device), s.repeats)
+            floor = attention_call(None, s, n, train, device)
+            floor_ms, floor_mib = measure(floor, s.repeats)
             rows.append(dict(encoding="sdpa (no bias)", n=n, train=train, ms=floor_ms,
                              ratio=1.0, extra_mib=floor_mib))  # fmt: skip
             for name in s.encodings:
-                ms, mib = measure(attention_call(name, s, n, train, device), s.repeats)
-                rows.append(dict(encoding=name, n=n, train=train, ms=ms, ratio=ms / floor_ms,
+                call = attention_call(name, s, n, train, device)
+                ms, ratio = paired(floor, call, s.repeats)
+                _, mib = measure(call, 1)
+                rows.append(dict(encoding=name, n=n, train=train, ms=ms, ratio=ratio,
                                  extra_mib=mib))  # fmt: skip
             gc.collect()
     return rows
@@ -173,21 +192,20 @@ def bert_small(encoding: str, n: int) -> PosAttnForMaskedLM:
 
 
 def model_level(s: BenchSettings, device) -> list[dict]:
+    """Each encoding's train step and inference against `learned`'s, alternated step by step
+    (the baseline model stays built), as +% over `learned`."""
     rows = []
     for n in s.model_lengths:
-        times = {}
+        baseline = step_functions(bert_small("learned", n).to(device), s.model_batch, n)
         for name in s.encodings:
-            model = bert_small(name, n).to(device)
-            times[name] = step_times(model, s.model_batch, n, repeats=s.repeats)
-            del model
-            gc.collect()
-        base = times.get("learned")
-        for name, t in times.items():
-            row = dict(encoding=name, n=n, **t)
-            if base:
-                row["train_pct"] = 100 * (t["train_ms"] / base["train_ms"] - 1)
-                row["infer_pct"] = 100 * (t["infer_ms"] / base["infer_ms"] - 1)
+            steps = step_functions(bert_small(name, n).to(device), s.model_batch, n)
+            row = dict(encoding=name, n=n)
+            for key, base_fn, fn in zip(("train", "infer"), baseline, steps, strict=True):
+                ms, ratio = paired(base_fn, fn, s.repeats)
+                row[f"{key}_ms"], row[f"{key}_pct"] = ms, 100 * (ratio - 1)
             rows.append(row)
+            del steps
+            gc.collect()
     return rows
 
 
@@ -196,7 +214,8 @@ def markdown(attention_rows: list[dict], model_rows: list[dict], context: dict) 
         "# posattn bench",
         "",
         f"{context['machine']}, torch {context['torch']}. Medians of {context['repeats']} runs "
-        "after a warm-up; ratios to SDPA without a bias in the same process.",
+        "after a warm-up; ratios to SDPA without a bias, alternated call by call in the same "
+        "process. Memory: extra peak RSS of one call (allocator reuse makes small values 0).",
         "",
         "## Attention level (ratio to no-bias SDPA; extra peak MiB)",
         "",

@@ -19,9 +19,9 @@ def _median_ms(fn, repeats: int, warmup: int) -> float:
     return statistics.median(times)
 
 
-def step_times(model, batch_size: int, seq_len: int, repeats: int = 5, warmup: int = 2) -> dict:
-    """{"train_ms", "infer_ms"}: one masked-LM AdamW step (forward, backward, update) and one
-    encoder forward pass without gradients, on random token ids of the model's vocabulary."""
+def step_functions(model, batch_size: int, seq_len: int):
+    """(train_step, infer): one masked-LM AdamW step (forward, backward, update) and one
+    encoder forward pass without gradients, on fixed random token ids."""
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(5, model.config.vocab_size, (batch_size, seq_len), generator=generator)
     labels = torch.where(torch.rand(ids.shape, generator=generator) < 0.15, ids, -100)
@@ -38,6 +38,12 @@ def step_times(model, batch_size: int, seq_len: int, repeats: int = 5, warmup: i
         model.eval()
         model.posattn(ids)  # the encoder: positions cost nothing in the vocabulary head
 
+    return train_step, infer
+
+
+def step_times(model, batch_size: int, seq_len: int, repeats: int = 5, warmup: int = 2) -> dict:
+    """{"train_ms", "infer_ms"} of `step_functions`, medians after warm-up."""
+    train_step, infer = step_functions(model, batch_size, seq_len)
     return {
         "train_ms": _median_ms(train_step, repeats, warmup),
         "infer_ms": _median_ms(infer, repeats, warmup),
