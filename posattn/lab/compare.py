@@ -22,6 +22,7 @@ from .pretrain import model_config, pretrain
 from .report import results_markdown
 from .runconfig import RunConfig, to_yaml
 from .timing import step_times
+from .trainer import checkpoints
 
 console = Console()
 
@@ -38,9 +39,7 @@ def run_encoding(config: RunConfig, run_dir: Path, tokenizer, corpus, tasks) -> 
     if (pretrain_dir / "metrics.json").is_file():
         pretrained = json.loads((pretrain_dir / "metrics.json").read_text())
     else:
-        resume = (pretrain_dir / "checkpoints").is_dir() and any(
-            p.name.startswith("checkpoint-") for p in (pretrain_dir / "checkpoints").iterdir()
-        )
+        resume = bool(checkpoints(pretrain_dir / "checkpoints"))  # a killed run continues
         pretrained = pretrain(config, pretrain_dir, tokenizer, corpus, resume=resume)
     model_dir = pretrain_dir / "model"
     if (finetune_dir / "finetune.json").is_file():
