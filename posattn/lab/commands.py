@@ -35,6 +35,16 @@ def data_for(config: RunConfig):
     return PreparedData(config.data.data_dir)
 
 
+def finish_distributed() -> None:
+    """Under torchrun: wait for every rank, then tear the process group down before the
+    interpreter exits (gloo aborts a rank whose group is destroyed by exit instead)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def run_pretrain(args: argparse.Namespace) -> int:
     from .pretrain import pretrain
 
@@ -42,6 +52,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
     data = data_for(config)
     output = Path(args.output or f"runs/pretrain-{config.model.encoding}")
     pretrain(config, output, data.tokenizer(), data, resume=args.resume)
+    finish_distributed()
     return 0
 
 
@@ -53,6 +64,7 @@ def run_finetune(args: argparse.Namespace) -> int:
     output = Path(args.output or Path(args.pretrained).parent / "finetune")
     output.mkdir(parents=True, exist_ok=True)
     finetune(Path(args.pretrained), config, output, data.tokenizer(), data)
+    finish_distributed()
     return 0
 
 
@@ -65,6 +77,7 @@ def run_compare(args: argparse.Namespace) -> int:
     data = data_for(config)
     output = Path(args.output or f"runs/compare-{args.preset or 'custom'}")
     compare(config, output, data.tokenizer(), data, data, args.preset or "custom")
+    finish_distributed()
     return 0
 
 
