@@ -19,17 +19,18 @@ from torch import Tensor
 ENERGY = 0.99
 
 
-def normalised_spectrum(m: Tensor) -> Tensor:
-    values = torch.linalg.svdvals(m.to(torch.float64))
-    return values / values[..., :1].clamp_min(1e-300)
+def singular_values(m: Tensor) -> Tensor:
+    return torch.linalg.svdvals(m.to(torch.float64))
 
 
-def numerical_rank(m: Tensor) -> Tensor:
-    return torch.linalg.matrix_rank(m.to(torch.float64))
+def numerical_rank(values: Tensor, n: int) -> Tensor:
+    """Singular values above sigma_1 * n * eps, torch.linalg.matrix_rank's default."""
+    tolerance = values[..., :1] * n * torch.finfo(torch.float64).eps
+    return (values > tolerance).sum(-1)
 
 
-def energy_rank(m: Tensor, share: float = ENERGY) -> Tensor:
-    energy = torch.linalg.svdvals(m.to(torch.float64)).pow(2)
+def energy_rank(values: Tensor, share: float = ENERGY) -> Tensor:
+    energy = values.pow(2)
     cumulative = energy.cumsum(-1) / energy.sum(-1, keepdim=True).clamp_min(1e-300)
     return (cumulative < share - 1e-12).sum(-1) + 1
 
@@ -38,8 +39,9 @@ def rank_summary(m: Tensor) -> dict:
     """[B, H, n, n] (or [H, n, n]) -> per head: mean numerical and 99%-energy rank over the
     leading texts, and the mean normalised spectrum."""
     m = m if m.dim() == 4 else m.unsqueeze(0)
+    values = singular_values(m)
     return {
-        "numerical_rank": numerical_rank(m).double().mean(0).tolist(),
-        "energy_rank": energy_rank(m).double().mean(0).tolist(),
-        "spectrum": normalised_spectrum(m).mean(0).tolist(),
+        "numerical_rank": numerical_rank(values, max(m.shape[-2:])).double().mean(0).tolist(),
+        "energy_rank": energy_rank(values).double().mean(0).tolist(),
+        "spectrum": (values / values[..., :1].clamp_min(1e-300)).mean(0).tolist(),
     }

@@ -95,15 +95,18 @@ def rounded(values):
     return torch.as_tensor(values).to(torch.float64).round(decimals=6).tolist()
 
 
-def analyse_terms(encoder, ids, head: int, figure_dir: Path, caption: str) -> dict:
-    found = four_terms(encoder, ids)
+def analyse_terms(found: dict, head: int, figure_dir: Path, caption: str) -> dict:
     full = sum(found.values())
     full_variance = row_centred(full).pow(2).mean()
     numbers, per_head = {}, {}
     for name, term in found.items():
-        numbers[name] = structure(term)
-        numbers[name]["variance_ratio"] = (row_centred(term).pow(2).mean() / full_variance).item()
         per_head[name] = [structure(term[:, h]) for h in range(term.shape[1])]
+        numbers[name] = {  # every head weighs the same: the mean over heads and texts
+            key: sum(h[key] for h in per_head[name]) / len(per_head[name])
+            for key in per_head[name][0]
+        }
+        numbers[name]["within_row_std"] = row_centred(term).pow(2).mean().sqrt().item()
+        numbers[name]["variance_ratio"] = (row_centred(term).pow(2).mean() / full_variance).item()
     drawn = {name: term[0, head - 1] for name, term in found.items()}
     figure = plot_four_terms(drawn, numbers, caption, figure_dir / "four_terms.png")
     return {
@@ -237,9 +240,10 @@ def inspect_model(path: str | Path, output: str | Path, settings: InspectSetting
         "settings": asdict(settings),
     }
     head = settings.head or 1
+    terms = four_terms(encoder, ids) if is_input_additive(encoder) else None
     result["terms"] = (
-        analyse_terms(encoder, ids, head, output, caption + f", layer 1, head {head}")
-        if is_input_additive(encoder)
+        analyse_terms(terms, head, output, caption + f", layer 1, head {head}")
+        if terms is not None
         else {"note": "TUPE Eq. 6 applies to input-additive encodings only"}
     )
     result["positional"] = analyse_positional(encoder, n, settings, output)
@@ -248,7 +252,6 @@ def inspect_model(path: str | Path, output: str | Path, settings: InspectSetting
         result["heads"] = result["rank"] = {"note": note}
     else:
         result["heads"] = analyse_heads(logits, settings, output)
-        terms = four_terms(encoder, ids) if is_input_additive(encoder) else None
         result["rank"] = analyse_rank(encoder, logits, positional, terms, settings, output)
     (output / "inspect.json").write_text(json.dumps(result, indent=1))
     (output / "inspect.md").write_text(summary_markdown(result))
