@@ -55,6 +55,7 @@ def command_modules() -> list:
     from .data import commands as data_commands
     from .inspection import command as inspect_command
     from .lab import commands as lab_commands
+    from .report import command as report_command
 
     return [
         register,
@@ -62,6 +63,7 @@ def command_modules() -> list:
         import_command.register,
         lab_commands.register,
         inspect_command.register,
+        report_command.register,
     ]
 
 
