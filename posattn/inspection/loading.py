@@ -58,9 +58,11 @@ def load_for_inspection(path: str | Path) -> InspectedModel:
             "config.json", str(directory / "config.json"), f"valid JSON ({error})"
         ) from None
     if model_type == "posattn":
+        from ..lab.finetune import quiet_transformers
         from ..modeling import PosAttnModel
 
-        model = PosAttnModel.from_pretrained(str(directory))
+        with quiet_transformers():  # an MLM checkpoint's head is not needed here: expected
+            model = PosAttnModel.from_pretrained(str(directory))
         kind = "posattn"
     elif model_type == "bert":
         from ..bert import import_bert

@@ -284,6 +284,33 @@ def summary_markdown(result: dict) -> str:
                 f"{s['variance_ratio']:.3f} |"
             )
         lines.append("")
+    groups = result["positional"]["groups"]
+    if groups:
+        lines += [
+            "## Content-free positional logits (TUPE Fig. 4)",
+            "",
+            f"[CLS] at index {result['positional']['cls_index']}; spread = max - min along the "
+            "[CLS] row / column (0: constant, as TUPE's untie makes it).",
+            "",
+            "| layers | head | min | max | [CLS] row mean | row spread | [CLS] column mean "
+            "| column spread |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for group in groups:
+            cls = group["cls"]
+            layers = ", ".join(map(str, group["layers"]))
+            for h, matrix in enumerate(group["bias"]):
+                values = [v for row in matrix for v in row]
+                column = (
+                    f"{cls['column_mean'][h]:.4f} | {cls['column_spread'][h]:.4f}"
+                    if cls["column_mean"]
+                    else "- | -"
+                )
+                lines.append(
+                    f"| {layers} | {h + 1} | {min(values):.4f} | {max(values):.4f} | "
+                    f"{cls['row_mean'][h]:.4f} | {cls['row_spread'][h]:.4f} | {column} |"
+                )
+        lines.append("")
     heads = result["heads"]
     if "counts" in heads:
         lines += [
