@@ -79,6 +79,11 @@ def test_compare_smoke_writes_table_results_and_plots(data_dir, tmp_path):
     assert [v for _, v in logged] == pytest.approx([v for _, v in expected], rel=1e-6)
     finetuned = next((output / "learned" / "finetune" / "runs" / "sentiment").iterdir())
     assert tensorboard_scalars(finetuned, "eval/dev_accuracy")
+    # posattn report renders the run as one page: its table and figures, no checkpoint files
+    assert main(["report", str(output)]) == 0
+    page = (output / "report.html").read_text()
+    assert "<td><code>tupe-r</code></td>" in page and 'src="validation_loss.png"' in page
+    assert "checkpoint-" not in page and "tensorboard" not in page
 
 
 def pretrain_args(data_dir: Path, output: Path, *overrides: str) -> list[str]:
