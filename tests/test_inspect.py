@@ -245,6 +245,24 @@ def test_inspect_command_writes_figures_and_the_numbers_behind_them(tmp_path):
     assert "Head patterns" in (out / "inspect.md").read_text()
 
 
+def test_inspect_json_holds_the_four_terms_drawn_and_their_numbers(tmp_path):
+    model, path = saved_model(tmp_path, "learned")
+    out = tmp_path / "out"
+    assert main(["inspect", str(path), "--output", str(out), "--text", TEXT, "--head", "3"]) == 0
+    result = json.loads((out / "inspect.json").read_text())["terms"]
+    ids = torch.tensor([word_level_tokenizer(WORDS)(TEXT)["input_ids"]])
+    found = four_terms(model, ids)
+    full = sum(found.values())
+    within = lambda m: (m - m.mean(-1, keepdim=True)).pow(2).mean()  # noqa: E731
+    for name in TERMS:
+        drawn = torch.tensor(result["matrices_drawn"][name])
+        torch.testing.assert_close(drawn, found[name][0, 2], atol=1e-6, rtol=0)
+        ratio = result["terms"][name]["variance_ratio"]
+        assert ratio == pytest.approx((within(found[name]) / within(full)).item())
+        toeplitz = [h["toeplitz_r2"] for h in result["per_head"][name]]
+        assert toeplitz == pytest.approx(toeplitz_r2(found[name][0]).tolist())
+
+
 def test_inspect_on_corpus_blocks_of_an_input_additive_model(tmp_path):
     from lab_fixtures import build_tiny_data
 

@@ -37,7 +37,9 @@ def register(commands) -> None:
     parser.add_argument("--layer", type=int, help="focus on this layer (1-based)")
     parser.add_argument("--head", type=int, help="draw this head (1-based)")
     parser.add_argument("--text", help="inspect this text instead of the prepared corpus")
-    parser.add_argument("--length", type=int, default=64, help="tokens per text (default 64)")
+    parser.add_argument(
+        "--length", type=int, help="tokens per text (default 64, at most the model's max_len)"
+    )
     parser.add_argument("--samples", type=int, default=8, help="corpus blocks (default 8)")
     parser.add_argument("--data-dir", help="a prepared data directory (posattn data prepare)")
     parser.set_defaults(func=run_inspect)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -18,14 +18,17 @@ from .rank import rank_summary
 from .structure import row_centred, structure
 from .terms import four_terms, is_input_additive
 
+DEFAULT_LENGTH = 64
+
 
 @dataclass
 class InspectSettings:
-    """length: tokens per text; samples: blocks of the prepared corpus (validation split);
+    """length: tokens per text (None: 64, or the model's max_len if shorter); samples: blocks
+    of the prepared corpus (validation split);
     layer, head: 1-based focus (None: every layer; the figures draw head 1 / every head);
     text: one text instead of the corpus; data_dir: the prepared data (posattn data prepare)."""
 
-    length: int = 64
+    length: int | None = None
     samples: int = 8
     layer: int | None = None
     head: int | None = None
@@ -33,9 +36,8 @@ class InspectSettings:
     data_dir: str | None = None
 
     def __post_init__(self) -> None:
-        require_positive_int("length", self.length)
         require_positive_int("samples", self.samples)
-        for name in ("layer", "head"):
+        for name in ("length", "layer", "head"):
             if getattr(self, name) is not None:
                 require_positive_int(name, getattr(self, name))
 
@@ -210,7 +212,9 @@ def inspect_model(path: str | Path, output: str | Path, settings: InspectSetting
     encoder, config = model.encoder, model.encoder.config
     check_focus(settings, config)
     limit = encoder.encoding.max_positions
-    if limit is not None and settings.length > limit:
+    if settings.length is None:
+        settings = replace(settings, length=min(DEFAULT_LENGTH, limit or DEFAULT_LENGTH))
+    elif limit is not None and settings.length > limit:
         raise invalid("length", settings.length, f"at most the model's max_len={limit}")
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
