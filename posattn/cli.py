@@ -53,9 +53,18 @@ def register(commands) -> None:
 def command_modules() -> list:
     from . import import_command
     from .data import commands as data_commands
+    from .inspection import command as inspect_command
     from .lab import commands as lab_commands
+    from .report import command as report_command
 
-    return [register, data_commands.register, import_command.register, lab_commands.register]
+    return [
+        register,
+        data_commands.register,
+        import_command.register,
+        lab_commands.register,
+        inspect_command.register,
+        report_command.register,
+    ]
 
 
 def build_parser() -> argparse.ArgumentParser:
