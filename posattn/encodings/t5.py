@@ -66,6 +66,21 @@ def toeplitz(by_offset: Tensor) -> Tensor:
     return by_offset.unfold(-1, n, 1).flip(-2)
 
 
+def skew(per_offset: Tensor) -> Tensor:
+    """[..., n, 2n-1] values of each query row i at the offsets j - i (`offsets` order) ->
+    [..., n, n] with S[..., i, j] = per_offset[..., i, j - i + n - 1].
+
+    Row i of the result is a window of row i starting at n-1-i: a strided view with row
+    stride 2n-2, whose backward copies (no index scatter and no atomics on a GPU).
+    """
+    per_offset = per_offset.contiguous()
+    *lead, n, width = per_offset.shape
+    lead_strides = per_offset.stride()[:-2]
+    return per_offset.as_strided(
+        (*lead, n, n), (*lead_strides, width - 1, 1), per_offset.storage_offset() + n - 1
+    )
+
+
 @functools.lru_cache(maxsize=32)
 def cached_buckets(
     seq_len: int, device: str, bidirectional: bool, num_buckets: int, max_distance: int
