@@ -72,7 +72,7 @@ def test_learned_input_is_word_plus_position_plus_segment_then_layernorm(encodin
 def test_shaw_matches_eq4(values, skew, hidden, monkeypatch):
     """TUPE Eq. 4: (x_i W^Q)(x_j W^K + a_{clip(j-i)})^T / sqrt(d_h), a per layer, t = 3 here;
     by index gather (CPU) and by offset windows (GPU)."""
-    monkeypatch.setattr("posattn.encodings.shaw.SKEW", skew)
+    monkeypatch.setattr("posattn.encodings.t5.SKEW", skew)
     t = 3
     model = tiny_encoder("shaw", encoding_options={"max_distance": t, "values": values})
     layer = 1

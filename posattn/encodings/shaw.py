@@ -10,20 +10,7 @@ from torch import Tensor
 
 from ..errors import require_positive_int
 from .base import LayerTerms, ModelDims, Place, PositionalEncoding, normal_parameter
-from .t5 import offsets, relative_positions, skew
-
-# The content x position terms by offset windows (`skew`) or by index gather/scatter; None
-# picks the measured faster one: gather on CPU (2 cores, n=1024, B=8, H=8, train: 2.98x against
-# 4.02x of bias-free SDPA) and in GPU inference; skew for GPU training, where the gather's
-# backward scatters with atomics (H100, bf16, train: 3.0 ms against 16.9 ms at n=1024, 33 ms
-# against 619 ms at n=4096).
-SKEW: bool | None = None
-
-
-def use_skew(device: torch.device) -> bool:
-    if SKEW is not None:
-        return SKEW
-    return device.type == "cuda" and torch.is_grad_enabled()
+from .t5 import offsets, relative_positions, skew, use_skew
 
 
 @dataclass(frozen=True)
