@@ -59,20 +59,27 @@ def expected_majority(ids: list[int]) -> list[int]:
 
 
 def expected_recall(ids: list[int]) -> list[int]:
-    pairs, query = ids[1:-2], ids[-1]
-    assert ids[-2] == SEP and len(pairs) % 2 == 0
+    sep = ids.index(SEP)
+    pairs, questions = ids[1:sep], ids[sep + 1 :]
+    assert len(pairs) % 2 == 0 and len(questions) % 2 == 0 and questions
     table = dict(zip(pairs[0::2], pairs[1::2], strict=True))
     assert len(table) == len(pairs) // 2  # distinct keys
     assert all(key in KEYS for key in table) and all(v in SYMBOLS for v in table.values())
-    return [IGNORE] * (len(ids) - 1) + [table[query]]
+    expected = [IGNORE] * (sep + 1)
+    for key, value in zip(questions[0::2], questions[1::2], strict=True):
+        assert table[key] == value  # the answer shown after a query is the stored value
+        expected += [table[key], IGNORE]
+    return expected
 
 
 def expected_shift_equal(ids: list[int]) -> list[int]:
     first, second = split_at_sep(ids)
     assert len(first) == len(second)
-    differences = sum(a != b for a, b in zip(first, second, strict=True))
-    assert differences in (0, 1)  # negatives differ in exactly one place
-    return [YES if differences == 0 else NO] + [IGNORE] * (len(ids) - 1)
+    offset = len(first) + 1  # b_j sits m + 1 places after a_j
+    sep = ids.index(SEP)
+    return [IGNORE] * (sep + 1) + [
+        YES if ids[i] == ids[i - offset] else NO for i in range(sep + 1, len(ids))
+    ]
 
 
 EXPECTED = {
@@ -125,11 +132,14 @@ def test_generators_are_deterministic_for_a_seed(name):
 
 
 def test_labels_are_balanced_enough_to_need_the_skill():
-    """Binary [CLS] tasks are not solvable by always answering one class."""
-    for name, classes in (("shift-equal", (YES, NO)), ("majority", (SYMBOLS[0], SYMBOLS[1]))):
-        labels = probe_task(name).batch(random.Random(1), 400, 20)["targets"][:, 0]
-        shares = [float((labels == c).float().mean()) for c in classes]
-        assert min(shares) > 0.35, (name, shares)
+    """No constant answer solves the binary tasks; shift-equal has equal and unequal pairs."""
+    majority = probe_task("majority").batch(random.Random(1), 400, 20)["targets"][:, 0]
+    shares = [float((majority == c).float().mean()) for c in SYMBOLS[:2]]
+    assert min(shares) > 0.35, shares
+    tags = probe_task("shift-equal").batch(random.Random(1), 400, 20)["targets"]
+    assert 0.6 < float((tags == YES).sum() / (tags != IGNORE).sum()) < 0.9
+    all_equal = ((tags == YES) | (tags == IGNORE)).all(-1).float().mean()
+    assert 0.4 < float(all_equal) < 0.6
 
 
 def test_unknown_task_and_short_length_are_rejected():

@@ -29,7 +29,7 @@ def settings_from(args: argparse.Namespace):
         overrides["encodings"] = names(args.encodings)
     if args.test_lens:
         overrides["test_lens"] = integers("--test-lens", args.test_lens)
-    for key in ("train_len", "seeds", "steps", "workers"):
+    for key in ("train_len", "seeds", "steps", "workers", "segments"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
     return preset(args.preset, **overrides)
@@ -60,6 +60,7 @@ def register(commands) -> None:
     parser.add_argument("--test-lens", help="comma-separated test lengths, e.g. 32,64,128,256")
     parser.add_argument("--seeds", type=int, help="seeds per cell (default 3)")
     parser.add_argument("--steps", type=int, help="training steps per cell")
+    parser.add_argument("--segments", help="input (BERT, default) | attention (DIET Eq. 2) | none")
     parser.add_argument("--workers", type=int, help="processes training cells in parallel")
     parser.add_argument("--output", help="the run directory (default runs/probe-PRESET)")
     parser.set_defaults(func=run)

@@ -7,7 +7,8 @@ import json
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from ..encodings import encoding_class
-from ..errors import invalid, require, require_positive_int
+from ..errors import invalid, require, require_choice, require_positive_int
+from ..segments import SEGMENT_MODES
 from .tasks import TASKS, probe_task
 
 # The papers' encodings (TUPE: BERT-A, BERT-R, TUPE-A, TUPE-R; DIET: DIET-ABS, DIET-REL) and
@@ -59,6 +60,7 @@ class ProbeSettings:
             self.position_lr_scale,
             "a positive multiplier of the learning rate",
         )
+        require_choice("segments", self.segments, SEGMENT_MODES)
         require(bool(self.tasks), "tasks", self.tasks, "at least one task")
         require(bool(self.encodings), "encodings", self.encodings, "at least one encoding")
         require(bool(self.test_lens), "test_lens", self.test_lens, "at least one length")

@@ -7,7 +7,7 @@ a target at each scored position (-100 elsewhere) and segment ids. Two model kin
   Sequence outputs (reverse, sort, recall) are next-token targets after a separator, so
   teacher-forced exact match equals exact match of greedy decoding.
 - encoder-tagging: a bidirectional encoder with a token-level head; a target at one or every
-  position (majority and shift-equal read the [CLS] output at position 0).
+  position (majority reads the [CLS] output at position 0).
 
 One vocabulary serves every task (`VOCAB_SIZE`): specials, the offsets k of relative-given, 16
 content symbols and 128 keys for recall.
@@ -102,30 +102,38 @@ def majority(rng: random.Random, n: int) -> Example:
 
 
 def recall(rng: random.Random, n: int) -> Example:
-    """[BOS] k_1 v_1 .. k_m v_m [SEP] k_q: the next token after k_q is v_q. Keys distinct (from
-    128), values from the 16 symbols, m = (n - 3) // 2."""
-    pairs = min((n - 3) // 2, len(KEYS))
+    """[BOS] k_1 v_1 .. k_m v_m [SEP] q_1 w_1 .. q_Q w_Q: after each queried key q comes its
+    value w (scored as the next token at q's position). Keys distinct (from 128), values
+    from the 16 symbols, queries drawn from the m keys with replacement; m = (n - 2) // 3
+    (at most 128) and Q = (n - 2 - 2m) // 2."""
+    pairs = min((n - 2) // 3, len(KEYS))
+    queries = (n - 2 - 2 * pairs) // 2
     keys = rng.sample(KEYS, pairs)
     values = _symbols(rng, pairs)
-    query = rng.randrange(pairs)
-    ids = [CLS, *(t for pair in zip(keys, values, strict=True) for t in pair), SEP, keys[query]]
-    targets = [IGNORE] * (len(ids) - 1) + [values[query]]
+    asked = [rng.randrange(pairs) for _ in range(queries)]
+    ids = [CLS, *(t for pair in zip(keys, values, strict=True) for t in pair), SEP]
+    targets = [IGNORE] * len(ids)
+    for q in asked:
+        ids += [keys[q], values[q]]
+        targets += [values[q], IGNORE]
     return ids, targets, [0] * len(ids)
 
 
 def shift_equal(rng: random.Random, n: int) -> Example:
-    """[CLS] a_1 .. a_m [SEP] b_1 .. b_m, segments 0 and 1; the [CLS] output is YES when b = a
-    (the same content, shifted by m + 1 positions) and NO when b differs from a in exactly one
-    position (half of the examples each), m = (n - 2) // 2."""
+    """[CLS] a_1 .. a_m [SEP] b_1 .. b_m, segments 0 and 1; each b_j is tagged YES when it
+    equals a_j (the token m + 1 places back, at the same offset in the other segment) and NO
+    otherwise. Half of the pairs are equal (B is A shifted by m + 1 positions); in the others
+    each b_j differs from a_j with probability 1/2. Exact match: the whole decision "equal up
+    to a shift" and where not. m = (n - 2) // 2."""
     m = (n - 2) // 2
     a = _symbols(rng, m)
     b = list(a)
-    equal = rng.random() < 0.5
-    if not equal:
-        i = rng.randrange(m)
-        b[i] = rng.choice([s for s in SYMBOLS if s != a[i]])
+    if rng.random() < 0.5:
+        for j in range(m):
+            if rng.random() < 0.5:
+                b[j] = rng.choice([s for s in SYMBOLS if s != a[j]])
     ids = [CLS, *a, SEP, *b]
-    targets = [YES if equal else NO] + [IGNORE] * (len(ids) - 1)
+    targets = [IGNORE] * (m + 2) + [YES if x == y else NO for x, y in zip(a, b, strict=True)]
     return ids, targets, [0] * (m + 1) + [1] * (m + 1)
 
 
@@ -166,9 +174,9 @@ TASKS: dict[str, ProbeTask] = {
         ProbeTask("reverse", "reverse a sequence after [SEP]", CAUSAL_LM, 4, reverse),
         ProbeTask("sort", "sort a sequence after [SEP]", CAUSAL_LM, 4, sort),
         ProbeTask("majority", "the majority symbol, read from [CLS]", ENCODER_TAGGING, 3, majority),
-        ProbeTask("recall", "the value of a queried key", CAUSAL_LM, 5, recall),
+        ProbeTask("recall", "the values of queried keys", CAUSAL_LM, 7, recall),
         ProbeTask(
-            "shift-equal", "two segments equal up to a shift", ENCODER_TAGGING, 4, shift_equal
+            "shift-equal", "where segment B equals A shifted", ENCODER_TAGGING, 4, shift_equal
         ),
     )
 }
