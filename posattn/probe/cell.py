@@ -62,14 +62,18 @@ def logits_of(model, batch: dict) -> torch.Tensor:
 
 
 def train(model, task: ProbeTask, settings: ProbeSettings, seed: int) -> list[float]:
-    """AdamW with warm-up and cosine decay; each batch has one length drawn uniformly from
-    [task.min_length, train_len]. Returns the loss of every step."""
+    """AdamW with warm-up and cosine decay, the encoding's parameters at position_lr_scale
+    times the rate; each batch has one length drawn uniformly from [task.min_length,
+    train_len]. Returns the loss of every step."""
     rng = random.Random(f"probe:{task.name}:train:{seed}")
     positional = {id(p) for p in encoding_of(model).parameters()}
     groups = [
-        {"params": [p for p in model.parameters() if id(p) in positional], "lr": lr * scale}
-        for lr, scale in ((settings.learning_rate, settings.position_lr_scale),)
-    ] + [{"params": [p for p in model.parameters() if id(p) not in positional]}]
+        {
+            "params": [p for p in model.parameters() if id(p) in positional],
+            "lr": settings.learning_rate * settings.position_lr_scale,
+        },
+        {"params": [p for p in model.parameters() if id(p) not in positional]},
+    ]
     optimizer = torch.optim.AdamW(groups, lr=settings.learning_rate, weight_decay=0.01)
     schedule = get_cosine_schedule_with_warmup(optimizer, settings.steps // 10, settings.steps)
     model.train()
