@@ -8,9 +8,11 @@ import multiprocessing
 import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
+import torch
 from omegaconf import OmegaConf
 from rich.console import Console
 
@@ -48,9 +50,19 @@ def compute_cell(task: str, encoding: str, seed: int, settings: dict, path: str)
 
 def one_thread() -> None:
     """Worker processes share the cores: one thread each."""
-    import torch
-
     torch.set_num_threads(1)
+
+
+@contextmanager
+def torch_threads(count: int):
+    """Cells in this process use `count` threads (small models run fastest on one: more
+    threads mostly wait on each other), then the caller's setting returns."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def run_cells(settings: ProbeSettings, run_dir: Path, console: Console) -> list[dict]:
@@ -67,9 +79,11 @@ def run_cells(settings: ProbeSettings, run_dir: Path, console: Console) -> list[
     console.print(f"{len(grid) - len(todo)} of {len(grid)} cells already done, {len(todo)} to run")
     arguments = [(*key, asdict(settings), str(cell_path(run_dir, *key))) for key in todo]
     if settings.workers == 1 or len(todo) <= 1:
-        for key, args in zip(todo, arguments, strict=True):
-            done[key] = compute_cell(*args)
-            report_cell(console, done[key], len(grid) - sum(v is None for v in done.values()))
+        with torch_threads(1):
+            for key, args in zip(todo, arguments, strict=True):
+                done[key] = compute_cell(*args)
+                finished = len(grid) - sum(v is None for v in done.values())
+                report_cell(console, done[key], finished)
     else:
         # spawn: fresh interpreters, no forked torch thread pools
         context = multiprocessing.get_context("spawn")
