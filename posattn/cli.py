@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from rich.console import Console
 from rich.table import Table
 
 from .encodings import ENCODINGS, REQUIRED, option_defaults
+from .errors import PosAttnConfigError
 
 
 def encoding_rows() -> list[tuple[str, str, str, str, str, str]]:
@@ -80,9 +82,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run a command; bad input raises `PosAttnConfigError` (for callers and tests)."""
     args = build_parser().parse_args(argv)
     return args.func(args)
 
 
+def entry(argv: list[str] | None = None) -> int:
+    """The console command: bad input is one line on stderr and exit status 2, like
+    argparse's own errors, instead of a traceback."""
+    try:
+        return main(argv)
+    except PosAttnConfigError as error:
+        print(f"posattn: error: {error}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(entry())

@@ -169,3 +169,13 @@ def test_missing_data_dir_says_how_to_prepare(tmp_path):
     with pytest.raises(PosAttnConfigError, match="posattn data prepare"):
         main(["pretrain", "--preset", "smoke", "--data-dir", str(tmp_path / "nothing")])
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_the_console_command_reports_bad_input_in_one_line(tmp_path, capsys):
+    from posattn.cli import entry
+
+    status = entry(["pretrain", "--preset", "smoke", "--data-dir", str(tmp_path / "nothing")])
+    error = capsys.readouterr().err
+    assert status == 2
+    assert error.startswith("posattn: error:") and "posattn data prepare" in error
+    assert "Traceback" not in error
