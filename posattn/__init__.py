@@ -11,6 +11,7 @@ from .modeling import (
     PosAttnModel,
     PosAttnPreTrainedModel,
 )
+from .modeling_seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig
 
 __version__ = "0.1.0"
 
@@ -23,9 +24,11 @@ __all__ = [
     "PosAttnConfig",
     "PosAttnConfigError",
     "PosAttnForMaskedLM",
+    "PosAttnForSeq2SeqLM",
     "PosAttnForSequenceClassification",
     "PosAttnModel",
     "PosAttnPreTrainedModel",
+    "PosAttnSeq2SeqConfig",
     "PositionalEncoding",
     "build_encoding",
 ]

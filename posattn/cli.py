@@ -54,8 +54,15 @@ def command_modules() -> list:
     from . import import_command
     from .data import commands as data_commands
     from .lab import commands as lab_commands
+    from .translation import commands as translation_commands
 
-    return [register, data_commands.register, import_command.register, lab_commands.register]
+    return [
+        register,
+        data_commands.register,
+        import_command.register,
+        lab_commands.register,
+        translation_commands.register,
+    ]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -78,6 +78,8 @@ class Encoder(nn.Module):
     `LayerTerms` per layer, which carries the input-independent bias shared across layers.
     """
 
+    layer_type: type[nn.Module] = EncoderLayer  # the decoder (seq2seq.py) swaps in its own
+
     def __init__(self, config: PosAttnConfig) -> None:
         super().__init__()
         self.config = config
@@ -90,7 +92,7 @@ class Encoder(nn.Module):
             if config.segments == "attention"
             else None
         )
-        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_layers))
+        self.layers = nn.ModuleList(self.layer_type(config) for _ in range(config.num_layers))
         self.final_norm = (
             nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
             if config.norm == "pre"

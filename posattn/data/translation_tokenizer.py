@@ -17,7 +17,7 @@ from ..errors import require, require_positive_int
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 SPECIAL_TOKENS = (PAD, UNK, BOS, EOS)  # ids 0-3
-DEFAULT_TRANSLATION_VOCAB = 8000
+DEFAULT_TRANSLATION_VOCAB = 4000  # small: ~1M words per language, and CPU-sized models
 MODEL_MAX_LENGTH = 512
 
 

@@ -1,0 +1,82 @@
+"""The translation comparison table (DIET Table 4 shape), honest about seed noise: medians over
+seeds with [min-max], and a winner named only where its worst seed beats every other's best
+(the rule of lab/report.py)."""
+
+from __future__ import annotations
+
+import statistics
+
+METRICS = (("bleu", "BLEU"), ("chrf", "chrF"))
+
+
+def test_scores(runs: dict, search: str, metric: str) -> list[float]:
+    return [run["evaluation"]["test"][search][metric] for run in runs.values()]
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
+
+
+def markdown_table(results: dict) -> str:
+    header = ["encoding", "params", "dev loss", "test BLEU (beam)", "test chrF (beam)"]
+    header += ["test BLEU (greedy)", "train s"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for encoding, runs in results.items():
+        first = next(iter(runs.values()))
+        row = [
+            f"`{encoding}`",
+            f"{first['parameters'] / 1e6:.2f}M",
+            f"{statistics.median(r['final_dev_loss'] for r in runs.values()):.3f}",
+            spread(test_scores(runs, "beam", "bleu")),
+            spread(test_scores(runs, "beam", "chrf")),
+            spread(test_scores(runs, "greedy", "bleu")),
+            f"{statistics.median(r['train_seconds'] for r in runs.values()):.0f}",
+        ]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def verdicts(results: dict) -> list[str]:
+    lines = []
+    for metric, label in METRICS:
+        scores = {e: test_scores(runs, "beam", metric) for e, runs in results.items()}
+        ranked = sorted(scores, key=lambda e: statistics.median(scores[e]), reverse=True)
+        top, rest = ranked[0], ranked[1:]
+        if rest and all(min(scores[top]) > max(scores[e]) for e in rest):
+            lines.append(
+                f"- {label}: `{top}` is best on every seed (its spread overlaps no other)."
+            )
+        else:
+            lines.append(
+                f"- {label}: highest median `{top}`, but seed spreads overlap: no clear winner."
+            )
+    return lines
+
+
+def copy_baseline(results: dict) -> str:
+    run = next(iter(next(iter(results.values())).values()))
+    copy = run["evaluation"]["test"]["copy_source"]
+    return f"copying the source scores BLEU {copy['bleu']:.2f}, chrF {copy['chrf']:.2f}"
+
+
+def translation_markdown(results: dict, context: dict) -> str:
+    any_run = next(iter(next(iter(results.values())).values()))
+    test = any_run["evaluation"]["test"]
+    parts = [
+        "# posattn compare --task translation",
+        "",
+        f"Preset `{context['preset']}`, pairs `{context['pairs']}`, {context['machine']}. "
+        f"Scores: sacrebleu corpus BLEU and chrF of the detokenised output on {test['pairs']} "
+        f"test pairs, beam {context['beam_size']} with length penalty "
+        f"{context['length_penalty']} (and greedy), median over seeds [min-max]; dev loss: "
+        f"token NLL on the dev pairs; train s: training time per run. On these pairs "
+        f"{copy_baseline(results)}.",
+        "",
+        markdown_table(results),
+        "",
+        "## Verdicts",
+        *verdicts(results),
+        "",
+        f"Wall time: {context['wall_seconds'] / 60:.1f} min.",
+    ]
+    return "\n".join(parts) + "\n"
