@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
+from ..errors import require
 from ..lab.compare import machine
 from ..lab.trainer import checkpoints
 from .report import translation_markdown
@@ -31,7 +32,14 @@ def run_once(config: TranslationRunConfig, run_dir: Path) -> dict:
 
 
 def check_before_training(config: TranslationRunConfig) -> None:
-    """Every encoding builds for this model (encoder and causal decoder) before any step."""
+    """Every encoding builds for this model (encoder and causal decoder) before any step, and
+    the runs will be scored on the test pairs."""
+    require(
+        "test" in config.decode.splits,
+        "decode.splits",
+        list(config.decode.splits),
+        "a list that holds 'test': the comparison reports test scores",
+    )
     tokenizer = load_tokenizer(config)
     for encoding in config.encodings:
         seq2seq_config(with_encoding(config, encoding), tokenizer)

@@ -76,8 +76,10 @@ class TranslationTrainSection:
 
 @dataclass
 class DecodeSection:
-    """Beam search as in DIET Sec. 4.3: beam 10, length penalty 0.6; beam_size 1 is greedy."""
+    """Beam search as in DIET Sec. 4.3: beam 10, length penalty 0.6; beam_size 1 is greedy.
+    splits: the prepared splits that training ends by translating and scoring."""
 
+    splits: list[str] = field(default_factory=lambda: ["dev", "test"])
     beam_size: int = 10
     length_penalty: float = 0.6
     max_new_tokens: int = 128

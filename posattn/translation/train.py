@@ -141,7 +141,7 @@ def train_translation(
     if evaluate:
         metrics["evaluation"] = {
             split: evaluate_model(model, tokenizer, load_pairs(config, split), config.decode)
-            for split in ("dev", "test")
+            for split in config.decode.splits
         }
     if trainer.is_world_process_zero():
         trainer.save_model(str(output / "model"))
