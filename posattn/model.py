@@ -15,7 +15,11 @@ from .segments import SegmentAttentionBias
 
 
 class Embeddings(nn.Module):
-    """Word (+ segment, when at the input) embeddings; positions come from the encoding."""
+    """Word (+ segment, when at the input) embeddings; positions come from the encoding.
+    `scale` multiplies the word vectors (1; sqrt(d_model) in the encoder-decoder, Vaswani
+    Sec. 3.4)."""
+
+    scale: float = 1.0
 
     def __init__(self, config: PosAttnConfig) -> None:
         super().__init__()
@@ -29,7 +33,7 @@ class Embeddings(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, input_ids: Tensor, segment_ids: Tensor, positions: Tensor | None) -> Tensor:
-        x = self.word(input_ids)
+        x = self.word(input_ids) * self.scale if self.scale != 1.0 else self.word(input_ids)
         if self.segment is not None:
             x = x + self.segment(segment_ids)
         if positions is not None:

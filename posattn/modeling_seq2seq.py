@@ -4,6 +4,9 @@ DIET Sec. 4.3 changes the positions of every encoder and decoder self-attention 
     encoder:  bidirectional self-attention with the configured encoding (model.Encoder)
     decoder:  causal self-attention with the same encoding built for causal attention, then
               cross-attention over the encoder output without positional terms (seq2seq.py)
+    input:    sqrt(d_model) W_e[token] (+ the encoding's input vector), with W_e initialised
+              N(0, 1/d_model): word vectors of unit scale next to sinusoids of unit scale
+              (Vaswani Sec. 3.4; fairseq's transformer)
     output:   logits = h W_e^T with W_e the word embedding, one vocabulary for source and
               target (tied: encoder input, decoder input and output projection share it)
     loss:     token cross-entropy over target positions (label -100 ignored), with label
@@ -81,7 +84,15 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel):
         self.decoder.embeddings.word = self.encoder.embeddings.word
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.lm_head.weight = self.encoder.embeddings.word.weight
+        for stack in (self.encoder, self.decoder):
+            stack.embeddings.scale = config.d_model**0.5
         self.post_init()
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if module is self.get_input_embeddings():
+            nn.init.normal_(module.weight, std=self.config.d_model**-0.5)
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.encoder.embeddings.word
@@ -157,7 +168,8 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel):
         flat_logits, flat_labels = logits.flatten(0, -2), labels.flatten()
         reduction = "mean" if num_items_in_batch is None else "sum"
         loss = F.cross_entropy(
-            flat_logits.float(),
+            # half-precision logits are summed in float32
+            flat_logits.to(torch.promote_types(flat_logits.dtype, torch.float32)),
             flat_labels,
             ignore_index=-100,
             reduction=reduction,
