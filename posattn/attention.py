@@ -10,7 +10,7 @@ from .kernels import attention_logits, get_kernel
 
 class MultiHeadAttention(nn.Module):
     def __init__(
-        self, d_model: int, num_heads: int, dropout: float = 0.0, kernel: str = "sdpa"
+        self, d_model: int, num_heads: int, dropout: float = 0.0, kernel: str = "auto"
     ) -> None:
         super().__init__()
         self.num_heads = num_heads

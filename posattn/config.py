@@ -19,7 +19,9 @@ class PosAttnConfig(PreTrainedConfig):
 
     encoding / encoding_options: a registry name (`posattn list`) and its options.
     segments: "input" (BERT token-type embeddings), "attention" (DIET Eq. 2) or "none".
-    norm: "post" (BERT, TUPE) or "pre" LayerNorm. kernel: "sdpa" or "eager" (the reference).
+    norm: "post" (BERT, TUPE) or "pre" LayerNorm.
+    kernel: "auto" (FlexAttention for a learned bias on GPU, SDPA otherwise), "sdpa",
+        "sdpa-lowmem", "flex" or "eager" (the reference).
     causal: causal self-attention (a decoder); encoders are bidirectional.
     num_labels (a transformers attribute) sizes the classification head.
     """
@@ -48,7 +50,7 @@ class PosAttnConfig(PreTrainedConfig):
     encoding_options: dict[str, Any] | None = None
     segments: str = "input"
     num_segments: int = 2
-    kernel: str = "sdpa"
+    kernel: str = "auto"
     causal: bool = False
     init_std: float = 0.02
     pad_token_id: int | None = 0

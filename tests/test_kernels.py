@@ -7,6 +7,7 @@ import torch
 from conftest import PROJECTED, settings_of, tiny_encoder
 
 from posattn.encodings import ENCODINGS
+from posattn.errors import PosAttnConfigError
 from posattn.kernels import KERNELS, build_attention_mask, eager_attention, get_kernel
 
 
@@ -25,6 +26,9 @@ def padded_batch():
     return ids, mask, segments
 
 
+# FlexAttention has no backward on CPU (tests/test_gpu_kernels.py checks its gradients on GPU).
+CPU_TRAINING_KERNELS = ("eager", "sdpa", "sdpa-lowmem", "auto")
+
 # Every setting each encoding supports; the others' errors are tested in test_errors.
 SETTINGS = [(name, *setting) for name in ENCODINGS for setting in settings_of(name)]
 
@@ -39,7 +43,7 @@ def test_kernels_agree(encoding, segments, causal):
         for kernel in KERNELS:
             model.set_kernel(kernel)
             outputs[kernel] = (model(ids, mask, segment_ids), model(ids, segment_ids=segment_ids))
-    for kernel in ("sdpa", "sdpa-lowmem"):
+    for kernel in set(KERNELS) - {"eager"}:  # flex: its reference forward on CPU
         for ours, reference in zip(outputs[kernel], outputs["eager"], strict=True):
             torch.testing.assert_close(ours, reference, atol=1e-5, rtol=1e-5)
     assert torch.isfinite(outputs["sdpa"][0]).all()
@@ -51,12 +55,12 @@ def test_kernels_agree_in_gradients(encoding):
     segments = "input" if encoding in PROJECTED else "attention"
     model = tiny_encoder(encoding, segments=segments, encoding_options=with_values(encoding))
     grads = {}
-    for kernel in KERNELS:
+    for kernel in CPU_TRAINING_KERNELS:
         model.set_kernel(kernel)
         model.zero_grad()
         model(ids, mask, segment_ids)[mask].square().sum().backward()
         grads[kernel] = [p.grad.clone() for p in model.parameters()]
-    for kernel in ("sdpa", "sdpa-lowmem"):
+    for kernel in CPU_TRAINING_KERNELS:
         for a, b in zip(grads[kernel], grads["eager"], strict=True):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
@@ -139,3 +143,23 @@ def test_lowmem_kernel_takes_the_fused_path_for_learned_biases(monkeypatch):
     with torch.no_grad():
         model(torch.randint(0, 40, (2, 6)))
     assert len(calls) == 2  # inference passes a detached bias straight to SDPA
+
+
+def test_flex_kernel_refuses_to_train_on_cpu():
+    model = tiny_encoder("t5", kernel="flex")
+    with pytest.raises(PosAttnConfigError, match=r"kernel.*'flex'.*GPU"):
+        model(torch.randint(0, 40, (2, 6))).sum().backward()
+
+
+def test_flex_score_mod_broadcasts_bias_and_mask():
+    """Every broadcast shape the attention core produces reads the right bias element."""
+    from posattn.kernels.flex import flex_attention_kernel
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 4) for _ in range(3))
+    mask = build_attention_mask(torch.tensor([[1, 1, 1, 0, 0], [1] * 5]), 5, True, "cpu")
+    for shape in [(1, 3, 5, 5), (2, 1, 5, 5), (3, 5, 5), (2, 3, 5, 5), (1, 3, 1, 5)]:
+        bias = torch.randn(shape)
+        ours = flex_attention_kernel(q, k, v, mask=mask, bias=bias, scale=0.4)
+        reference = eager_attention(q, k, v, mask=mask, bias=bias, scale=0.4)
+        torch.testing.assert_close(ours, reference, atol=1e-6, rtol=1e-6)

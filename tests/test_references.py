@@ -241,3 +241,22 @@ def test_segment_attention_matches_diet_eq2(encoding, hidden):
     )
     torch.testing.assert_close(layer_logits(model, hidden, 1, segments) - plain, expected, **TOL)
     assert model.embeddings.segment is None  # segments live inside attention only
+
+
+def test_toeplitz_spreads_offset_values_and_sums_gradients_along_diagonals():
+    """The construction of every offset-indexed bias: T[i, j] = v[j - i + n - 1]."""
+    from posattn.encodings.t5 import offsets, toeplitz
+
+    n = 5
+    torch.set_grad_enabled(True)  # this module's fixture turns gradients off
+    values = torch.randn(3, 2 * n - 1, requires_grad=True)
+    matrix = toeplitz(values)
+    reference = torch.stack(
+        [torch.stack([values[:, j - i + n - 1] for j in range(n)], -1) for i in range(n)], -2
+    )
+    torch.testing.assert_close(matrix, reference)
+    assert offsets(n, "cpu").tolist() == list(range(-(n - 1), n))
+    weights = torch.randn(3, n, n)
+    (matrix * weights).sum().backward()
+    for r in range(-(n - 1), n):
+        torch.testing.assert_close(values.grad[:, r + n - 1], weights.diagonal(r, -2, -1).sum(-1))

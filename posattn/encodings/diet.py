@@ -16,7 +16,7 @@ from .base import (
     normal_parameter,
     sharing_groups,
 )
-from .t5 import relative_positions
+from .t5 import offsets, toeplitz
 
 SHARING = ("none", "layer", "head")
 
@@ -123,18 +123,18 @@ class DietRelative(PositionalEncoding):
         layers, heads = sharing_groups(options.sharing, dims)
         self.table = normal_parameter(layers, 2 * self.max_distance + 1, heads, std=dims.init_std)
 
-    def offsets(self, seq_len: int, device) -> Tensor:
-        """[n, n] rows of R: clip(i - j, -m, m) + m."""
+    def rows(self, seq_len: int, device) -> Tensor:
+        """The row of R for every offset j - i in `offsets` order: clip(i - j, -m, m) + m."""
         m = self.max_distance
-        return (-relative_positions(seq_len, device)).clamp(-m, m) + m
+        return (-offsets(seq_len, device)).clamp(-m, m) + m
 
     def layer_terms(self, seq_len, device, dtype):
-        offsets = self.offsets(seq_len, device)
+        rows = self.rows(seq_len, device)
         return per_layer_terms(
             self.content_scale(),
             self.options.sharing,
             self.dims.num_layers,
-            lambda g: self.table[g][offsets].permute(2, 0, 1).unsqueeze(0),
+            lambda g: toeplitz(self.table[g][rows].T).unsqueeze(0),
         )
 
 

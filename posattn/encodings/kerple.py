@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from ..errors import require_choice
 from .base import LayerTerms, ModelDims, Place, PositionalEncoding
-from .t5 import relative_positions
+from .t5 import offsets, toeplitz
 
 EPS = 1e-2  # the official code's floor for both kernel parameters
 
@@ -65,11 +65,12 @@ class Kerple(PositionalEncoding):
                 self.r1.copy_(r1)
                 self.r2.copy_(r2)
         r1, r2 = self.valid_parameters()
-        distance = relative_positions(seq_len, device).abs().to(r1.dtype)
-        r1, r2 = r1[:, None, None], r2[:, None, None]
+        # The kernel of the 2n - 1 distinct distances, spread into [H, n, n] by `toeplitz`.
+        distance = offsets(seq_len, device).abs().to(r1.dtype)
+        r1, r2 = r1[:, None], r2[:, None]
         if self.options.kernel == "log":
-            bias = -r1 * torch.log1p(r2 * distance)
+            by_offset = -r1 * torch.log1p(r2 * distance)
         else:
-            bias = -r1 * distance.pow(r2)
-        terms = LayerTerms(scale=self.content_scale(), bias=bias.unsqueeze(0))
+            by_offset = -r1 * distance.pow(r2)
+        terms = LayerTerms(scale=self.content_scale(), bias=toeplitz(by_offset).unsqueeze(0))
         return [terms] * self.dims.num_layers

@@ -155,21 +155,22 @@ class TupeRelative(TupeAbsolute):
         extra = 2 if options.untie_cls else 0
         self.relative = T5BiasTable(options.num_buckets + extra, dims.num_heads, dims.init_std)
 
-    def buckets(self, seq_len: int, device) -> Tensor:
+    def relative_bias(self, seq_len: int, device) -> Tensor:
+        """T5's bias [H, n, n], the [CLS] row and column on their own two buckets if untied."""
         o = self.options
         buckets = cached_buckets(
             seq_len, str(device), o.bidirectional, o.num_buckets, o.max_distance
         )
+        bias = self.relative(buckets)[0]
         if not o.untie_cls:
-            return buckets
-        special = torch.tensor([o.num_buckets, o.num_buckets + 1], device=device)
-        return untie_cls(buckets[None], o.cls_index, special[:1], special[1:])[0]
+            return bias
+        weight = self.relative.weight
+        return untie_cls(bias, o.cls_index, weight[o.num_buckets], weight[o.num_buckets + 1])
 
     def layer_terms(self, seq_len, device, dtype):
-        bias = self.absolute_logits(seq_len).unsqueeze(0) + self.relative(
-            self.buckets(seq_len, device)
-        )
-        return [LayerTerms(scale=self.content_scale(), bias=bias)] * self.dims.num_layers
+        bias = self.absolute_logits(seq_len) + self.relative_bias(seq_len, device)
+        terms = LayerTerms(scale=self.content_scale(), bias=bias.unsqueeze(0))
+        return [terms] * self.dims.num_layers
 
 
 class BertAd(PositionalEncoding):

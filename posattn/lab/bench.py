@@ -17,6 +17,7 @@ from torch.nn import functional as F
 from ..attention import MultiHeadAttention
 from ..config import PosAttnConfig
 from ..encodings import ENCODINGS, ModelDims, build_encoding
+from ..errors import require_choice
 from ..modeling import PosAttnForMaskedLM
 from .compare import machine
 from .timing import step_functions
@@ -45,6 +46,15 @@ class BenchSettings:
     long_batch: int = 1
     model_batch: int = 8
     encodings: list[str] = field(default_factory=lambda: list(ENCODINGS))
+    # Attention kernels measured for every encoding ("auto" is what models use by default).
+    kernels: list[str] = field(default_factory=lambda: ["auto"])
+    # None: bfloat16 on GPU (autocast for models), float32 on CPU.
+    dtype: str | None = None
+
+    def torch_dtype(self, device: torch.device) -> torch.dtype:
+        name = self.dtype or ("bfloat16" if device.type == "cuda" else "float32")
+        require_choice("dtype", name, ("float32", "bfloat16", "float16"))
+        return getattr(torch, name)
 
     @classmethod
     def quick(cls) -> BenchSettings:
@@ -73,6 +83,13 @@ def reset_peak() -> None:
         pass
 
 
+def now() -> float:
+    """A wall-clock reading after the GPU's queued work is done."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
 def measure(fn, repeats: int) -> tuple[float, float]:
     """(median ms, extra peak MiB) of fn after one warm-up call."""
     fn()
@@ -86,11 +103,9 @@ def measure(fn, repeats: int) -> tuple[float, float]:
         base = rss_mib("VmRSS")
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = now()
         fn()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        times.append(1000 * (time.perf_counter() - start))
+        times.append(1000 * (now() - start))
     if torch.cuda.is_available():
         extra = (torch.cuda.max_memory_allocated() - base) / 2**20
     else:
@@ -99,15 +114,22 @@ def measure(fn, repeats: int) -> tuple[float, float]:
 
 
 def attention_call(
-    name: str | None, s: BenchSettings, n: int, train: bool, device, batch: int | None = None
+    name: str | None,
+    s: BenchSettings,
+    n: int,
+    train: bool,
+    device,
+    batch: int | None = None,
+    kernel: str = "auto",
 ):
     """A closure running one attention call of encoding `name` (None: SDPA without bias)."""
     d_model = s.heads * s.head_dim
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(batch or s.batch, n, d_model, generator=generator).to(device)
-    attention = MultiHeadAttention(d_model, s.heads, kernel="sdpa").to(device)
+    attention = MultiHeadAttention(d_model, s.heads, kernel=kernel).to(device)
+    dtype = s.torch_dtype(torch.device(device))
     q, k, v = (
-        p(x).unflatten(-1, (s.heads, -1)).transpose(1, 2).detach().requires_grad_(train)
+        p(x).unflatten(-1, (s.heads, -1)).transpose(1, 2).to(dtype).detach().requires_grad_(train)
         for p in (attention.q_proj, attention.k_proj, attention.v_proj)
     )
     grad = torch.randn_like(q)
@@ -140,11 +162,11 @@ def paired(floor, fn, repeats: int) -> tuple[float, float]:
     floor(), fn()
     times, ratios = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = now()
         floor()
-        middle = time.perf_counter()
+        middle = now()
         fn()
-        end = time.perf_counter()
+        end = now()
         times.append(1000 * (end - middle))
         ratios.append((end - middle) / (middle - start))
     return statistics.median(times), statistics.median(ratios)
@@ -159,11 +181,12 @@ def attention_level(s: BenchSettings, device) -> list[dict]:
             rows.append(dict(encoding="sdpa (no bias)", n=n, train=train, ms=floor_ms,
                              ratio=1.0, extra_mib=floor_mib))  # fmt: skip
             for name in s.encodings:
-                call = attention_call(name, s, n, train, device)
-                ms, ratio = paired(floor, call, s.repeats)
-                _, mib = measure(call, 1)
-                rows.append(dict(encoding=name, n=n, train=train, ms=ms, ratio=ratio,
-                                 extra_mib=mib))  # fmt: skip
+                for kernel in s.kernels:
+                    call = attention_call(name, s, n, train, device, kernel=kernel)
+                    ms, ratio = paired(floor, call, s.repeats)
+                    _, mib = measure(call, 1)
+                    rows.append(dict(encoding=name, kernel=kernel, n=n, train=train, ms=ms,
+                                     ratio=ratio, extra_mib=mib))  # fmt: skip
             gc.collect()
     return rows
 
@@ -191,14 +214,32 @@ def bert_small(encoding: str, n: int) -> PosAttnForMaskedLM:
     return PosAttnForMaskedLM(config)
 
 
+def autocast(functions, device: torch.device, dtype: torch.dtype) -> list:
+    """The step functions under autocast to `dtype` (float32: unchanged)."""
+    if dtype == torch.float32:
+        return list(functions)
+
+    def wrapped(fn):
+        def call() -> None:
+            with torch.autocast(device.type, dtype=dtype):
+                fn()
+
+        return call
+
+    return [wrapped(fn) for fn in functions]
+
+
 def model_level(s: BenchSettings, device) -> list[dict]:
     """Each encoding's train step and inference against `learned`'s, alternated step by step
     (the baseline model stays built), as +% over `learned`."""
     rows = []
+    dtype = s.torch_dtype(device)
     for n in s.model_lengths:
-        baseline = step_functions(bert_small("learned", n).to(device), s.model_batch, n)
+        baseline = autocast(step_functions(bert_small("learned", n).to(device), s.model_batch, n),
+                            device, dtype)  # fmt: skip
         for name in s.encodings:
-            steps = step_functions(bert_small(name, n).to(device), s.model_batch, n)
+            model = bert_small(name, n).to(device)
+            steps = autocast(step_functions(model, s.model_batch, n), device, dtype)
             row = dict(encoding=name, n=n)
             for key, base_fn, fn in zip(("train", "infer"), baseline, steps, strict=True):
                 ms, ratio = paired(base_fn, fn, s.repeats)
@@ -207,6 +248,12 @@ def model_level(s: BenchSettings, device) -> list[dict]:
             del steps
             gc.collect()
     return rows
+
+
+def label(row: dict) -> str:
+    """The encoding, with its kernel when it is not the default one."""
+    kernel = row.get("kernel", "auto")
+    return row["encoding"] if kernel == "auto" else f"{row['encoding']} [{kernel}]"
 
 
 def markdown(attention_rows: list[dict], model_rows: list[dict], context: dict) -> str:
@@ -223,15 +270,13 @@ def markdown(attention_rows: list[dict], model_rows: list[dict], context: dict) 
     lengths = sorted({r["n"] for r in attention_rows})
     header = ["encoding"] + [f"{mode} n={n}" for mode in ("fwd", "train") for n in lengths]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    names = list(dict.fromkeys(r["encoding"] for r in attention_rows))
+    names = list(dict.fromkeys(label(r) for r in attention_rows))
     for name in names:
         cells = [name]
         for train in (False, True):
             for n in lengths:
                 r = next(
-                    r
-                    for r in attention_rows
-                    if (r["encoding"], r["n"], r["train"]) == (name, n, train)
+                    r for r in attention_rows if (label(r), r["n"], r["train"]) == (name, n, train)
                 )
                 cells.append(f"{r['ratio']:.2f} ({r['extra_mib']:.0f})")
         lines.append("| " + " | ".join(cells) + " |")
@@ -262,7 +307,15 @@ def bench(settings: BenchSettings, output: Path) -> dict:
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    context = {"machine": machine(), "torch": torch.__version__, "repeats": settings.repeats}
+    where = machine()
+    if device.type == "cuda":
+        where += f", {torch.cuda.get_device_name(device)}"
+    context = {
+        "machine": where,
+        "torch": torch.__version__,
+        "repeats": settings.repeats,
+        "dtype": str(settings.torch_dtype(device)).removeprefix("torch."),
+    }
     attention_rows = attention_level(settings, device)
     model_rows = model_level(settings, device)
     long_rows = long_sequences(settings, device)
@@ -302,10 +355,11 @@ BIAS_METHODS = ("t5", "bert-r", "tupe-a", "tupe-r", "diet-abs", "diet-rel", "ali
 def targets(attention_rows: list[dict], model_rows: list[dict]) -> list[dict]:
     """Each target with the measured value and whether it was met."""
     checks = []
-    for label, names, train, bound in ATTENTION_TARGETS:
+    attention_rows = [r for r in attention_rows if r.get("kernel", "auto") == "auto"]
+    for mode, names, train, bound in ATTENTION_TARGETS:
         for r in attention_rows:
             if r["encoding"] in names and r["train"] == train and r["n"] in (512, 1024):
-                what = f"{r['encoding']} {label} n={r['n']} <= {bound}x"
+                what = f"{r['encoding']} {mode} n={r['n']} <= {bound}x"
                 checks.append(dict(target=what, measured=r["ratio"], met=r["ratio"] <= bound))
     floors = {
         r["n"]: r["extra_mib"]
@@ -381,9 +435,9 @@ def plot_ratios(rows: list[dict], path: Path) -> Path:
 
     figure, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for axis, train in zip(axes, (False, True), strict=True):
-        for name in dict.fromkeys(r["encoding"] for r in rows):
+        for name in dict.fromkeys(label(r) for r in rows):
             points = sorted(
-                (r["n"], r["ratio"]) for r in rows if r["encoding"] == name and r["train"] == train
+                (r["n"], r["ratio"]) for r in rows if label(r) == name and r["train"] == train
             )
             axis.plot(*zip(*points, strict=True), marker="o", markersize=3, label=name)
         axis.set(

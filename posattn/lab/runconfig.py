@@ -30,7 +30,7 @@ class ModelSection:
     encoding: str = "learned"
     encoding_options: dict[str, Any] = field(default_factory=dict)
     segments: str = "input"
-    kernel: str = "sdpa"
+    kernel: str = "auto"
 
 
 @dataclass

@@ -25,6 +25,7 @@ def step_functions(model, batch_size: int, seq_len: int):
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(5, model.config.vocab_size, (batch_size, seq_len), generator=generator)
     labels = torch.where(torch.rand(ids.shape, generator=generator) < 0.15, ids, -100)
+    ids, labels = ids.to(model.device), labels.to(model.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
 
     def train_step() -> None:
