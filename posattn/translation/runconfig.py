@@ -39,14 +39,15 @@ class TranslationModelSection:
     norm: str = "pre"
     encoding: str = "sinusoidal"
     encoding_options: dict[str, Any] = field(default_factory=dict)
-    kernel: str = "sdpa"
+    kernel: str = "auto"
 
 
 @dataclass
 class TranslationDataSection:
     """pairs: a prepared set (posattn data prepare --translation). too_long: what happens to a
-    training pair longer than model.max_len tokens: error, truncate or drop (counted in
-    metrics.json either way); evaluation sources are truncated and counted."""
+    pair longer than model.max_len tokens: error, truncate or drop (counted in metrics.json).
+    Training applies it; evaluation drops such pairs with "drop" and otherwise translates a
+    truncated source, counting either."""
 
     data_dir: str | None = None
     pairs: str = "en-es"

@@ -58,6 +58,20 @@ def seq2seq_config(config: TranslationRunConfig, tokenizer) -> PosAttnSeq2SeqCon
     )
 
 
+def evaluate_split(model, tokenizer, config: TranslationRunConfig, split: str) -> dict:
+    """Scores on a split; with data.too_long=drop, pairs over max_len are left out (counted)."""
+    pairs = load_pairs(config, split)
+    kept = pairs
+    if config.data.too_long == "drop":
+        kept = [pair for pair in pairs if fits(tokenizer, pair, config.model.max_len)]
+    scores = evaluate_model(model, tokenizer, kept, config.decode)
+    return {**scores, "pairs_dropped_too_long": len(pairs) - len(kept)}
+
+
+def fits(tokenizer, pair: tuple[str, str], max_len: int) -> bool:
+    return all(len(ids) <= max_len for ids in tokenizer(list(pair))["input_ids"])
+
+
 def training_arguments(config: TranslationRunConfig, output: Path) -> TrainingArguments:
     t = config.train
     processes = world_size()
@@ -140,8 +154,7 @@ def train_translation(
     }
     if evaluate:
         metrics["evaluation"] = {
-            split: evaluate_model(model, tokenizer, load_pairs(config, split), config.decode)
-            for split in config.decode.splits
+            split: evaluate_split(model, tokenizer, config, split) for split in config.decode.splits
         }
     if trainer.is_world_process_zero():
         trainer.save_model(str(output / "model"))
