@@ -172,3 +172,29 @@ def test_smoke_run_beats_copying_the_source(toy, tmp_path):
     saved = json.loads((tmp_path / "run/metrics.json").read_text())
     assert saved["steps"] == 600 and (tmp_path / "run/model/model.safetensors").is_file()
     assert "label_smoothing: 0.1" in (tmp_path / "run/config.yaml").read_text()
+
+
+def test_translate_eval_reports_bad_files_and_beam_sizes(toy, tmp_path, capsys):
+    from posattn.cli import main
+    from posattn.modeling_seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig
+
+    tokenizer = load_translation_tokenizer(toy / "translation/toy/tokenizer")
+    config = PosAttnSeq2SeqConfig(
+        vocab_size=len(tokenizer), d_model=16, num_heads=2, num_layers=1, ffn_dim=32, max_len=16
+    )
+    PosAttnForSeq2SeqLM(config).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    (tmp_path / "a.src").write_text("the cat\nthe dog\n")
+    (tmp_path / "a.tgt").write_text("el gato\n")
+    base = ["translate", "eval", "--model", str(tmp_path / "model"), "--preset", "smoke"]
+    files = ["--source", str(tmp_path / "a.src"), "--target", str(tmp_path / "a.tgt")]
+    assert main(base + files) == 2
+    assert "ends after line 1" in capsys.readouterr().err
+    (tmp_path / "a.tgt").write_text("el gato\nel perro\n")
+    assert main([*base, *files, "decode.beam_size=0"]) == 2
+    assert "beam_size=0" in capsys.readouterr().err
+    (tmp_path / "a.src").write_text("the cat\n" + "the dog " * 20 + "\n")
+    assert main(base + files) == 2
+    assert "source 2=" in capsys.readouterr().err
+    assert main([*base, *files, "--truncate"]) == 0
+    assert "1 of 2 sources truncated" in capsys.readouterr().out
