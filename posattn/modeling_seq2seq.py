@@ -62,6 +62,12 @@ class PosAttnSeq2SeqConfig(PosAttnConfig):
             "a number in [0, 1)",
         )
         require(self.causal is False, "causal", self.causal, "False: the decoder is causal")
+        require(
+            self.segments != "attention",
+            "segments",
+            self.segments,
+            "'none' or 'input': a translation pair has one segment per side",
+        )
         # The decoder's causal copy of the encoding is checked here too.
         stack_config(self, causal=True, num_layers=self.num_decoder_layers)
 

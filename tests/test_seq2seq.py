@@ -191,6 +191,8 @@ def test_label_smoothed_loss_in_training_and_nll_in_evaluation():
 def test_bad_seq2seq_configs():
     with pytest.raises(PosAttnConfigError, match=r"label_smoothing=1\.0"):
         PosAttnSeq2SeqConfig(label_smoothing=1.0, d_model=8, num_heads=2)
+    with pytest.raises(PosAttnConfigError, match="segments='attention'"):
+        PosAttnSeq2SeqConfig(segments="attention", d_model=8, num_heads=2)
     with pytest.raises(PosAttnConfigError, match="causal=True"):
         PosAttnSeq2SeqConfig(causal=True, d_model=8, num_heads=2)
     with pytest.raises(PosAttnConfigError, match="seq_len=20"):

@@ -27,6 +27,10 @@ Your own data, where a package cannot be had or to use other text:
                     A built-in NAME keeps its labels and replaces the packaged data:
                       {", ".join(TASKS)}
                     any other NAME takes the labels found in the file.
+Translation sets (--translation): en-es (KJV -> Reina-Valera verses, 5.5 MB of packages) and
+cs-en (Debian handbook paragraphs, a 35 MB package), each written as line-aligned
+translation/NAME/SPLIT.LANG (train, dev, test) with a shared BPE tokenizer; a pair of your own
+files is read by `posattn translate eval --source FILE --target FILE`.
 The data directory is --data-dir, else $POSATTN_DATA_DIR, else
 $XDG_CACHE_HOME/posattn/data (~/.cache/posattn/data).
 """
