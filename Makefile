@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(subst =,_,$(subst <,_,$(subst >,_,$(TORCH))))
 
-.PHONY: test run lint
+.PHONY: test run lint browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,7 +21,16 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: $(STAMP) lint
+# Headless Chromium for the report test (Debian's package, root and apt only); where it cannot
+# be installed the test is skipped and says why. A no-op when chromium is already there.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	  && { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium \
+	  || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	  --no-install-recommends chromium; }; }; } >/dev/null 2>&1 \
+	  || echo "chromium could not be installed: the report's browser test will be skipped"
+
+test: $(STAMP) lint browser
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q
 
 # The main job: real data from packages, then every encoding of the two papers compared.

@@ -53,7 +53,9 @@ def register(commands) -> None:
 def command_modules() -> list:
     from . import import_command
     from .data import commands as data_commands
+    from .inspection import command as inspect_command
     from .lab import commands as lab_commands
+    from .report import command as report_command
     from .translation import commands as translation_commands
 
     return [
@@ -61,6 +63,8 @@ def command_modules() -> list:
         data_commands.register,
         import_command.register,
         lab_commands.register,
+        inspect_command.register,
+        report_command.register,
         translation_commands.register,
     ]
 

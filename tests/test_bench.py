@@ -6,6 +6,7 @@ import json
 
 import torch
 
+from posattn.cli import main
 from posattn.lab.bench import BenchSettings, bench
 
 
@@ -31,3 +32,6 @@ def test_bench_writes_json_markdown_and_plots(tmp_path):
     assert "| tupe-r |" in text and "DIET Table 1" in text and "Long sequences" in text
     for figure in ("attention_ratios.png", "long_sequences.png"):
         assert (tmp_path / figure).stat().st_size > 1000
+    assert main(["report", str(tmp_path)]) == 0
+    page = (tmp_path / "report.html").read_text()
+    assert "<td>tupe-r</td>" in page and 'src="long_sequences.png"' in page

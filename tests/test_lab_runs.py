@@ -41,6 +41,19 @@ def environment() -> dict:
     return {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
+def tensorboard_scalars(run_dir: Path, tag: str = "train/loss") -> list[tuple[int, float]]:
+    """(step, value) of one tag over every TensorBoard event file of a run directory."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    found = []
+    for events in sorted((run_dir / "tensorboard").glob("events.out.tfevents.*")):
+        accumulator = EventAccumulator(str(events))
+        accumulator.Reload()
+        if tag in accumulator.Tags()["scalars"]:
+            found += [(e.step, e.value) for e in accumulator.Scalars(tag)]
+    return found
+
+
 def test_compare_smoke_writes_table_results_and_plots(data_dir, tmp_path):
     output = tmp_path / "compare"
     assert main(["compare", "--preset", "smoke", "--data-dir", str(data_dir),
@@ -59,6 +72,18 @@ def test_compare_smoke_writes_table_results_and_plots(data_dir, tmp_path):
     assert "| `tupe-r` |" in table and "Verdicts" in table
     for figure in ("validation_loss.png", "task_scores.png"):
         assert (output / figure).stat().st_size > 1000
+    # the Trainer's TensorBoard callback logged the same losses into the run directory
+    logged = tensorboard_scalars(output / "learned" / "pretrain")
+    expected = results["learned"]["pretrain"]["train_loss"]
+    assert [s for s, _ in logged] == [s for s, _ in expected]
+    assert [v for _, v in logged] == pytest.approx([v for _, v in expected], rel=1e-6)
+    finetuned = next((output / "learned" / "finetune" / "runs" / "sentiment").iterdir())
+    assert tensorboard_scalars(finetuned, "eval/dev_accuracy")
+    # posattn report renders the run as one page: its table and figures, no checkpoint files
+    assert main(["report", str(output)]) == 0
+    page = (output / "report.html").read_text()
+    assert "<td><code>tupe-r</code></td>" in page and 'src="validation_loss.png"' in page
+    assert "checkpoint-" not in page and "tensorboard" not in page
 
 
 def pretrain_args(data_dir: Path, output: Path, *overrides: str) -> list[str]:
@@ -112,6 +137,8 @@ def test_a_killed_run_resumes_to_the_same_end(data_dir, tmp_path):
     b = load_file(killed / "model" / "model.safetensors")
     for name in a:
         torch.testing.assert_close(b[name], a[name], rtol=1e-5, atol=1e-6)
+    # TensorBoard: the killed process's events and the resumed one's cover every step
+    assert {step for step, _ in tensorboard_scalars(killed)} == set(range(1, 41))
     end = json.loads((whole / "metrics.json").read_text())["final_eval_loss"]
     assert json.loads((killed / "metrics.json").read_text())["final_eval_loss"] == pytest.approx(
         end, rel=1e-5

@@ -16,7 +16,7 @@ from transformers.utils import logging as transformers_logging
 
 from ..modeling import PosAttnForSequenceClassification
 from .runconfig import RunConfig
-from .trainer import AtomicCheckpointTrainer
+from .trainer import TENSORBOARD, AtomicCheckpointTrainer, tensorboard_logs
 
 
 class EncodedTask(torch.utils.data.Dataset):
@@ -101,18 +101,19 @@ def finetune_once(
         save_strategy="no",
         logging_steps=max(1, steps_per_epoch // 4),
         seed=seed,
-        report_to=[],
+        report_to=["tensorboard"],  # local event files in the run dir
         use_cpu=not torch.cuda.is_available(),
         disable_tqdm=True,
     )
-    trainer = AtomicCheckpointTrainer(
-        model=model,
-        args=args,
-        train_dataset=splits["train"],
-        eval_dataset={"dev": splits["dev"], "test": splits["test"]},
-        data_collator=DataCollatorWithPadding(tokenizer),
-        compute_metrics=accuracy,
-    )
+    with tensorboard_logs(output / TENSORBOARD):
+        trainer = AtomicCheckpointTrainer(
+            model=model,
+            args=args,
+            train_dataset=splits["train"],
+            eval_dataset={"dev": splits["dev"], "test": splits["test"]},
+            data_collator=DataCollatorWithPadding(tokenizer),
+            compute_metrics=accuracy,
+        )
     trainer.train()
     history = trainer.state.log_history
     dev = [e["eval_dev_accuracy"] for e in history if "eval_dev_accuracy" in e]

@@ -17,7 +17,13 @@ from ..errors import require
 from ..modeling import PosAttnForMaskedLM
 from .mlm_data import MaskedBlocks, pack_paragraphs
 from .runconfig import RunConfig, to_yaml
-from .trainer import AtomicCheckpointTrainer, EpochToDataset, last_checkpoint
+from .trainer import (
+    TENSORBOARD,
+    AtomicCheckpointTrainer,
+    EpochToDataset,
+    last_checkpoint,
+    tensorboard_logs,
+)
 
 
 def world_size() -> int:
@@ -82,7 +88,7 @@ def training_arguments(config: RunConfig, output: Path) -> TrainingArguments:
         data_seed=p.seed,
         dataloader_drop_last=True,
         remove_unused_columns=False,
-        report_to=[],
+        report_to=["tensorboard"],  # local event files in the run dir
         use_cpu=not torch.cuda.is_available(),
         # Under torchrun: NCCL on GPUs, gloo on CPUs; a single process sets none.
         ddp_backend=(("nccl" if torch.cuda.is_available() else "gloo") if processes > 1 else None),
@@ -109,13 +115,14 @@ def pretrain(config: RunConfig, output: Path, tokenizer, corpus, resume: bool = 
     validation = masked_dataset(tokenizer, validation_blocks, config, seed=12345)
     torch.manual_seed(config.pretrain.seed)
     model = PosAttnForMaskedLM(model_cfg)
-    trainer = AtomicCheckpointTrainer(
-        model=model,
-        args=training_arguments(config, output),
-        train_dataset=train,
-        eval_dataset=validation,
-        callbacks=[EpochToDataset(train)],
-    )
+    with tensorboard_logs(output / TENSORBOARD):
+        trainer = AtomicCheckpointTrainer(
+            model=model,
+            args=training_arguments(config, output),
+            train_dataset=train,
+            eval_dataset=validation,
+            callbacks=[EpochToDataset(train)],
+        )
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=checkpoint)
     final = trainer.evaluate()

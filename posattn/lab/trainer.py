@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch.distributed as dist
@@ -13,6 +15,8 @@ from transformers import Trainer, TrainerCallback
 from ..errors import invalid
 
 STAGING = ".staging"
+TENSORBOARD = "tensorboard"
+TENSORBOARD_ENV = "TENSORBOARD_LOGGING_DIR"
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -81,3 +85,24 @@ class EpochToDataset(TrainerCallback):
 
     def on_epoch_begin(self, args, state, control, **kwargs):
         self.dataset.set_epoch(int(state.epoch or 0))
+
+
+@contextmanager
+def tensorboard_logs(directory: Path) -> Iterator[None]:
+    """Route the Trainer's own TensorBoardCallback (report_to=["tensorboard"]) to `directory`.
+
+    transformers v5 dropped TrainingArguments.logging_dir: the callback reads
+    $TENSORBOARD_LOGGING_DIR when the Trainer builds it, else writes under output_dir/runs/<date>.
+    Build the Trainer inside this block; the variable is restored right after, so that each of
+    the runs of one process (compare's encodings, fine-tuning seeds) keeps its own folder.
+    A resumed run appends a new event file to the same folder.
+    """
+    previous = os.environ.get(TENSORBOARD_ENV)
+    os.environ[TENSORBOARD_ENV] = str(directory)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(TENSORBOARD_ENV, None)
+        else:
+            os.environ[TENSORBOARD_ENV] = previous
