@@ -1,6 +1,7 @@
 """posattn: positional encoding for Transformers, built around TUPE and DIET."""
 
 from .attention import MultiHeadAttention
+from .causal_lm import PosAttnForCausalLM
 from .config import PosAttnConfig
 from .encodings import ENCODINGS, LayerTerms, ModelDims, PositionalEncoding, build_encoding
 from .errors import PosAttnConfigError
@@ -23,6 +24,7 @@ __all__ = [
     "MultiHeadAttention",
     "PosAttnConfig",
     "PosAttnConfigError",
+    "PosAttnForCausalLM",
     "PosAttnForMaskedLM",
     "PosAttnForSeq2SeqLM",
     "PosAttnForSequenceClassification",

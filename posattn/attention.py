@@ -1,4 +1,13 @@
-"""Multi-head attention: projections, the positional terms of the layer, one kernel call."""
+"""Multi-head attention: projections, the positional terms of the layer, one kernel call.
+
+Incremental decoding (a key/value cache) needs three things from the caller, all generic:
+the layer's terms for the new query rows over every key (`PositionalEncoding.window_terms`),
+the mask for those rows (`build_attention_mask(..., query_start=past_length)`) and a cache
+with `update(k, v, layer_index) -> (all keys, all values)`, e.g. transformers' `DynamicCache`.
+The cache holds the keys *before* the encoding's q/k transform, which `attend` re-applies to
+every key with the new queries (xPos' scaling is centred on the length, so transformed keys
+from an earlier step would not match).
+"""
 
 from __future__ import annotations
 
@@ -81,7 +90,14 @@ class MultiHeadAttention(nn.Module):
         terms: LayerTerms,
         mask: Tensor | None = None,
         extra_bias: Tensor | None = None,
+        cache=None,
+        layer_index: int = 0,
     ) -> Tensor:
+        """x [B, n_new, d] -> [B, n_new, d]. With a cache, x holds only the new tokens: their
+        keys and values are appended to the cache's layer `layer_index` and the queries attend
+        to every cached key (terms and mask then cover rows [past, past + n_new))."""
         q, k, v = (self._heads(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
+        if cache is not None:
+            k, v = cache.update(k, v, layer_index)
         out = self.attend(q, k, v, terms, mask, extra_bias)
         return self.out_proj(out.transpose(1, 2).flatten(2))

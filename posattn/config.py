@@ -20,7 +20,7 @@ class PosAttnConfig(PreTrainedConfig):
     encoding / encoding_options: a registry name (`posattn list`) and its options.
     segments: "input" (BERT token-type embeddings), "attention" (DIET Eq. 2) or "none".
     norm: "post" (BERT, TUPE) or "pre" LayerNorm.
-    kernel: "auto" (FlexAttention for a learned bias on GPU, SDPA otherwise), "sdpa",
+    kernel: "auto" (SDPA; FlexAttention for a large learned bias on GPU), "sdpa",
         "sdpa-lowmem", "flex" or "eager" (the reference).
     causal: causal self-attention (a decoder); encoders are bidirectional.
     num_labels (a transformers attribute) sizes the classification head.

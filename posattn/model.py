@@ -64,9 +64,12 @@ class EncoderLayer(nn.Module):
         self.ffn = FeedForward(config.d_model, config.ffn_dim, config.dropout)
         self.ffn_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
-    def forward(self, x: Tensor, terms: LayerTerms, mask, segment_bias) -> Tensor:
+    def forward(
+        self, x: Tensor, terms: LayerTerms, mask, segment_bias, cache=None, layer_index: int = 0
+    ) -> Tensor:
         def attend(h: Tensor) -> Tensor:
-            return self.attention_dropout(self.attention(h, terms, mask, segment_bias))
+            out = self.attention(h, terms, mask, segment_bias, cache, layer_index)
+            return self.attention_dropout(out)
 
         if self.pre_norm:
             x = x + attend(self.attention_norm(x))
@@ -76,10 +79,13 @@ class EncoderLayer(nn.Module):
 
 
 class Encoder(nn.Module):
-    """Token ids -> hidden states [B, n, d_model].
+    """Token ids -> hidden states [B, n, d_model]; with `causal=True`, a decoder-only stack.
 
     The positional encoding is consulted once per forward: its input vector (if any) and one
     `LayerTerms` per layer, which carries the input-independent bias shared across layers.
+    A causal stack also decodes incrementally: given a key/value cache holding `past` tokens,
+    input_ids are the new tokens only and the positional terms cover their rows
+    [past, past + n) (`PositionalEncoding.window_terms`); the logits equal the full forward's.
     """
 
     layer_type: type[nn.Module] = EncoderLayer  # the decoder (seq2seq.py) swaps in its own
@@ -111,14 +117,14 @@ class Encoder(nn.Module):
             layer.attention.set_kernel(name)
         self.config.kernel = name
 
-    def _check_inputs(self, input_ids, attention_mask, segment_ids) -> None:
+    def _check_inputs(self, input_ids, attention_mask, segment_ids, past_length: int) -> None:
         require(
             input_ids.dim() == 2,
             "input_ids",
             tuple(input_ids.shape),
             "expected a [batch, seq_len] tensor of token ids",
         )
-        seq_len = input_ids.shape[1]
+        seq_len = past_length + input_ids.shape[1]
         limit = self.encoding.max_positions
         if limit is not None and seq_len > limit:
             raise invalid(
@@ -127,13 +133,28 @@ class Encoder(nn.Module):
                 f"encoding {self.config.encoding!r} has a position table of max_len={limit}; "
                 "use a relative or functional encoding for longer inputs",
             )
-        for name, value in (("attention_mask", attention_mask), ("segment_ids", segment_ids)):
-            if value is not None and value.shape != input_ids.shape:
-                raise invalid(
-                    f"{name}.shape",
-                    tuple(value.shape),
-                    f"must equal input_ids.shape {tuple(input_ids.shape)}",
-                )
+        if past_length:
+            require(
+                self.config.causal,
+                "cache",
+                f"{past_length} cached tokens",
+                "an empty cache: incremental decoding needs a causal model (causal=True)",
+            )
+            require(
+                self.segment_bias is None,
+                "segments",
+                self.config.segments,
+                "'input' or 'none' for incremental decoding: segments inside attention would "
+                "need the segment ids of the cached tokens; run the full forward instead",
+            )
+        batch = input_ids.shape[0]
+        for name, value, shape in (
+            ("attention_mask", attention_mask, (batch, seq_len)),
+            ("segment_ids", segment_ids, tuple(input_ids.shape)),
+        ):
+            if value is not None and tuple(value.shape) != shape:
+                what = "cached + new tokens" if name == "attention_mask" else "input_ids.shape"
+                raise invalid(f"{name}.shape", tuple(value.shape), f"must be {shape} ({what})")
         if segment_ids is not None and segment_ids.numel():
             low, high = int(segment_ids.min()), int(segment_ids.max())
             if low < 0 or high >= self.config.num_segments:
@@ -144,18 +165,21 @@ class Encoder(nn.Module):
                     f"{self.config.num_segments})",
                 )
 
-    def layer_inputs(self, input_ids, attention_mask=None, segment_ids=None):
-        """(embeddings, per-layer terms, mask, per-layer segment bias) for one forward."""
-        self._check_inputs(input_ids, attention_mask, segment_ids)
-        seq_len, device = input_ids.shape[1], input_ids.device
+    def layer_inputs(self, input_ids, attention_mask=None, segment_ids=None, past_length=0):
+        """(embeddings, per-layer terms, mask, per-layer segment bias) for one forward of the
+        tokens at positions [past_length, past_length + n)."""
+        self._check_inputs(input_ids, attention_mask, segment_ids, past_length)
+        seq_len, device = past_length + input_ids.shape[1], input_ids.device
         if segment_ids is None:
             segment_ids = torch.zeros_like(input_ids)
         dtype = self.embeddings.word.weight.dtype
-        x = self.embeddings(
-            input_ids, segment_ids, self.encoding.input_embedding(seq_len, device, dtype)
+        positions = self.encoding.input_embedding(seq_len, device, dtype)
+        positions = None if positions is None else positions[past_length:]
+        x = self.embeddings(input_ids, segment_ids, positions)
+        terms = self.encoding.window_terms(past_length, seq_len, device, dtype)
+        mask = build_attention_mask(
+            attention_mask, seq_len, self.config.causal, device, query_start=past_length
         )
-        terms = self.encoding.terms_for(seq_len, device, dtype)
-        mask = build_attention_mask(attention_mask, seq_len, self.config.causal, device)
         segment_bias = (
             self.segment_bias(segment_ids)
             if self.segment_bias is not None
@@ -163,12 +187,18 @@ class Encoder(nn.Module):
         )
         return x, terms, mask, segment_bias
 
-    def forward(self, input_ids, attention_mask=None, segment_ids=None) -> Tensor:
-        x, terms, mask, segment_bias = self.layer_inputs(input_ids, attention_mask, segment_ids)
-        for layer, layer_terms, layer_segments in zip(
-            self.layers, terms, segment_bias, strict=True
+    def forward(self, input_ids, attention_mask=None, segment_ids=None, cache=None) -> Tensor:
+        """cache: None, or an object with `get_seq_length()` and `update(k, v, layer_index)`
+        (transformers' `DynamicCache`); it then holds the past tokens and receives the new
+        ones, attention_mask covers past + new tokens and segment_ids the new ones."""
+        past_length = 0 if cache is None else cache.get_seq_length()
+        x, terms, mask, segment_bias = self.layer_inputs(
+            input_ids, attention_mask, segment_ids, past_length
+        )
+        for index, (layer, layer_terms, layer_segments) in enumerate(
+            zip(self.layers, terms, segment_bias, strict=True)
         ):
-            x = layer(x, layer_terms, mask, layer_segments)
+            x = layer(x, layer_terms, mask, layer_segments, cache, index)
         return x if self.final_norm is None else self.final_norm(x)
 
 

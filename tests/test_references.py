@@ -68,8 +68,11 @@ def test_learned_input_is_word_plus_position_plus_segment_then_layernorm(encodin
 
 
 @pytest.mark.parametrize("values", [False, True])
-def test_shaw_matches_eq4(values, hidden):
-    """TUPE Eq. 4: (x_i W^Q)(x_j W^K + a_{clip(j-i)})^T / sqrt(d_h), a per layer, t = 3 here."""
+@pytest.mark.parametrize("skew", [False, True])
+def test_shaw_matches_eq4(values, skew, hidden, monkeypatch):
+    """TUPE Eq. 4: (x_i W^Q)(x_j W^K + a_{clip(j-i)})^T / sqrt(d_h), a per layer, t = 3 here;
+    by index gather (CPU) and by offset windows (GPU)."""
+    monkeypatch.setattr("posattn.encodings.t5.SKEW", skew)
     t = 3
     model = tiny_encoder("shaw", encoding_options={"max_distance": t, "values": values})
     layer = 1
@@ -260,3 +263,19 @@ def test_toeplitz_spreads_offset_values_and_sums_gradients_along_diagonals():
     (matrix * weights).sum().backward()
     for r in range(-(n - 1), n):
         torch.testing.assert_close(values.grad[:, r + n - 1], weights.diagonal(r, -2, -1).sum(-1))
+
+
+def test_skew_reads_each_row_at_its_offsets_and_copies_gradients_back():
+    from posattn.encodings.t5 import skew
+
+    n = 4
+    with torch.enable_grad():
+        per_offset = torch.randn(2, 3, n, 2 * n - 1, requires_grad=True)
+        matrix = skew(per_offset)
+        weights = torch.randn(2, 3, n, n)
+        (matrix * weights).sum().backward()
+    for i in range(n):
+        for j in range(n):
+            torch.testing.assert_close(matrix[..., i, j], per_offset[..., i, j - i + n - 1])
+            torch.testing.assert_close(per_offset.grad[..., i, j - i + n - 1], weights[..., i, j])
+    assert per_offset.grad.count_nonzero() == 2 * 3 * n * n  # entries no (i, j) reads get none

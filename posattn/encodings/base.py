@@ -24,8 +24,9 @@ from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
-from ..errors import require, require_positive_int
+from ..errors import invalid, require, require_positive_int
 
 
 class Place(str, Enum):
@@ -84,6 +85,48 @@ class LayerTerms:
     value_term: Callable[[Tensor], Tensor] | None = None
     project_kv: Callable[[Tensor, Tensor, Tensor | None], tuple[Tensor, Tensor]] | None = None
 
+    def query_rows(self, start: int) -> LayerTerms:
+        """These terms, built for a length n, restricted to the query rows [start, n) over all n
+        keys: the form incremental decoding needs (q has n - start rows, k and v have n).
+
+        bias -> bias[..., start:, :]. The callables are row-wise in the queries (query row i of
+        their output depends on query row i only), so they run on the queries with `start`
+        zero rows in front and the first `start` output rows are dropped: the result equals
+        rows [start, n) of the full computation at length n.
+        """
+        if start == 0:
+            return self
+        if self.project_kv is not None:
+            raise invalid(
+                "past_length",
+                start,
+                "0: keys projected along the sequence (Linformer) mix every position into each "
+                "projected key, so earlier keys cannot be cached; run the full forward",
+            )
+
+        def transform_qk(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+            q, k = self.transform_qk(pad_rows(q, start), k)
+            return q[..., start:, :], k
+
+        def qk_logits(q: Tensor, k: Tensor, attention: nn.Module) -> Tensor:
+            return self.qk_logits(pad_rows(q, start), k, attention)[..., start:, :]
+
+        def value_term(probs: Tensor) -> Tensor:
+            return self.value_term(pad_rows(probs, start))[..., start:, :]
+
+        return LayerTerms(
+            scale=self.scale,
+            bias=None if self.bias is None else self.bias[..., start:, :],
+            transform_qk=transform_qk if self.transform_qk else None,
+            qk_logits=qk_logits if self.qk_logits else None,
+            value_term=value_term if self.value_term else None,
+        )
+
+
+def pad_rows(x: Tensor, count: int) -> Tensor:
+    """x [..., m, d] with `count` zero rows in front: [..., count + m, d]."""
+    return F.pad(x, (0, 0, count, 0))
+
 
 @dataclass(frozen=True)
 class NoOptions:
@@ -139,6 +182,28 @@ class PositionalEncoding(nn.Module):
             cache.clear()  # one entry: the latest length and weights
             cache[key] = self.layer_terms(seq_len, device, dtype)
         return cache[key]
+
+    def window_terms(self, start: int, end: int, device: torch.device, dtype: torch.dtype):
+        """One `LayerTerms` per layer for the query rows [start, end) over the keys [0, end):
+        incremental (cached key/value) decoding of a causal model, where tokens [0, start) are
+        already in the cache. Layers that share terms still share them.
+
+        Generic: the terms at length `end` restricted by `LayerTerms.query_rows`, so every
+        encoding gets it and it equals rows [start, end) of the full forward at length `end`.
+        It costs what a forward at length `end` costs for the positional terms (a bias method
+        builds its [H, end, end] bias to keep the last rows); an encoding may override it with
+        something cheaper that returns the same values. Keys must be given to the terms
+        *before* any q/k transform (cache the raw projections), since the transform is
+        re-applied to all of them.
+        """
+        terms = self.terms_for(end, device, dtype)
+        if start == 0:
+            return terms
+        restricted: dict[int, LayerTerms] = {}
+        for layer_terms in terms:
+            if id(layer_terms) not in restricted:
+                restricted[id(layer_terms)] = layer_terms.query_rows(start)
+        return [restricted[id(layer_terms)] for layer_terms in terms]
 
 
 def require_causal(name: str, dims: ModelDims) -> None:

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from ..errors import require
 from .base import LayerTerms, ModelDims, Place, PositionalEncoding, normal_parameter
-from .t5 import relative_positions
+from .t5 import offsets, relative_positions, skew, use_skew
 
 TERMS = ("c2p", "p2c")
 
@@ -117,10 +117,22 @@ class Deberta(PositionalEncoding):
             )
         return (relative + self.span).clamp(0, 2 * self.span - 1)
 
+    def offset_index(self, seq_len: int, device) -> Tensor:
+        """[2n - 1] the embedding row of every offset o = j - i in `offsets` order, i.e. the
+        entry of `relative_index` on that diagonal."""
+        relative = -offsets(seq_len, device)  # i - j
+        if self.options.position_buckets > 0:
+            relative = deberta_log_bucket(
+                relative, self.options.position_buckets, self.max_relative
+            )
+        return (relative + self.span).clamp(0, 2 * self.span - 1)
+
     def _heads(self, x: Tensor) -> Tensor:
         return x.unflatten(-1, (self.dims.num_heads, -1)).transpose(0, 1)  # [H, 2s, d_h]
 
     def _logits(self, layer: int, index: Tensor, embeddings: Tensor, q, k, attention) -> Tensor:
+        if use_skew(q.device):
+            return self._logits_by_offset(layer, embeddings, q, k, attention)
         expand = index.expand(*q.shape[:2], *index.shape)
         logits = 0
         if "c2p" in self.options.terms:
@@ -139,6 +151,31 @@ class Deberta(PositionalEncoding):
             # row j (a key) reads offset bucket(j - i) = -bucket(i - j): the transposed index
             reverse = index.T.expand(*q.shape[:2], *index.shape)
             logits = logits + torch.gather(per_offset, -1, reverse).transpose(-1, -2)
+        return logits * self.content_scale()
+
+    def _logits_by_offset(self, layer: int, embeddings: Tensor, q, k, attention) -> Tensor:
+        """`_logits` through `skew`: each query (c2p) or key (p2c) against the embedding of
+        every offset of the sequence, then each row's window (no index gather/scatter).
+        H100, bf16, B=8, H=8, train: 63 ms against the gather's 77 ms at n=4096, 5.8 against
+        5.3 at n=1024 (the log buckets keep the gather's scatter short of Shaw's contention)."""
+        n = q.shape[-2]
+        rows = self.offset_index(n, q.device)  # c2p: row i, column j reads offset j - i
+        logits = 0
+        if "c2p" in self.options.terms:
+            project = (
+                attention.k_proj if self.key_projections is None else self.key_projections[layer]
+            )
+            table = self._heads(project(embeddings[rows])).to(q.dtype)  # [H, 2n-1, d_h]
+            logits = logits + skew(q @ table.transpose(-1, -2))
+        if "p2c" in self.options.terms:
+            project = (
+                attention.q_proj
+                if self.query_projections is None
+                else self.query_projections[layer]
+            )
+            # key j, query i reads bucket(j - i): the c2p rows with the offset's sign flipped
+            table = self._heads(project(embeddings[rows.flip(0)])).to(k.dtype)
+            logits = logits + skew(k @ table.transpose(-1, -2)).transpose(-1, -2)
         return logits * self.content_scale()
 
     def layer_terms(self, seq_len, device, dtype):

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from ..errors import require_positive_int
 from .base import LayerTerms, ModelDims, Place, PositionalEncoding, normal_parameter
-from .t5 import relative_positions
+from .t5 import offsets, relative_positions, skew, use_skew
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,8 @@ class ShawRelative(PositionalEncoding):
 
     a^K, a^V in R^{(2t+1) x d_h}: one table per layer, shared by the heads of the layer (as DIET
     describes it); t = max_distance (128, TUPE's footnote). Any length: distances are clipped.
-    The key term is computed as q a^K^T ([B,H,n,2t+1]) and gathered by offset, never as an
+    The key term is computed as q a^K^T ([B,H,n,2t+1]) gathered by offset, or (GPU training)
+    as q against every offset's row ([B,H,n,2n-1]) read through `skew`, never as an
     [n, n, d_h] tensor. The value term needs the probabilities, so it runs the eager kernel.
     """
 
@@ -53,13 +54,28 @@ class ShawRelative(PositionalEncoding):
         t = self.options.max_distance
         return relative_positions(seq_len, device).clamp(-t, t) + t
 
+    def rows(self, seq_len: int, device) -> Tensor:
+        """The table row of every offset j - i in `offsets` order: clip(j - i, -t, t) + t."""
+        t = self.options.max_distance
+        return offsets(seq_len, device).clamp(-t, t) + t
+
     def _key_logits(self, layer: int, offsets: Tensor, q: Tensor, k: Tensor, attention) -> Tensor:
+        if use_skew(q.device):
+            # q a^K_o for every offset of the sequence, then each row's window of them.
+            table = self.keys[layer][self.rows(q.shape[-2], q.device)]  # [2n-1, d_h]
+            return skew(q @ table.to(q.dtype).T) * self.content_scale()
         per_offset = q @ self.keys[layer].to(q.dtype).T  # [B, H, n, 2t+1]
         index = offsets.expand(*q.shape[:2], *offsets.shape)
         return torch.gather(per_offset, -1, index) * self.content_scale()
 
     def _value_term(self, layer: int, offsets: Tensor, probs: Tensor) -> Tensor:
         # sum_j p_ij a_{o(i,j)} = sum_o (sum_{j: o(i,j)=o} p_ij) a_o
+        if use_skew(probs.device):
+            n = probs.shape[-1]
+            per_offset = probs.new_zeros(*probs.shape[:-1], 2 * n - 1)
+            skew(per_offset).copy_(probs)  # p_ij at offset j - i of row i
+            table = self.values[layer][self.rows(n, probs.device)]
+            return per_offset @ table.to(probs.dtype)
         index = offsets.expand(*probs.shape[:2], *offsets.shape)
         per_offset = probs.new_zeros(*probs.shape[:-1], self.values.shape[1])
         per_offset.scatter_add_(-1, index, probs)

@@ -7,19 +7,25 @@ from torch import Tensor
 
 
 def build_attention_mask(
-    padding_mask: Tensor | None, seq_len: int, causal: bool, device: torch.device
+    padding_mask: Tensor | None,
+    seq_len: int,
+    causal: bool,
+    device: torch.device,
+    query_start: int = 0,
 ) -> Tensor | None:
-    """Bool mask broadcastable to [B, H, n, n], or None when every key is visible.
+    """Bool mask broadcastable to [B, H, n - query_start, n], or None when every key is visible.
 
-    padding_mask: [B, n], True (or 1) for real tokens. A query row with no visible key (a fully
-    padded sequence, or a left-padded causal row) is opened to all keys: its output is finite
-    and meaningless instead of NaN, and real rows never see padded keys.
+    padding_mask: [B, n] over the keys, True (or 1) for real tokens. query_start: the queries
+    are the rows [query_start, n) (incremental decoding: earlier tokens are cached keys only).
+    A query row with no visible key (a fully padded sequence, or a left-padded causal row) is
+    opened to all keys: its output is finite and meaningless instead of NaN, and real rows
+    never see padded keys.
     """
     mask = None
     if padding_mask is not None:
         mask = padding_mask.bool()[:, None, None, :]  # [B, 1, 1, n]
     if causal:
-        lower = torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()
+        lower = torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()[query_start:]
         mask = lower[None, None] if mask is None else mask & lower
     if mask is None:
         return None
