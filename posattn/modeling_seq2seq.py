@@ -136,9 +136,13 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel):
         memory_kv: list[tuple[Tensor, Tensor]],
         memory_mask: Tensor | None,
         decoder_attention_mask: Tensor | None = None,
+        cache=None,
     ) -> Tensor:
-        """Logits [B, n_tgt, vocab] of the next token after each decoder input position."""
-        hidden = self.decoder(decoder_input_ids, memory_kv, memory_mask, decoder_attention_mask)
+        """Logits [B, n_tgt, vocab] of the next token after each decoder input position; with
+        a `DynamicCache` of the earlier target tokens, decoder_input_ids are the new ones."""
+        hidden = self.decoder(
+            decoder_input_ids, memory_kv, memory_mask, decoder_attention_mask, cache
+        )
         return self.lm_head(hidden)
 
     def forward(

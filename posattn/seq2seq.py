@@ -10,9 +10,14 @@ Each decoder layer has three sublayers:
                    attention with padded source tokens masked;
   feed-forward.
 Each sublayer is wrapped as in the encoder: x + drop(f(norm(x))) (pre-norm) or
-norm(x + drop(f(x))) (post-norm). The cross-attention keys and values depend only on the
-encoder output, so they are computed once per source (`memory_keys_values`) and reused by every
-decoding step.
+norm(x + drop(f(x))) (post-norm).
+
+Incremental decoding uses the core's key/value cache (attention.py, `window_terms`): with a
+`DynamicCache` holding the past target tokens, only the new tokens go in, their self-attention
+keys and values are appended, and the positional terms cover their rows over every cached key,
+so the logits equal the full forward's. The cross-attention keys and values depend only on the
+encoder output: they are computed once per source (`memory_keys_values`) and reused by every
+step.
 """
 
 from __future__ import annotations
@@ -93,8 +98,13 @@ class DecoderLayer(nn.Module):
             return x + self.dropout(f(norm(x)))
         return norm(x + self.dropout(f(x)))
 
-    def forward(self, x, terms: LayerTerms, mask, memory_kv, memory_mask) -> Tensor:
-        x = self.sublayer(x, self.self_norm, lambda h: self.self_attention(h, terms, mask))
+    def forward(
+        self, x, terms: LayerTerms, mask, memory_kv, memory_mask, cache=None, layer_index: int = 0
+    ) -> Tensor:
+        def attend_self(h: Tensor) -> Tensor:
+            return self.self_attention(h, terms, mask, None, cache, layer_index)
+
+        x = self.sublayer(x, self.self_norm, attend_self)
         x = self.sublayer(
             x, self.cross_norm, lambda h: self.attend_memory(h, memory_kv, memory_mask)
         )
@@ -122,10 +132,15 @@ class Decoder(Encoder):
         memory_kv: list[tuple[Tensor, Tensor]],
         memory_mask: Tensor | None = None,
         attention_mask: Tensor | None = None,
+        cache=None,
     ) -> Tensor:
-        """memory_mask: [B, n_src], 1 for real source tokens."""
-        x, terms, mask, _ = self.layer_inputs(input_ids, attention_mask)
+        """memory_mask: [B, n_src], 1 for real source tokens. cache: None, or a transformers
+        `DynamicCache` with the past target tokens (input_ids are then the new ones only)."""
+        past_length = 0 if cache is None else cache.get_seq_length()
+        x, terms, mask, _ = self.layer_inputs(input_ids, attention_mask, None, past_length)
         cross_mask = None if memory_mask is None else memory_mask.bool()[:, None, None, :]
-        for layer, layer_terms, kv in zip(self.layers, terms, memory_kv, strict=True):
-            x = layer(x, layer_terms, mask, kv, cross_mask)
+        for index, (layer, layer_terms, kv) in enumerate(
+            zip(self.layers, terms, memory_kv, strict=True)
+        ):
+            x = layer(x, layer_terms, mask, kv, cross_mask, cache, index)
         return x if self.final_norm is None else self.final_norm(x)

@@ -10,7 +10,7 @@ import random
 
 import pytest
 import torch
-from test_seq2seq import seq2seq
+from test_seq2seq import TABLE4, seq2seq
 from translation_fixtures import build_toy_translation
 
 from posattn.data.translation_tokenizer import load_translation_tokenizer
@@ -24,7 +24,12 @@ from posattn.translation.decoding import (
 )
 from posattn.translation.runconfig import load_translation_config
 from posattn.translation.scoring import corpus_scores
-from posattn.translation.translate import RecomputingScorer, encode_sources, translate_ids
+from posattn.translation.translate import (
+    CachedScorer,
+    RecomputingScorer,
+    encode_sources,
+    translate_ids,
+)
 
 START, EOS = 2, 3
 
@@ -198,3 +203,33 @@ def test_translate_eval_reports_bad_files_and_beam_sizes(toy, tmp_path, capsys):
     assert "source 2=" in capsys.readouterr().err
     assert main([*base, *files, "--truncate"]) == 0
     assert "1 of 2 sources truncated" in capsys.readouterr().out
+
+
+class PairedScorer:
+    """Runs the cached and the recomputing scorer side by side and checks every step."""
+
+    def __init__(self, model, memory, mask):
+        self.cached = CachedScorer(model, memory, mask)
+        self.full = RecomputingScorer(model, memory, mask)
+        self.steps = 0
+
+    def __call__(self, prefixes, parents):
+        cached, full = self.cached(prefixes, parents), self.full(prefixes, parents)
+        torch.testing.assert_close(cached, full, rtol=1e-9, atol=1e-9)
+        self.steps += 1
+        return full
+
+
+@pytest.mark.parametrize("encoding", [*TABLE4, "alibi", "deberta", "kerple"])
+def test_cached_decoding_equals_the_full_forward(encoding):
+    """Beam search reorders the cache at every step; greedy does not."""
+    model, src, mask, _ = model_scorer(encoding)
+    memory = model.encode(src, mask)
+    k = 3
+    rows = torch.arange(len(src)).repeat_interleave(k)
+    paired = PairedScorer(model, memory[rows], mask[rows])
+    beam_search(paired, len(src), START, EOS, SearchSettings(k, 0.6, 12))
+    assert paired.steps >= 5
+    paired = PairedScorer(model, memory, mask)
+    greedy = greedy_search(paired, len(src), START, EOS, 12)
+    assert greedy == translate_ids(model, src, mask, SearchSettings(1, 0.6, 12))

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 from torch.nn import functional as F
+from transformers import DynamicCache
 
 from ..errors import invalid
 from ..modeling_seq2seq import PosAttnForSeq2SeqLM
@@ -27,6 +28,28 @@ class RecomputingScorer:
     def __call__(self, prefixes: Tensor, parents: Tensor) -> Tensor:
         logits = self.model.decode(prefixes, self.memory_kv, self.memory_mask)[:, -1]
         return F.log_softmax(logits.float(), dim=-1)
+
+
+class CachedScorer:
+    """Feeds the decoder only the newest token of each prefix: the self-attention keys and
+    values of the earlier ones sit in a transformers `DynamicCache`, reordered by `parents`
+    (beam search moves hypotheses between rows), and the source's cross-attention keys and
+    values are computed once. Equal to `RecomputingScorer` (tests/test_translation.py)."""
+
+    def __init__(self, model: PosAttnForSeq2SeqLM, memory: Tensor, memory_mask: Tensor):
+        self.model = model
+        self.memory_kv = model.decoder.memory_keys_values(memory)
+        self.memory_mask = memory_mask
+        self.cache: DynamicCache | None = None
+
+    def __call__(self, prefixes: Tensor, parents: Tensor) -> Tensor:
+        if self.cache is None:
+            self.cache, new = DynamicCache(), prefixes
+        else:
+            self.cache.reorder_cache(parents)
+            new = prefixes[:, -1:]
+        logits = self.model.decode(new, self.memory_kv, self.memory_mask, cache=self.cache)
+        return F.log_softmax(logits[:, -1].float(), dim=-1)
 
 
 @dataclass
@@ -65,7 +88,7 @@ def translate_ids(
     input_ids: Tensor,
     attention_mask: Tensor,
     settings: SearchSettings,
-    scorer_type=RecomputingScorer,
+    scorer_type=None,
 ) -> list[list[int]]:
     """Output token ids (without <s> and </s>) per source. beam_size 1 is greedy search."""
     model.eval()
@@ -76,7 +99,7 @@ def translate_ids(
     # last of which may be </s>.
     limit = min(settings.max_new_tokens, config.max_len)
     rows = torch.arange(input_ids.shape[0]).repeat_interleave(k)
-    scorer = scorer_type(model, memory[rows], attention_mask[rows])
+    scorer = (scorer_type or CachedScorer)(model, memory[rows], attention_mask[rows])
     start, eos = config.decoder_start_token_id, config.eos_token_id
     if k == 1:
         return greedy_search(scorer, len(input_ids), start, eos, limit)
@@ -91,7 +114,7 @@ def translate(
     settings: SearchSettings,
     batch_size: int = 32,
     truncate: bool = False,
-    scorer_type=RecomputingScorer,
+    scorer_type=None,
 ) -> tuple[list[str], list[int]]:
     """(detokenised translations, indices of the sources that were truncated)."""
     outputs, truncated = [], []
