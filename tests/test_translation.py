@@ -233,3 +233,17 @@ def test_cached_decoding_equals_the_full_forward(encoding):
     paired = PairedScorer(model, memory, mask)
     greedy = greedy_search(paired, len(src), START, EOS, 12)
     assert greedy == translate_ids(model, src, mask, SearchSettings(1, 0.6, 12))
+
+
+def test_report_names_a_best_or_worst_only_without_overlap():
+    from posattn.translation.report import verdict
+
+    separated = {"a": [1.0, 1.1], "b": [2.0, 2.1], "c": [2.2, 2.4]}
+    assert verdict("loss", separated, higher_is_better=False) == [
+        "- loss: `a` is best on every seed (its spread overlaps no other).",
+        "- loss: `c` is worst on every seed (its spread overlaps no other).",
+    ]
+    overlapping = {"a": [1.0, 2.2], "b": [2.0, 2.1], "c": [1.5, 2.4]}
+    assert verdict("BLEU", overlapping, higher_is_better=True) == [
+        "- BLEU: highest median `b`, but seed spreads overlap: no clear winner."
+    ]

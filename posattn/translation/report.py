@@ -13,8 +13,15 @@ def test_scores(runs: dict, search: str, metric: str) -> list[float]:
     return [run["evaluation"]["test"][search][metric] for run in runs.values()]
 
 
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
+def dev_losses(runs: dict) -> list[float]:
+    return [run["final_dev_loss"] for run in runs.values()]
+
+
+def spread(values: list[float], digits: int = 2) -> str:
+    return (
+        f"{statistics.median(values):.{digits}f} "
+        f"[{min(values):.{digits}f}-{max(values):.{digits}f}]"
+    )
 
 
 def markdown_table(results: dict) -> str:
@@ -26,7 +33,7 @@ def markdown_table(results: dict) -> str:
         row = [
             f"`{encoding}`",
             f"{first['parameters'] / 1e6:.2f}M",
-            f"{statistics.median(r['final_dev_loss'] for r in runs.values()):.3f}",
+            spread(dev_losses(runs), digits=3),
             spread(test_scores(runs, "beam", "bleu")),
             spread(test_scores(runs, "beam", "chrf")),
             spread(test_scores(runs, "greedy", "bleu")),
@@ -36,20 +43,31 @@ def markdown_table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def verdict(label: str, scores: dict[str, list[float]], higher_is_better: bool) -> list[str]:
+    """A best (or worst) encoding is named only where its spread overlaps no other's."""
+    sign = 1 if higher_is_better else -1
+    signed = {e: [sign * v for v in values] for e, values in scores.items()}
+    ranked = sorted(signed, key=lambda e: statistics.median(signed[e]), reverse=True)
+    top, bottom = ranked[0], ranked[-1]
+    best = "highest" if higher_is_better else "lowest"
+    others = ranked[1:]
+    if others and all(min(signed[top]) > max(signed[e]) for e in others):
+        lines = [f"- {label}: `{top}` is best on every seed (its spread overlaps no other)."]
+    else:
+        lines = [f"- {label}: {best} median `{top}`, but seed spreads overlap: no clear winner."]
+    rest = ranked[:-1]
+    if len(rest) > 1 and all(max(signed[bottom]) < min(signed[e]) for e in rest):
+        lines.append(
+            f"- {label}: `{bottom}` is worst on every seed (its spread overlaps no other)."
+        )
+    return lines
+
+
 def verdicts(results: dict) -> list[str]:
-    lines = []
+    lines = verdict("dev loss", {e: dev_losses(runs) for e, runs in results.items()}, False)
     for metric, label in METRICS:
         scores = {e: test_scores(runs, "beam", metric) for e, runs in results.items()}
-        ranked = sorted(scores, key=lambda e: statistics.median(scores[e]), reverse=True)
-        top, rest = ranked[0], ranked[1:]
-        if rest and all(min(scores[top]) > max(scores[e]) for e in rest):
-            lines.append(
-                f"- {label}: `{top}` is best on every seed (its spread overlaps no other)."
-            )
-        else:
-            lines.append(
-                f"- {label}: highest median `{top}`, but seed spreads overlap: no clear winner."
-            )
+        lines += verdict(f"test {label}", scores, True)
     return lines
 
 
