@@ -11,9 +11,11 @@ from an earlier step would not match).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from torch import Tensor, nn
 
-from .encodings.base import LayerTerms
+from .encodings.base import LayerTerms, fold_bias_factors, use_fold
 from .kernels import attention_logits, get_kernel
 
 
@@ -66,14 +68,21 @@ class MultiHeadAttention(nn.Module):
     ) -> Tensor:
         """Heads [B, H, n, d_h] -> attention outputs [B, H, n, d_h] with the layer's terms."""
         q, k = (q, k) if terms.transform_qk is None else terms.transform_qk(q, k)
-        bias = self.positional_bias(q, k, terms, extra_bias)
+        width = v.shape[-1]
+        if terms.bias_factors is not None and self.kernel_name != "eager" and use_fold(q.device):
+            # A low-rank bias rides in the dot product: the fused kernels stay fused and
+            # no [B, H, n, n] bias gradient exists.
+            bias = self.positional_bias(q, k, replace(terms, bias=None), extra_bias)
+            q, k, v = fold_bias_factors(q, k, v, terms.bias_factors, terms.scale)
+        else:
+            bias = self.positional_bias(q, k, terms, extra_bias)
         if terms.project_kv is not None:
             # Linformer: padded keys are zeroed before the projection; every projected key
             # is then visible (a fully padded row keeps its finite fallback).
             keep = None if mask is None else mask[:, :, -1:, :].transpose(-1, -2)
             k, v = terms.project_kv(k, v, keep)
             mask = None
-        return self.kernel(
+        out = self.kernel(
             q,
             k,
             v,
@@ -83,6 +92,7 @@ class MultiHeadAttention(nn.Module):
             dropout_p=self.dropout if self.training else 0.0,
             value_term=terms.value_term,
         )
+        return out if out.shape[-1] == width else out[..., :width]
 
     def forward(
         self,

@@ -55,6 +55,7 @@ def command_modules() -> list:
     from .data import commands as data_commands
     from .inspection import command as inspect_command
     from .lab import commands as lab_commands
+    from .probe import command as probe_command
     from .report import command as report_command
     from .translation import commands as translation_commands
 
@@ -65,6 +66,7 @@ def command_modules() -> list:
         lab_commands.register,
         inspect_command.register,
         report_command.register,
+        probe_command.register,
         translation_commands.register,
     ]
 

@@ -34,7 +34,9 @@ SETTINGS = [(name, *setting) for name in ENCODINGS for setting in settings_of(na
 
 
 @pytest.mark.parametrize(("encoding", "causal", "segments"), SETTINGS)
-def test_kernels_agree(encoding, segments, causal):
+def test_kernels_agree(encoding, segments, causal, monkeypatch):
+    # low-rank biases folded into q/k (the GPU training path) whatever the device
+    monkeypatch.setattr("posattn.encodings.base.FOLD", True)
     ids, mask, segment_ids = padded_batch()
     options = {"bidirectional": False} if causal and encoding in ("t5", "bert-r", "tupe-r") else {}
     model = tiny_encoder(encoding, segments=segments, causal=causal, encoding_options=options)
@@ -49,11 +51,22 @@ def test_kernels_agree(encoding, segments, causal):
     assert torch.isfinite(outputs["sdpa"][0]).all()
 
 
-@pytest.mark.parametrize("encoding", ["shaw", "tupe-r", "diet-abs"])
-def test_kernels_agree_in_gradients(encoding):
+@pytest.mark.parametrize(
+    ("encoding", "options"),
+    [
+        ("shaw", {"values": True}),
+        ("tupe-r", {}),
+        ("diet-abs", {"sharing": "none", "rank": 5}),
+        ("tupe-a", {"cls_index": 3}),
+        ("tupe-a", {"untie_cls": False}),
+    ],
+)
+@pytest.mark.parametrize("fold", [False, True])
+def test_kernels_agree_in_gradients(encoding, options, fold, monkeypatch):
+    monkeypatch.setattr("posattn.encodings.base.FOLD", fold)
     ids, mask, segment_ids = padded_batch()
     segments = "input" if encoding in PROJECTED else "attention"
-    model = tiny_encoder(encoding, segments=segments, encoding_options=with_values(encoding))
+    model = tiny_encoder(encoding, segments=segments, encoding_options=options)
     grads = {}
     for kernel in CPU_TRAINING_KERNELS:
         model.set_kernel(kernel)
@@ -163,3 +176,24 @@ def test_flex_score_mod_broadcasts_bias_and_mask():
         ours = flex_attention_kernel(q, k, v, mask=mask, bias=bias, scale=0.4)
         reference = eager_attention(q, k, v, mask=mask, bias=bias, scale=0.4)
         torch.testing.assert_close(ours, reference, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("encoding", ["diet-abs", "tupe-a"])
+def test_fused_kernels_fold_low_rank_biases_into_the_dot_product(encoding, monkeypatch):
+    """Folded, DIET-ABS and TUPE-A reach SDPA as wider q and k without a bias tensor."""
+    import posattn.attention
+
+    monkeypatch.setattr("posattn.encodings.base.FOLD", True)
+    seen = []
+    monkeypatch.setattr(
+        posattn.attention.MultiHeadAttention,
+        "set_kernel",
+        lambda self, name: (
+            setattr(self, "kernel_name", name)
+            or setattr(self, "kernel", lambda q, k, v, **kw: seen.append((q, kw["bias"])) or v)
+        ),
+    )
+    model = tiny_encoder(encoding, kernel="sdpa")
+    model(torch.randint(0, 40, (2, 6)))
+    assert len(seen) == 2 and all(bias is None for _, bias in seen)
+    assert all(q.shape[-1] > 8 for q, _ in seen)  # d_h = 8 plus the positional features

@@ -21,10 +21,10 @@ from .t5 import offsets, toeplitz
 SHARING = ("none", "layer", "head")
 
 
-def per_layer_terms(scale: float, sharing: str, num_layers: int, bias_of_group) -> list:
-    """One LayerTerms per layer; layers that share a table share one bias tensor."""
+def per_layer_terms(sharing: str, num_layers: int, terms_of_group) -> list:
+    """One LayerTerms per layer; layers that share a table share one LayerTerms (and bias)."""
     groups = 1 if sharing == "layer" else num_layers
-    terms = [LayerTerms(scale=scale, bias=bias_of_group(g)) for g in range(groups)]
+    terms = [terms_of_group(g) for g in range(groups)]
     return [terms[layer_group(sharing, layer)] for layer in range(num_layers)]
 
 
@@ -75,16 +75,25 @@ class DietAbsolute(PositionalEncoding):
 
     def group_bias(self, group: int, seq_len: int) -> Tensor:
         """[1, H or 1, n, n] = P_Q P_K^T of one layer group."""
-        pq = self.query[group, :, :seq_len]
-        pk = self.key[group, :, :seq_len]
-        return (pq @ pk.transpose(-1, -2)).unsqueeze(0)
+        pq, pk = self.group_factors(group, seq_len)
+        return pq @ pk.transpose(-1, -2)
+
+    def group_factors(self, group: int, seq_len: int) -> tuple[Tensor, Tensor]:
+        """(P_Q, P_K) of one layer group, [1, H or 1, n, d_p] each."""
+        return self.query[None, group, :, :seq_len], self.key[None, group, :, :seq_len]
+
+    def group_terms(self, group: int, seq_len: int) -> LayerTerms:
+        return LayerTerms(
+            scale=self.content_scale(),
+            bias=self.group_bias(group, seq_len),
+            bias_factors=self.group_factors(group, seq_len),
+        )
 
     def layer_terms(self, seq_len, device, dtype):
         return per_layer_terms(
-            self.content_scale(),
             self.options.sharing,
             self.dims.num_layers,
-            lambda g: self.group_bias(g, seq_len),
+            lambda g: self.group_terms(g, seq_len),
         )
 
 
@@ -130,11 +139,11 @@ class DietRelative(PositionalEncoding):
 
     def layer_terms(self, seq_len, device, dtype):
         rows = self.rows(seq_len, device)
+        scale = self.content_scale()
         return per_layer_terms(
-            self.content_scale(),
             self.options.sharing,
             self.dims.num_layers,
-            lambda g: toeplitz(self.table[g][rows].T).unsqueeze(0),
+            lambda g: LayerTerms(scale=scale, bias=toeplitz(self.table[g][rows].T).unsqueeze(0)),
         )
 
 

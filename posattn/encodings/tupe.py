@@ -116,21 +116,48 @@ class TupeAbsolute(PositionalEncoding):
     def content_scale(self) -> float:
         return 1.0 / math.sqrt(2 * self.dims.head_dim)
 
-    def absolute_logits(self, seq_len: int) -> Tensor:
-        """[H, n, n] content-free positional logits after the [CLS] reset."""
+    def projected(self, seq_len: int) -> tuple[Tensor, Tensor, Tensor | None]:
+        """(LN(p) U^Q / sqrt(2 d_h), LN(p) U^K) of the n positions, [H, n, d_h] each, and
+        theta [H, 2] when [CLS] is untied."""
         rows = torch.cat([self.positions.table[:seq_len], self.positions.special])
         pq, pk = self.positions.project(rows)
-        scale = self.content_scale()
-        logits = pq[:, :seq_len] @ pk[:, :seq_len].transpose(-1, -2) * scale
+        pq = pq * self.content_scale()
         if not self.options.untie_cls:
-            return logits
+            return pq, pk, None
         require_cls_inside(self.options.cls_index, seq_len)
-        theta = (pq[:, seq_len:] * pk[:, seq_len:]).sum(-1) * scale  # [H, 2]
+        theta = (pq[:, seq_len:] * pk[:, seq_len:]).sum(-1)
+        return pq[:, :seq_len], pk[:, :seq_len], theta
+
+    def absolute_logits(self, seq_len: int) -> Tensor:
+        """[H, n, n] content-free positional logits after the [CLS] reset."""
+        pq, pk, theta = self.projected(seq_len)
+        logits = pq @ pk.transpose(-1, -2)
+        if theta is None:
+            return logits
         return untie_cls(logits, self.options.cls_index, theta[:, 0], theta[:, 1])
 
+    def logit_factors(self, seq_len: int) -> tuple[Tensor, Tensor]:
+        """(f_q, f_k), [1, H, n, r], whose product is `absolute_logits` up to a constant on
+        the [CLS] row: that row's features are zero (softmax ignores the row's constant
+        theta_1), and one more feature, 1 for every other query and theta_2 on the [CLS] key,
+        carries the [CLS] column."""
+        pq, pk, theta = self.projected(seq_len)
+        if theta is not None:
+            cls = self.options.cls_index
+            is_cls = torch.zeros(seq_len, 1, dtype=pq.dtype, device=pq.device)
+            is_cls[cls] = 1
+            pq = torch.cat([pq, torch.ones_like(pq[..., :1])], -1) * (1 - is_cls)
+            column = theta[:, 1, None, None] * is_cls  # [H, n, 1]
+            pk = torch.cat([pk * (1 - is_cls), column], -1)
+        return pq.unsqueeze(0), pk.unsqueeze(0)
+
     def layer_terms(self, seq_len, device, dtype):
-        bias = self.absolute_logits(seq_len).unsqueeze(0)
-        return [LayerTerms(scale=self.content_scale(), bias=bias)] * self.dims.num_layers
+        terms = LayerTerms(
+            scale=self.content_scale(),
+            bias=self.absolute_logits(seq_len).unsqueeze(0),
+            bias_factors=self.logit_factors(seq_len),
+        )
+        return [terms] * self.dims.num_layers
 
 
 class TupeRelative(TupeAbsolute):

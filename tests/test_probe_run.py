@@ -1,0 +1,160 @@
+"""`posattn probe` in the smoke setting: outputs, the learning sanity check, position tables
+that stop at max_len, unsupported pairs, metrics, resuming a killed run, bad input."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from posattn import PosAttnConfigError
+from posattn.cli import main
+from posattn.probe import grid
+from posattn.probe.cell import PAST_MAX_LEN, evaluate, run_cell
+from posattn.probe.report import results_markdown
+from posattn.probe.settings import preset
+from posattn.probe.tasks import IGNORE, probe_task
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """relative + majority x diet-rel + learned, one seed, train_len 16, tests at 16 and 32."""
+    output = tmp_path_factory.mktemp("probe") / "run"
+    assert main(["probe", "--preset", "smoke", "--output", str(output)]) == 0
+    return output
+
+
+def test_outputs_of_a_run(smoke_run):
+    for name in ("config.yaml", "results.json", "results.md"):
+        assert (smoke_run / name).is_file()
+    for task in ("relative", "majority"):
+        assert (smoke_run / f"accuracy-{task}.png").stat().st_size > 1000
+    assert len(list((smoke_run / "cells").glob("*.json"))) == 4
+    table = (smoke_run / "results.md").read_text()
+    assert "| encoding | relative @16 | relative @32 | majority @16 | majority @32 |" in table
+    assert "`learned` |" in table and "`diet-rel` |" in table
+    assert "(causal-lm)" in table and "(encoder-tagging)" in table
+
+
+def test_a_relative_encoding_learns_the_relative_offset_task(smoke_run):
+    """The learning sanity check: DIET-REL on "the token 2 places back" at the training length."""
+    results = json.loads((smoke_run / "results.json").read_text())["results"]
+    at_train_len = results["relative"]["diet-rel"]["lengths"]["16"]
+    assert at_train_len["token"]["mean"] >= 0.9
+    assert at_train_len["exact"]["mean"] >= 0.5
+
+
+def test_position_tables_stop_at_max_len(smoke_run):
+    results = json.loads((smoke_run / "results.json").read_text())["results"]
+    learned = results["relative"]["learned"]["lengths"]
+    assert "token" in learned["16"] and learned["32"] == {"status": PAST_MAX_LEN}
+    assert "token" in results["relative"]["diet-rel"]["lengths"]["32"]  # any length
+    assert f"| {PAST_MAX_LEN} |" in (smoke_run / "results.md").read_text()
+
+
+def test_a_killed_run_redoes_only_its_unfinished_cells(smoke_run, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    shutil.copytree(smoke_run, run)
+    before = json.loads((run / "results.json").read_text())["results"]
+    # the kill: one cell never finished (only its partial file exists), results not written
+    lost = run / "cells" / "majority__learned__seed0.json"
+    lost.rename(lost.with_name(lost.name + ".partial"))
+    (run / "results.json").unlink()
+    computed = []
+    real_compute = grid.compute_cell
+
+    def counting_compute(task, encoding, seed, settings, path):
+        computed.append((task, encoding, seed))
+        return real_compute(task, encoding, seed, settings, path)
+
+    monkeypatch.setattr(grid, "compute_cell", counting_compute)
+    main(["probe", "--preset", "smoke", "--output", str(run)])
+    assert computed == [("majority", "learned", 0)]
+    after = json.loads((run / "results.json").read_text())["results"]
+    assert after == before  # the same seed gives the same cell
+    # other settings do not reuse the stored cells
+    computed.clear()
+    main(
+        ["probe", "--preset", "smoke", "--output", str(run), "--steps", "1", "--tasks", "majority"]
+    )
+    assert len(computed) == 2
+
+
+def test_unsupported_pairs_are_reported_not_raised():
+    settings = preset("smoke")
+    encoder_task = run_cell(probe_task("majority"), "xpos", 0, settings)
+    assert encoder_task["status"] == "unsupported" and "causal" in encoder_task["reason"]
+    causal_task = run_cell(probe_task("relative"), "linformer", 0, settings)
+    assert causal_task["status"] == "unsupported" and "bidirectional" in causal_task["reason"]
+    settings = preset("smoke", encodings=["xpos"], tasks=["majority"])
+    results = grid.aggregate([{**encoder_task, "seed": 0}], settings)
+    assert "n/a: causal only" in results_markdown(results, settings)
+
+
+class ScriptedModel:
+    """Returns logits that pick the target everywhere, except a wrong answer at the first
+    scored position of the examples listed in `wrong`."""
+
+    def __init__(self, wrong: set[int]) -> None:
+        self.wrong, self.seen = wrong, 0
+
+    def eval(self):
+        return self
+
+    def __call__(self, input_ids, attention_mask, token_type_ids):
+        targets = self.batches.pop(0)["targets"]
+        picks = targets.clamp(min=0).clone()
+        for row in range(targets.shape[0]):
+            if self.seen + row in self.wrong:
+                first = int((targets[row] != IGNORE).nonzero()[0])
+                picks[row, first] = (picks[row, first] + 1) % 10
+        self.seen += targets.shape[0]
+        return SimpleNamespace(logits=torch.nn.functional.one_hot(picks, 200).double())
+
+
+def test_metrics_are_token_accuracy_and_exact_match(monkeypatch):
+    """Against counts made by hand: 3 of 20 examples get one scored token wrong."""
+    task = probe_task("relative")
+    model = ScriptedModel(wrong={0, 7, 19})
+    recorded = []
+    real_batch = type(task).batch
+
+    def recording_batch(self, rng, size, length):
+        batch = real_batch(self, rng, size, length)
+        recorded.append(batch)
+        return batch
+
+    monkeypatch.setattr(type(task), "batch", recording_batch)
+    model.batches = recorded
+    metrics = evaluate(model, task, 16, 20, seed=0)
+    scored = 20 * (16 - 3)  # relative: positions 3..15 of every example
+    assert metrics == {"token": (scored - 3) / scored, "exact": 17 / 20}
+
+
+def test_bad_settings_name_the_parameter():
+    with pytest.raises(PosAttnConfigError, match="test_lens"):
+        preset("smoke", test_lens=[8])
+    with pytest.raises(PosAttnConfigError, match="encoding='nope'"):
+        preset("smoke", encodings=["nope"])
+    with pytest.raises(PosAttnConfigError, match="--test-lens"):
+        main(["probe", "--preset", "smoke", "--test-lens", "16,x"])
+    with pytest.raises(PosAttnConfigError, match="--preset"):
+        main(["probe", "--preset", "huge"])
+    with pytest.raises(PosAttnConfigError, match="train_len"):
+        preset("smoke", train_len=3, test_lens=[3])
+
+
+def test_training_is_deterministic_for_a_seed():
+    settings = preset("smoke", steps=5, test_lens=[16])
+    with grid.torch_threads(1):
+        first = run_cell(probe_task("majority"), "diet-rel", 3, settings)
+        again = run_cell(probe_task("majority"), "diet-rel", 3, settings)
+        random.seed(0)  # the global random state plays no part
+        third = run_cell(probe_task("majority"), "diet-rel", 3, settings)
+    assert first["lengths"] == again["lengths"]
+    assert first["final_train_loss"] == again["final_train_loss"]
+    assert third["final_train_loss"] == first["final_train_loss"]
