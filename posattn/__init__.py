@@ -12,6 +12,7 @@ from .modeling import (
     PosAttnModel,
     PosAttnPreTrainedModel,
 )
+from .modeling_seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig
 
 __version__ = "0.1.0"
 
@@ -25,9 +26,11 @@ __all__ = [
     "PosAttnConfigError",
     "PosAttnForCausalLM",
     "PosAttnForMaskedLM",
+    "PosAttnForSeq2SeqLM",
     "PosAttnForSequenceClassification",
     "PosAttnModel",
     "PosAttnPreTrainedModel",
+    "PosAttnSeq2SeqConfig",
     "PositionalEncoding",
     "build_encoding",
 ]

@@ -59,6 +59,7 @@ def command_modules() -> list:
     from .lab import commands as lab_commands
     from .probe import command as probe_command
     from .report import command as report_command
+    from .translation import commands as translation_commands
 
     return [
         register,
@@ -68,6 +69,7 @@ def command_modules() -> list:
         inspect_command.register,
         report_command.register,
         probe_command.register,
+        translation_commands.register,
     ]
 
 

@@ -15,7 +15,11 @@ from .segments import SegmentAttentionBias
 
 
 class Embeddings(nn.Module):
-    """Word (+ segment, when at the input) embeddings; positions come from the encoding."""
+    """Word (+ segment, when at the input) embeddings; positions come from the encoding.
+    `scale` multiplies the word vectors (1; sqrt(d_model) in the encoder-decoder, Vaswani
+    Sec. 3.4)."""
+
+    scale: float = 1.0
 
     def __init__(self, config: PosAttnConfig) -> None:
         super().__init__()
@@ -29,7 +33,7 @@ class Embeddings(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, input_ids: Tensor, segment_ids: Tensor, positions: Tensor | None) -> Tensor:
-        x = self.word(input_ids)
+        x = self.word(input_ids) * self.scale if self.scale != 1.0 else self.word(input_ids)
         if self.segment is not None:
             x = x + self.segment(segment_ids)
         if positions is not None:
@@ -84,6 +88,8 @@ class Encoder(nn.Module):
     [past, past + n) (`PositionalEncoding.window_terms`); the logits equal the full forward's.
     """
 
+    layer_type: type[nn.Module] = EncoderLayer  # the decoder (seq2seq.py) swaps in its own
+
     def __init__(self, config: PosAttnConfig) -> None:
         super().__init__()
         self.config = config
@@ -96,7 +102,7 @@ class Encoder(nn.Module):
             if config.segments == "attention"
             else None
         )
-        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_layers))
+        self.layers = nn.ModuleList(self.layer_type(config) for _ in range(config.num_layers))
         self.final_norm = (
             nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
             if config.norm == "pre"

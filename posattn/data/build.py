@@ -29,6 +29,9 @@ from .manifest import (
     write_atomic,
     write_manifest,
 )
+from .parallel import BUILDERS as PARALLEL_BUILDERS
+from .parallel import PAIRS_VERSION, PARALLEL, PARALLEL_FRACTIONS, ParallelSpec, split_pairs
+from .parallel_files import write_parallel
 from .progress import Reporter
 from .sources import CORPUS_SOURCES, SOURCES
 from .splits import CORPUS_FRACTIONS, TASK_FRACTIONS
@@ -37,6 +40,11 @@ from .task_files import read_examples, write_examples
 from .tasks import TASKS, TaskSpec
 from .text import word_count
 from .tokenizer import DEFAULT_VOCAB_SIZE, count_tokens, save_tokenizer, train_wordpiece
+from .translation_tokenizer import (
+    DEFAULT_TRANSLATION_VOCAB,
+    save_translation_tokenizer,
+    train_shared_bpe,
+)
 
 TASK_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 
@@ -79,11 +87,15 @@ class Plan:
     corpus_files: list[Path] = field(default_factory=list)
     task_files: dict[str, Path] = field(default_factory=dict)
     vocab_size: int = DEFAULT_VOCAB_SIZE
+    translations: list[str] = field(default_factory=list)  # parallel sets (PARALLEL)
+    translation_vocab_size: int = DEFAULT_TRANSLATION_VOCAB
 
     def sources(self) -> list[str]:
         needed = set() if self.corpus_files else set(CORPUS_SOURCES)
         for name in self.tasks:
             needed.update(TASKS[name].sources)
+        for name in self.translations:
+            needed.update(PARALLEL[name].sources)
         return [name for name in SOURCES if name in needed]
 
 
@@ -92,10 +104,15 @@ def make_plan(
     corpus: Sequence[str | os.PathLike] | None,
     task_files: Mapping[str, str | os.PathLike] | None,
     vocab_size: int,
+    translations: Iterable[str] | None = None,
+    translation_vocab_size: int = DEFAULT_TRANSLATION_VOCAB,
 ) -> Plan:
     chosen = list(TASKS) if tasks is None else list(tasks)
     for name in chosen:
         require_choice("tasks", name, tuple(TASKS))
+    parallel = list(translations or ())
+    for name in parallel:
+        require_choice("translation", name, tuple(PARALLEL))
     files = {}
     for name, path in (task_files or {}).items():
         require(bool(TASK_NAME.match(name)), "task", name, "a name of a-z, 0-9, _ and -")
@@ -104,7 +121,14 @@ def make_plan(
     for path in corpus or ():
         require(Path(path).is_file(), "corpus", str(path), "an existing UTF-8 text file")
     builtin = [name for name in chosen if name not in files]
-    return Plan(builtin, [Path(p) for p in corpus or ()], files, vocab_size)
+    return Plan(
+        builtin,
+        [Path(p) for p in corpus or ()],
+        files,
+        vocab_size,
+        parallel,
+        translation_vocab_size,
+    )
 
 
 def prepare(
@@ -115,16 +139,21 @@ def prepare(
     task_files: Mapping[str, str | os.PathLike] | None = None,
     vocab_size: int = DEFAULT_VOCAB_SIZE,
     quiet: bool = False,
+    translations: Iterable[str] | None = None,
+    translation_vocab_size: int = DEFAULT_TRANSLATION_VOCAB,
 ) -> DataPaths:
     """Build the data directory (default: `default_data_dir()`).
 
     tasks: the built-in tasks to build (default: all of `TASKS`).
     corpus: the user's text files (one paragraph per line) instead of the built-in corpus.
     task_files: {name: JSON Lines file} for a user's task, or to replace a built-in one.
-    vocab_size: WordPiece vocabulary size. Raises MissingSources when a source cannot be had,
-    after building everything that does not need it.
+    vocab_size: WordPiece vocabulary size.
+    translations: the parallel sets to build (names in `PARALLEL`; default none here, all of
+    them from the command line), each with a shared BPE tokenizer of `translation_vocab_size`.
+    Raises MissingSources when a source cannot be had, after building everything that does not
+    need it.
     """
-    plan = make_plan(tasks, corpus, task_files, vocab_size)
+    plan = make_plan(tasks, corpus, task_files, vocab_size, translations, translation_vocab_size)
     layout = paths(data_dir)
     layout.root.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -147,6 +176,13 @@ def prepare(
             write_manifest(layout.manifest, manifest)
         for name, path in plan.task_files.items():
             build_task(user_spec(name, path), layout, manifest, reporter, path=path)
+            write_manifest(layout.manifest, manifest)
+        for name in plan.translations:
+            spec = PARALLEL[name]
+            if all(source in roots for source in spec.sources):
+                build_parallel(spec, plan.translation_vocab_size, layout, manifest, reporter, roots)
+            else:
+                not_built.append(f"translation {name}")
             write_manifest(layout.manifest, manifest)
     manifest["last_prepare_seconds"] = round(time.perf_counter() - started, 1)
     write_manifest(layout.manifest, manifest)
@@ -306,3 +342,49 @@ def build_task(
 
 def json_text(data: Any) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+def build_parallel(
+    spec: ParallelSpec,
+    vocab_size: int,
+    layout: DataPaths,
+    manifest: dict[str, Any],
+    reporter: Reporter,
+    roots: dict[str, Path],
+) -> None:
+    """A translation set: line-aligned split files and a BPE tokenizer trained on the training
+    pairs of both languages."""
+    inputs = {name: manifest["sources"][name]["sha256"] for name in spec.sources}
+    fp = fingerprint(
+        "parallel", PAIRS_VERSION, spec.to_json(), inputs, PARALLEL_FRACTIONS, vocab_size
+    )
+    steps = manifest.setdefault("translation", {})
+    if step_is_current(steps, spec.name, fp, layout.root):
+        reporter.log(f"translation {spec.name}: up to date")
+        return
+    folder = layout.translation_dir(spec.name)
+    with reporter.step(f"building translation set {spec.name}"):
+        splits, dropped = split_pairs(spec.name, PARALLEL_BUILDERS[spec.name](roots))
+        files = []
+        for split in SPLITS:
+            source = folder / f"{split}.{spec.source_lang}"
+            target = folder / f"{split}.{spec.target_lang}"
+            write_parallel(source, target, splits[split])
+            files += [source, target]
+        texts = [text for pair in splits["train"] for text in pair]
+        tokenizer = train_shared_bpe(texts, vocab_size)
+        files += save_translation_tokenizer(tokenizer, folder / "tokenizer")
+        info = {**spec.to_json(), "pairs": {s: len(splits[s]) for s in SPLITS}}
+        write_atomic(folder / "pairs.json", json_text({**info, "dropped": dropped}))
+        files.append(folder / "pairs.json")
+    steps[spec.name] = {
+        "fingerprint": fp,
+        "files": [file_record(p, layout.root) for p in files],
+        "pairs": {split: len(splits[split]) for split in SPLITS},
+        "dropped": dropped,
+        "words": {
+            lang: sum(len(pair[side].split()) for s in SPLITS for pair in splits[s])
+            for side, lang in enumerate((spec.source_lang, spec.target_lang))
+        },
+        "vocab_size": len(tokenizer),
+    }

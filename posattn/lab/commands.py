@@ -69,8 +69,13 @@ def run_finetune(args: argparse.Namespace) -> int:
 
 
 def run_compare(args: argparse.Namespace) -> int:
+    if args.task == "translation":
+        from ..translation.commands import run_compare as run_translation_compare
+
+        return run_translation_compare(args)
     from .compare import compare
 
+    args.preset = args.preset or "quick"
     config = run_config(args)
     if args.encodings:
         config = replace(config, encodings=[e.strip() for e in args.encodings.split(",")])
@@ -113,7 +118,13 @@ def register(commands) -> None:
         "compare", help="pretrain and fine-tune every encoding, then compare (the main job)"
     )
     parser.add_argument("--encodings", help="comma-separated encodings (default: the preset's)")
-    add_run_options(parser, "quick")
+    parser.add_argument(
+        "--task",
+        choices=("pretraining", "translation"),
+        default="pretraining",
+        help="pretraining: MLM + fine-tuning (default); translation: encoder-decoders, BLEU",
+    )
+    add_run_options(parser, None)
     parser.set_defaults(func=run_compare)
 
     parser = commands.add_parser("bench", help="time and memory of every encoding vs SDPA")

@@ -117,10 +117,18 @@ def load_run_config(
     preset: str | None = None, file: str | Path | None = None, overrides: list[str] = ()
 ) -> RunConfig:
     """Defaults <- preset <- file <- overrides; unknown keys and bad types fail here."""
-    schema = OmegaConf.structured(RunConfig)
+    return merge_config(RunConfig, None if preset is None else preset_path(preset), file, overrides)
+
+
+def merge_config(
+    schema_type: type, preset: Path | None, file: str | Path | None, overrides: list[str] = ()
+):
+    """An instance of the structured config `schema_type`: its defaults <- a preset YAML <- a
+    user YAML <- KEY=VALUE overrides; unknown keys and bad types fail here."""
+    schema = OmegaConf.structured(schema_type)
     layers = []
     if preset is not None:
-        layers.append(OmegaConf.load(preset_path(preset)))
+        layers.append(OmegaConf.load(preset))
     if file is not None:
         if not Path(file).is_file():
             raise invalid("--config", str(file), "an existing YAML file")

@@ -1,0 +1,100 @@
+"""The translation comparison table (DIET Table 4 shape), honest about seed noise: medians over
+seeds with [min-max], and a winner named only where its worst seed beats every other's best
+(the rule of lab/report.py)."""
+
+from __future__ import annotations
+
+import statistics
+
+METRICS = (("bleu", "BLEU"), ("chrf", "chrF"))
+
+
+def test_scores(runs: dict, search: str, metric: str) -> list[float]:
+    return [run["evaluation"]["test"][search][metric] for run in runs.values()]
+
+
+def dev_losses(runs: dict) -> list[float]:
+    return [run["final_dev_loss"] for run in runs.values()]
+
+
+def spread(values: list[float], digits: int = 2) -> str:
+    return (
+        f"{statistics.median(values):.{digits}f} "
+        f"[{min(values):.{digits}f}-{max(values):.{digits}f}]"
+    )
+
+
+def markdown_table(results: dict) -> str:
+    header = ["encoding", "params", "dev loss", "test BLEU (beam)", "test chrF (beam)"]
+    header += ["test BLEU (greedy)", "train s"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for encoding, runs in results.items():
+        first = next(iter(runs.values()))
+        row = [
+            f"`{encoding}`",
+            f"{first['parameters'] / 1e6:.2f}M",
+            spread(dev_losses(runs), digits=3),
+            spread(test_scores(runs, "beam", "bleu")),
+            spread(test_scores(runs, "beam", "chrf")),
+            spread(test_scores(runs, "greedy", "bleu")),
+            f"{statistics.median(r['train_seconds'] for r in runs.values()):.0f}",
+        ]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def verdict(label: str, scores: dict[str, list[float]], higher_is_better: bool) -> list[str]:
+    """A best (or worst) encoding is named only where its spread overlaps no other's."""
+    sign = 1 if higher_is_better else -1
+    signed = {e: [sign * v for v in values] for e, values in scores.items()}
+    ranked = sorted(signed, key=lambda e: statistics.median(signed[e]), reverse=True)
+    top, bottom = ranked[0], ranked[-1]
+    best = "highest" if higher_is_better else "lowest"
+    others = ranked[1:]
+    if others and all(min(signed[top]) > max(signed[e]) for e in others):
+        lines = [f"- {label}: `{top}` is best on every seed (its spread overlaps no other)."]
+    else:
+        lines = [f"- {label}: {best} median `{top}`, but seed spreads overlap: no clear winner."]
+    rest = ranked[:-1]
+    if len(rest) > 1 and all(max(signed[bottom]) < min(signed[e]) for e in rest):
+        lines.append(
+            f"- {label}: `{bottom}` is worst on every seed (its spread overlaps no other)."
+        )
+    return lines
+
+
+def verdicts(results: dict) -> list[str]:
+    lines = verdict("dev loss", {e: dev_losses(runs) for e, runs in results.items()}, False)
+    for metric, label in METRICS:
+        scores = {e: test_scores(runs, "beam", metric) for e, runs in results.items()}
+        lines += verdict(f"test {label}", scores, True)
+    return lines
+
+
+def copy_baseline(results: dict) -> str:
+    run = next(iter(next(iter(results.values())).values()))
+    copy = run["evaluation"]["test"]["copy_source"]
+    return f"copying the source scores BLEU {copy['bleu']:.2f}, chrF {copy['chrf']:.2f}"
+
+
+def translation_markdown(results: dict, context: dict) -> str:
+    any_run = next(iter(next(iter(results.values())).values()))
+    test = any_run["evaluation"]["test"]
+    parts = [
+        "# posattn compare --task translation",
+        "",
+        f"Preset `{context['preset']}`, pairs `{context['pairs']}`, {context['machine']}. "
+        f"Scores: sacrebleu corpus BLEU and chrF of the detokenised output on {test['pairs']} "
+        f"test pairs, beam {context['beam_size']} with length penalty "
+        f"{context['length_penalty']} (and greedy), median over seeds [min-max]; dev loss: "
+        f"token NLL on the dev pairs; train s: training time per run. On these pairs "
+        f"{copy_baseline(results)}.",
+        "",
+        markdown_table(results),
+        "",
+        "## Verdicts",
+        *verdicts(results),
+        "",
+        f"Wall time: {context['wall_seconds'] / 60:.1f} min.",
+    ]
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,201 @@
+"""PosAttnForSeq2SeqLM against a slow reference written from its definition, and the
+invariants that pin down where positions act: causal decoding, no positional term in
+cross-attention, source padding, tied embeddings, the label-smoothed loss."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import REQUIRED_OPTIONS
+from reference import layer_norm
+from transformers import AutoModelForSeq2SeqLM
+
+from posattn import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig
+from posattn.errors import PosAttnConfigError
+
+TABLE4 = ["sinusoidal", "shaw", "diet-rel", "t5", "tupe-r", "diet-abs", "rope"]
+# Encodings acting only at the input or as a logit bias: the reference adds their terms.
+BIAS_OR_INPUT = ["sinusoidal", "t5", "diet-rel", "diet-abs", "tupe-r"]
+
+
+def seq2seq(encoding: str, seed: int = 0, **overrides) -> PosAttnForSeq2SeqLM:
+    """A float64 model in eval mode whose every parameter is random."""
+    options = {**REQUIRED_OPTIONS.get(encoding, {}), **overrides.pop("encoding_options", {})}
+    values = dict(
+        vocab_size=30,
+        d_model=24,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=3,
+        ffn_dim=32,
+        max_len=16,
+        dropout=0.0,
+        attention_dropout=0.0,
+        encoding=encoding,
+        encoding_options=options,
+    )
+    values.update(overrides)
+    torch.manual_seed(seed)
+    model = PosAttnForSeq2SeqLM(PosAttnSeq2SeqConfig(**values)).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(torch.randn_like(parameter) * 0.5)
+    return model
+
+
+def inputs(seed: int = 1, batch: int = 2, n_src: int = 7, n_tgt: int = 6):
+    generator = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, 30, (batch, n_src), generator=generator)
+    tgt = torch.randint(4, 30, (batch, n_tgt), generator=generator)
+    mask = torch.ones_like(src)
+    mask[1, -2:] = 0  # the second source is padded
+    return src, mask, tgt
+
+
+def linear(x, layer):
+    return x @ layer.weight.T + layer.bias
+
+
+def reference_attention(x, keys_from, attention, bias, mask, causal, scale=None):
+    """softmax(q k^T * scale + bias) v per head (scale 1/sqrt(d_h) unless the encoding sets
+    its own, as TUPE does), with explicit loops over heads."""
+    heads = attention.num_heads
+    d_h = x.shape[-1] // heads
+    q, k = linear(x, attention.q_proj), linear(keys_from, attention.k_proj)
+    v = linear(keys_from, attention.v_proj)
+    outputs = []
+    for h in range(heads):
+        cols = slice(h * d_h, (h + 1) * d_h)
+        logits = q[..., cols] @ k[..., cols].transpose(-1, -2) * (scale or 1 / math.sqrt(d_h))
+        if bias is not None:
+            logits = logits + bias[0, h]
+        n_q, n_k = logits.shape[-2:]
+        allowed = mask[:, None, :].bool().expand(-1, n_q, -1)
+        if causal:
+            allowed = allowed & torch.ones(n_q, n_k, dtype=torch.bool).tril()
+        logits = logits.masked_fill(~allowed, float("-inf"))
+        outputs.append(torch.softmax(logits, -1) @ v[..., cols])
+    return linear(torch.cat(outputs, -1), attention.out_proj)
+
+
+def reference_stack(stack, ids, mask, memory=None, memory_mask=None):
+    """One stack (encoder, or decoder when memory is given), pre-norm, from the definition."""
+    n = ids.shape[1]
+    x = stack.embeddings.word.weight[ids] * math.sqrt(stack.config.d_model)  # Vaswani Sec. 3.4
+    positions = stack.encoding.input_embedding(n, ids.device, x.dtype)
+    if positions is not None:
+        x = x + positions
+    norm = stack.embeddings.norm
+    x = layer_norm(x, norm.weight, norm.bias, norm.eps)
+    terms = stack.encoding.layer_terms(n, ids.device, x.dtype)
+    causal = memory is not None
+    for layer, layer_terms in zip(stack.layers, terms, strict=True):
+        bias = layer_terms.bias
+        bias = None if bias is None else bias.reshape(1, -1, n, n)
+        if causal:
+            self_attn, self_norm = layer.self_attention, layer.self_norm
+        else:
+            self_attn, self_norm = layer.attention, layer.attention_norm
+        h = layer_norm(x, self_norm.weight, self_norm.bias, self_norm.eps)
+        x = x + reference_attention(h, h, self_attn, bias, mask, causal, layer_terms.scale)
+        if causal:
+            h = layer_norm(x, layer.cross_norm.weight, layer.cross_norm.bias, layer.cross_norm.eps)
+            x = x + reference_attention(h, memory, layer.cross_attention, None, memory_mask, False)
+        h = layer_norm(x, layer.ffn_norm.weight, layer.ffn_norm.bias, layer.ffn_norm.eps)
+        x = x + linear(torch.nn.functional.gelu(linear(h, layer.ffn.up)), layer.ffn.down)
+    final = stack.final_norm
+    return layer_norm(x, final.weight, final.bias, final.eps)
+
+
+@pytest.mark.parametrize("encoding", BIAS_OR_INPUT)
+def test_forward_matches_the_reference(encoding):
+    model = seq2seq(encoding)
+    src, mask, tgt = inputs()
+    memory = reference_stack(model.encoder, src, mask)
+    hidden = reference_stack(model.decoder, tgt, torch.ones_like(tgt), memory, mask)
+    expected = hidden @ model.encoder.embeddings.word.weight.T  # the tied output projection
+    logits = model(src, mask, decoder_input_ids=tgt).logits
+    torch.testing.assert_close(logits, expected, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("encoding", TABLE4)
+def test_decoder_is_causal(encoding):
+    model = seq2seq(encoding)
+    src, mask, tgt = inputs()
+    base = model(src, mask, decoder_input_ids=tgt).logits
+    changed = tgt.clone()
+    changed[:, 3] = (changed[:, 3] + 1) % 30
+    after = model(src, mask, decoder_input_ids=changed).logits
+    torch.testing.assert_close(after[:, :3], base[:, :3], rtol=0, atol=1e-12)
+    assert not torch.allclose(after[:, 3:], base[:, 3:])
+
+
+@pytest.mark.parametrize("encoding", TABLE4)
+def test_cross_attention_carries_no_positions(encoding):
+    """Permuting the encoder output (with its mask) leaves the decoder unchanged."""
+    model = seq2seq(encoding)
+    src, mask, tgt = inputs()
+    memory = model.encode(src, mask)
+    perm = torch.tensor([3, 0, 6, 1, 5, 2, 4])
+    plain = model.decode(tgt, model.decoder.memory_keys_values(memory), mask)
+    permuted = model.decode(tgt, model.decoder.memory_keys_values(memory[:, perm]), mask[:, perm])
+    torch.testing.assert_close(permuted, plain, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("encoding", TABLE4)
+def test_source_padding_changes_nothing(encoding):
+    model = seq2seq(encoding)
+    src, mask, tgt = inputs()
+    padded = torch.cat([src, torch.zeros(2, 3, dtype=torch.long)], 1)
+    padded_mask = torch.cat([mask, torch.zeros(2, 3, dtype=torch.long)], 1)
+    base = model(src, mask, decoder_input_ids=tgt).logits
+    torch.testing.assert_close(
+        model(padded, padded_mask, decoder_input_ids=tgt).logits, base, rtol=1e-10, atol=1e-10
+    )
+
+
+@pytest.mark.parametrize("encoding", TABLE4)
+def test_save_load_through_auto_class_keeps_tied_embeddings(tmp_path, encoding):
+    model = seq2seq(encoding)
+    src, mask, tgt = inputs()
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
+    assert type(loaded) is PosAttnForSeq2SeqLM
+    word = loaded.encoder.embeddings.word
+    assert loaded.decoder.embeddings.word is word and loaded.lm_head.weight is word.weight
+    torch.testing.assert_close(
+        loaded(src, mask, decoder_input_ids=tgt).logits.double(),
+        model(src, mask, decoder_input_ids=tgt).logits,
+    )
+
+
+def test_label_smoothed_loss_in_training_and_nll_in_evaluation():
+    model = seq2seq("diet-rel", label_smoothing=0.1)
+    src, mask, tgt = inputs()
+    labels = tgt.clone()
+    labels[1, -2:] = -100
+    decoder_ids = model.prepare_decoder_input_ids_from_labels(labels)
+    assert decoder_ids[0, 0] == model.config.decoder_start_token_id
+    assert torch.equal(decoder_ids[0, 1:], labels[0, :-1]) and decoder_ids[1, -1] == 0
+    log_probs = torch.log_softmax(model(src, mask, labels=labels).logits, -1)
+    kept = labels != -100
+    nll = -log_probs[kept].gather(-1, labels[kept][:, None]).mean()
+    uniform = -log_probs[kept].mean()
+    assert torch.allclose(model(src, mask, labels=labels).loss, nll)
+    model.train()
+    assert torch.allclose(model(src, mask, labels=labels).loss, 0.9 * nll + 0.1 * uniform)
+
+
+def test_bad_seq2seq_configs():
+    with pytest.raises(PosAttnConfigError, match=r"label_smoothing=1\.0"):
+        PosAttnSeq2SeqConfig(label_smoothing=1.0, d_model=8, num_heads=2)
+    with pytest.raises(PosAttnConfigError, match="segments='attention'"):
+        PosAttnSeq2SeqConfig(segments="attention", d_model=8, num_heads=2)
+    with pytest.raises(PosAttnConfigError, match="causal=True"):
+        PosAttnSeq2SeqConfig(causal=True, d_model=8, num_heads=2)
+    with pytest.raises(PosAttnConfigError, match="seq_len=20"):
+        seq2seq("learned")(
+            torch.ones(1, 20, dtype=torch.long), decoder_input_ids=torch.ones(1, 3).long()
+        )

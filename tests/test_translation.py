@@ -1,0 +1,249 @@
+"""Decoding and scoring proofs: beam 1 is greedy, beam search finds the exhaustive optimum,
+BLEU of the references is 100 and of shuffled output near 0; bad input; a smoke run that
+beats copying the source."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+import pytest
+import torch
+from test_seq2seq import TABLE4, seq2seq
+from translation_fixtures import build_toy_translation
+
+from posattn.data.translation_tokenizer import load_translation_tokenizer
+from posattn.errors import PosAttnConfigError
+from posattn.translation.data import encode_pairs
+from posattn.translation.decoding import (
+    SearchSettings,
+    beam_search,
+    greedy_search,
+    length_penalty,
+)
+from posattn.translation.runconfig import load_translation_config
+from posattn.translation.scoring import corpus_scores
+from posattn.translation.translate import (
+    CachedScorer,
+    RecomputingScorer,
+    encode_sources,
+    translate_ids,
+)
+
+START, EOS = 2, 3
+
+
+def model_scorer(encoding: str, rows: int = 3, seed: int = 0):
+    model = seq2seq(encoding, seed=seed)
+    src = torch.randint(4, 30, (rows, 6), generator=torch.Generator().manual_seed(seed))
+    mask = torch.ones_like(src)
+    return model, src, mask, RecomputingScorer(model, model.encode(src, mask), mask)
+
+
+@pytest.mark.parametrize("encoding", ["sinusoidal", "shaw", "diet-rel", "rope"])
+def test_beam_of_one_is_greedy(encoding):
+    _, src, _, scorer = model_scorer(encoding)
+    greedy = greedy_search(scorer, len(src), START, EOS, max_new_tokens=12)
+    beam = beam_search(scorer, len(src), START, EOS, SearchSettings(1, 0.6, 12))
+    assert beam == greedy and any(greedy)
+
+
+class TableScorer:
+    """Log-probabilities as a fixed random function of the prefix (4 tokens: 0-2 and </s>)."""
+
+    vocab = 4
+
+    def __init__(self, eos: int) -> None:
+        self.eos = eos
+
+    def log_probs(self, prefix: tuple[int, ...]) -> torch.Tensor:
+        seed = hash(prefix) % (2**31)
+        logits = torch.randn(self.vocab, generator=torch.Generator().manual_seed(seed)) * 2
+        return torch.log_softmax(logits.double(), -1)
+
+    def __call__(self, prefixes, parents):
+        return torch.stack([self.log_probs(tuple(row)) for row in prefixes.tolist()])
+
+
+def exhaustive_best(scorer: TableScorer, start: int, limit: int, alpha: float) -> list[int]:
+    """max over every output of log P / lp: ended by </s> within the limit, or cut at it."""
+    best, best_score = None, float("-inf")
+    for length in range(1, limit + 1):
+        others = [t for t in range(scorer.vocab) if t != scorer.eos]
+        for body in itertools.product(others, repeat=length - 1):
+            for last in [scorer.eos] + (others if length == limit else []):
+                tokens = (*body, last)
+                prefix, total = (start,), 0.0
+                for token in tokens:
+                    total += float(scorer.log_probs(prefix)[token])
+                    prefix += (token,)
+                score = total / length_penalty(length, alpha)
+                if score > best_score:
+                    best, best_score = [t for t in tokens if t != scorer.eos], score
+    return best
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
+def test_wide_beam_finds_the_exhaustive_optimum(alpha):
+    # start token 4 is outside the output vocabulary; a beam of 64 never prunes at length 3
+    scorer = TableScorer(eos=3)
+    for trial in range(3):
+        start = 4 + trial
+        found = beam_search(scorer, 1, start, 3, SearchSettings(64, alpha, 3))
+        assert found == [exhaustive_best(scorer, start, 3, alpha)]
+
+
+def test_bleu_and_chrf_of_the_scoring_path():
+    references = [
+        "In the beginning God created the heaven and the earth.",
+        "And the earth was without form, and void.",
+        "And God said, Let there be light: and there was light.",
+        "And God saw the light, that it was good.",
+        "And the evening and the morning were the first day.",
+    ]
+    same = corpus_scores(references, references)
+    assert same["bleu"] == pytest.approx(100.0) and same["chrf"] == pytest.approx(100.0)
+    words = " ".join(references).split()
+    random.Random(0).shuffle(words)
+    shuffled = [" ".join(words[i::5]) for i in range(5)]
+    assert corpus_scores(shuffled, references)["bleu"] < 5.0
+    with pytest.raises(PosAttnConfigError, match="one per reference"):
+        corpus_scores(references[:2], references)
+
+
+def test_bad_decoding_input():
+    with pytest.raises(PosAttnConfigError, match="beam_size=0"):
+        SearchSettings(beam_size=0)
+    with pytest.raises(PosAttnConfigError, match="length_penalty=-1"):
+        SearchSettings(length_penalty=-1)
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    return build_toy_translation(tmp_path_factory.mktemp("toy-data"))
+
+
+def test_too_long_sources_and_pairs_fail_or_are_truncated_and_counted(toy):
+    tokenizer = load_translation_tokenizer(toy / "translation/toy/tokenizer")
+    long_source = " ".join(["cat dog"] * 20)
+    with pytest.raises(PosAttnConfigError, match=r"source 2='\d+ tokens'.*max_len=8"):
+        encode_sources(tokenizer, ["cat", long_source], max_length=8, truncate=False)
+    encoded = encode_sources(tokenizer, ["cat", long_source], max_length=8, truncate=True)
+    assert encoded.truncated == [1] and encoded.input_ids.shape == (2, 8)
+    assert encoded.input_ids[1, -1] == tokenizer.eos_token_id
+    pairs = [("cat", "tac"), ("cat", " ".join(["tac god"] * 20))]
+    with pytest.raises(PosAttnConfigError, match=r"train pair 2 \(target\)"):
+        encode_pairs(tokenizer, pairs, 8, "error", "train pair")
+    assert encode_pairs(tokenizer, pairs, 8, "drop").dropped == 1
+    truncated = encode_pairs(tokenizer, pairs, 8, "truncate")
+    assert truncated.truncated == 1 and len(truncated.dataset[1]["labels"]) == 8
+
+
+def test_model_limit_applies_to_decoding():
+    model, src, mask, _ = model_scorer("diet-rel")
+    outputs = translate_ids(model, src, mask, SearchSettings(2, 0.6, max_new_tokens=100))
+    assert all(len(row) <= model.config.max_len for row in outputs)
+
+
+def test_smoke_run_beats_copying_the_source(toy, tmp_path):
+    from posattn.translation.train import train_translation
+
+    torch.set_num_threads(1)
+    config = load_translation_config(
+        "smoke",
+        overrides=[
+            f"data.data_dir={toy}",
+            "data.pairs=toy",
+            "model.encoding=sinusoidal",
+            "model.d_model=48",
+            "model.ffn_dim=96",
+            "train.steps=600",
+            "train.batch_size=32",
+            "train.learning_rate=3e-3",
+            "train.eval_steps=300",
+            "train.save_steps=300",
+            "train.logging_steps=100",
+            "decode.splits=[dev]",
+            "decode.beam_size=3",
+        ],
+    )
+    with torch.random.fork_rng():
+        metrics = train_translation(config, tmp_path / "run")
+    dev = metrics["evaluation"]["dev"]
+    assert dev["copy_source"]["bleu"] < 5
+    assert dev["beam"]["bleu"] > dev["copy_source"]["bleu"] + 20
+    assert dev["greedy"]["bleu"] > dev["copy_source"]["bleu"] + 20
+    saved = json.loads((tmp_path / "run/metrics.json").read_text())
+    assert saved["steps"] == 600 and (tmp_path / "run/model/model.safetensors").is_file()
+    assert "label_smoothing: 0.1" in (tmp_path / "run/config.yaml").read_text()
+
+
+def test_translate_eval_reports_bad_files_and_beam_sizes(toy, tmp_path, capsys):
+    from posattn.cli import main
+    from posattn.modeling_seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig
+
+    tokenizer = load_translation_tokenizer(toy / "translation/toy/tokenizer")
+    config = PosAttnSeq2SeqConfig(
+        vocab_size=len(tokenizer), d_model=16, num_heads=2, num_layers=1, ffn_dim=32, max_len=16
+    )
+    PosAttnForSeq2SeqLM(config).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    (tmp_path / "a.src").write_text("the cat\nthe dog\n")
+    (tmp_path / "a.tgt").write_text("el gato\n")
+    base = ["translate", "eval", "--model", str(tmp_path / "model"), "--preset", "smoke"]
+    files = ["--source", str(tmp_path / "a.src"), "--target", str(tmp_path / "a.tgt")]
+    assert main(base + files) == 2
+    assert "ends after line 1" in capsys.readouterr().err
+    (tmp_path / "a.tgt").write_text("el gato\nel perro\n")
+    assert main([*base, *files, "decode.beam_size=0"]) == 2
+    assert "beam_size=0" in capsys.readouterr().err
+    (tmp_path / "a.src").write_text("the cat\n" + "the dog " * 20 + "\n")
+    assert main(base + files) == 2
+    assert "source 2=" in capsys.readouterr().err
+    assert main([*base, *files, "--truncate"]) == 0
+    assert "1 of 2 sources truncated" in capsys.readouterr().out
+
+
+class PairedScorer:
+    """Runs the cached and the recomputing scorer side by side and checks every step."""
+
+    def __init__(self, model, memory, mask):
+        self.cached = CachedScorer(model, memory, mask)
+        self.full = RecomputingScorer(model, memory, mask)
+        self.steps = 0
+
+    def __call__(self, prefixes, parents):
+        cached, full = self.cached(prefixes, parents), self.full(prefixes, parents)
+        torch.testing.assert_close(cached, full, rtol=1e-9, atol=1e-9)
+        self.steps += 1
+        return full
+
+
+@pytest.mark.parametrize("encoding", [*TABLE4, "alibi", "deberta", "kerple"])
+def test_cached_decoding_equals_the_full_forward(encoding):
+    """Beam search reorders the cache at every step; greedy does not."""
+    model, src, mask, _ = model_scorer(encoding)
+    memory = model.encode(src, mask)
+    k = 3
+    rows = torch.arange(len(src)).repeat_interleave(k)
+    paired = PairedScorer(model, memory[rows], mask[rows])
+    beam_search(paired, len(src), START, EOS, SearchSettings(k, 0.6, 12))
+    assert paired.steps >= 5
+    paired = PairedScorer(model, memory, mask)
+    greedy = greedy_search(paired, len(src), START, EOS, 12)
+    assert greedy == translate_ids(model, src, mask, SearchSettings(1, 0.6, 12))
+
+
+def test_report_names_a_best_or_worst_only_without_overlap():
+    from posattn.translation.report import verdict
+
+    separated = {"a": [1.0, 1.1], "b": [2.0, 2.1], "c": [2.2, 2.4]}
+    assert verdict("loss", separated, higher_is_better=False) == [
+        "- loss: `a` is best on every seed (its spread overlaps no other).",
+        "- loss: `c` is worst on every seed (its spread overlaps no other).",
+    ]
+    overlapping = {"a": [1.0, 2.2], "b": [2.0, 2.1], "c": [1.5, 2.4]}
+    assert verdict("BLEU", overlapping, higher_is_better=True) == [
+        "- BLEU: highest median `b`, but seed spreads overlap: no clear winner."
+    ]
