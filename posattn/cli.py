@@ -83,9 +83,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """argparse, except that KEY=VALUE overrides may also follow options given after a
+    command's positional (`posattn finetune DIR --preset smoke finetune.seeds=[0]`): argparse
+    fills every positional at its first chance and would reject them as unrecognised."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and hasattr(args, "overrides") and all("=" in a and a[0] != "-" for a in extra):
+        args.overrides = [*(args.overrides or []), *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run a command; bad input raises `PosAttnConfigError` (for callers and tests)."""
-    args = build_parser().parse_args(argv)
+    args = parse_arguments(argv)
     return args.func(args)
 
 

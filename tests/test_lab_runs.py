@@ -179,3 +179,18 @@ def test_the_console_command_reports_bad_input_in_one_line(tmp_path, capsys):
     assert status == 2
     assert error.startswith("posattn: error:") and "posattn data prepare" in error
     assert "Traceback" not in error
+
+
+def test_overrides_may_follow_options_after_a_positional():
+    from posattn.cli import parse_arguments
+
+    args = parse_arguments(["finetune", "run/model", "--preset", "smoke", "finetune.epochs=2"])
+    assert (args.pretrained, args.preset, args.overrides) == (
+        "run/model",
+        "smoke",
+        ["finetune.epochs=2"],
+    )
+    args = parse_arguments(["finetune", "run/model", "a=1", "--preset", "smoke", "b=2"])
+    assert args.overrides == ["a=1", "b=2"]
+    with pytest.raises(SystemExit):
+        parse_arguments(["finetune", "run/model", "--preset", "smoke", "--nonsense"])
