@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -13,7 +12,6 @@ import torch
 from transformers import TrainingArguments
 
 from ..config import PosAttnConfig
-from ..errors import require
 from ..modeling import PosAttnForMaskedLM
 from .mlm_data import MaskedBlocks, pack_paragraphs
 from .runconfig import RunConfig, to_yaml
@@ -22,12 +20,9 @@ from .trainer import (
     AtomicCheckpointTrainer,
     EpochToDataset,
     last_checkpoint,
+    step_training_arguments,
     tensorboard_logs,
 )
-
-
-def world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def model_config(config: RunConfig, tokenizer, **extra) -> PosAttnConfig:
@@ -58,40 +53,12 @@ def masked_dataset(tokenizer, blocks, config: RunConfig, seed: int) -> MaskedBlo
 
 
 def training_arguments(config: RunConfig, output: Path) -> TrainingArguments:
-    p = config.pretrain
-    processes = world_size()
-    require(
-        p.batch_size % processes == 0,
-        "pretrain.batch_size",
-        p.batch_size,
-        f"a multiple of the number of processes ({processes}): it is the global batch",
-    )
-    return TrainingArguments(
-        output_dir=str(output / "checkpoints"),
-        max_steps=p.steps,
-        per_device_train_batch_size=p.batch_size // processes,
-        per_device_eval_batch_size=p.batch_size // processes,
-        learning_rate=p.learning_rate,
-        lr_scheduler_type="linear",
-        warmup_steps=round(p.warmup_ratio * p.steps),
-        weight_decay=p.weight_decay,
-        max_grad_norm=p.max_grad_norm,
-        adam_epsilon=p.adam_epsilon,
-        eval_strategy="steps",
-        prediction_loss_only=True,
-        eval_steps=p.eval_steps,
-        save_strategy="steps",
-        save_steps=p.save_steps,
-        save_total_limit=2,
-        logging_steps=p.logging_steps,
-        seed=p.seed,
-        data_seed=p.seed,
+    return step_training_arguments(
+        config.pretrain,
+        "pretrain",
+        output,
         dataloader_drop_last=True,
-        remove_unused_columns=False,
         report_to=["tensorboard"],  # local event files in the run dir
-        use_cpu=not torch.cuda.is_available(),
-        # Under torchrun: NCCL on GPUs, gloo on CPUs; a single process sets none.
-        ddp_backend=(("nccl" if torch.cuda.is_available() else "gloo") if processes > 1 else None),
         disable_tqdm=False,
     )
 

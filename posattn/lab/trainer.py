@@ -9,10 +9,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
-from transformers import Trainer, TrainerCallback
+from transformers import Trainer, TrainerCallback, TrainingArguments
 
-from ..errors import invalid
+from ..errors import invalid, require
 
 STAGING = ".staging"
 TENSORBOARD = "tensorboard"
@@ -106,3 +107,49 @@ def tensorboard_logs(directory: Path) -> Iterator[None]:
             os.environ.pop(TENSORBOARD_ENV, None)
         else:
             os.environ[TENSORBOARD_ENV] = previous
+
+
+def world_size() -> int:
+    """Processes of this run (torchrun sets WORLD_SIZE); 1 without torchrun."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def step_training_arguments(
+    section, section_name: str, output: Path, **overrides
+) -> TrainingArguments:
+    """TrainingArguments of a step-based run from a config section with steps, batch_size
+    (global), learning_rate, warmup_ratio, weight_decay, max_grad_norm, adam_epsilon,
+    eval_steps, save_steps, logging_steps and seed; `overrides` are the run's own choices."""
+    processes = world_size()
+    require(
+        section.batch_size % processes == 0,
+        f"{section_name}.batch_size",
+        section.batch_size,
+        f"a multiple of the number of processes ({processes}): it is the global batch",
+    )
+    arguments = dict(
+        output_dir=str(output / "checkpoints"),
+        max_steps=section.steps,
+        per_device_train_batch_size=section.batch_size // processes,
+        per_device_eval_batch_size=section.batch_size // processes,
+        learning_rate=section.learning_rate,
+        lr_scheduler_type="linear",
+        warmup_steps=round(section.warmup_ratio * section.steps),
+        weight_decay=section.weight_decay,
+        max_grad_norm=section.max_grad_norm,
+        adam_epsilon=section.adam_epsilon,
+        eval_strategy="steps",
+        prediction_loss_only=True,
+        eval_steps=section.eval_steps,
+        save_strategy="steps",
+        save_steps=section.save_steps,
+        save_total_limit=2,
+        logging_steps=section.logging_steps,
+        seed=section.seed,
+        data_seed=section.seed,
+        remove_unused_columns=False,
+        use_cpu=not torch.cuda.is_available(),
+        # Under torchrun: NCCL on GPUs, gloo on CPUs; a single process sets none.
+        ddp_backend=(("nccl" if torch.cuda.is_available() else "gloo") if processes > 1 else None),
+    )
+    return TrainingArguments(**{**arguments, **overrides})

@@ -13,9 +13,7 @@ from transformers import DataCollatorForSeq2Seq, TrainingArguments
 
 from ..data.parallel import load_parallel, parallel_dir
 from ..data.translation_tokenizer import load_translation_tokenizer
-from ..errors import require
-from ..lab.pretrain import world_size
-from ..lab.trainer import AtomicCheckpointTrainer, last_checkpoint
+from ..lab.trainer import AtomicCheckpointTrainer, last_checkpoint, step_training_arguments
 from ..modeling_seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig
 from .data import encode_pairs, sample
 from .evaluate import evaluate_model
@@ -73,40 +71,13 @@ def fits(tokenizer, pair: tuple[str, str], max_len: int) -> bool:
 
 
 def training_arguments(config: TranslationRunConfig, output: Path) -> TrainingArguments:
-    t = config.train
-    processes = world_size()
-    require(
-        t.batch_size % processes == 0,
-        "train.batch_size",
-        t.batch_size,
-        f"a multiple of the number of processes ({processes}): it is the global batch",
-    )
-    return TrainingArguments(
-        output_dir=str(output / "checkpoints"),
-        max_steps=t.steps,
-        per_device_train_batch_size=t.batch_size // processes,
-        per_device_eval_batch_size=t.batch_size // processes,
-        learning_rate=t.learning_rate,
-        lr_scheduler_type="linear",
-        warmup_steps=round(t.warmup_ratio * t.steps),
-        weight_decay=t.weight_decay,
-        max_grad_norm=t.max_grad_norm,
-        adam_epsilon=t.adam_epsilon,
-        eval_strategy="steps",
-        prediction_loss_only=True,
-        eval_steps=t.eval_steps,
-        save_strategy="steps",
-        save_steps=t.save_steps,
-        save_total_limit=2,
-        logging_steps=t.logging_steps,
-        seed=t.seed,
-        data_seed=t.seed,
+    return step_training_arguments(
+        config.train,
+        "train",
+        output,
         # Batches of similar lengths waste less on padding.
         train_sampling_strategy="group_by_length",
-        remove_unused_columns=False,
         report_to=[],
-        use_cpu=not torch.cuda.is_available(),
-        ddp_backend=(("nccl" if torch.cuda.is_available() else "gloo") if processes > 1 else None),
         disable_tqdm=True,
     )
 
