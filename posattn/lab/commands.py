@@ -9,17 +9,17 @@ from pathlib import Path
 from .runconfig import RunConfig, load_run_config
 
 
-def add_run_options(parser: argparse.ArgumentParser, default_preset: str | None) -> None:
-    parser.add_argument("--preset", default=default_preset, help="smoke | quick | paper-mini")
+def add_run_options(
+    parser: argparse.ArgumentParser,
+    default_preset: str | None,
+    presets: str = "smoke | quick | paper-mini",
+    example: str = "pretrain.steps=200 model.encoding=t5",
+) -> None:
+    parser.add_argument("--preset", default=default_preset, help=presets)
     parser.add_argument("--config", help="a YAML run config, applied over the preset")
     parser.add_argument("--output", help="the run directory")
     parser.add_argument("--data-dir", help="a prepared data directory (posattn data prepare)")
-    parser.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="KEY=VALUE",
-        help="e.g. pretrain.steps=200 model.encoding=t5",
-    )
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=f"e.g. {example}")
 
 
 def run_config(args: argparse.Namespace) -> RunConfig:

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 
 from ..errors import PosAttnConfigError
-from ..lab.commands import finish_distributed
+from ..lab.commands import add_run_options, finish_distributed
 from .runconfig import TranslationRunConfig, load_translation_config
 
 
@@ -28,15 +28,11 @@ def reporting_errors(command):
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", default="quick", help="smoke | quick")
-    parser.add_argument("--config", help="a YAML run config, applied over the preset")
-    parser.add_argument("--output", help="the run directory")
-    parser.add_argument("--data-dir", help="a prepared data directory (posattn data prepare)")
-    parser.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="KEY=VALUE",
-        help="e.g. train.steps=500 model.encoding=diet-rel decode.beam_size=4",
+    add_run_options(
+        parser,
+        "quick",
+        presets="smoke | quick",
+        example="train.steps=500 model.encoding=diet-rel decode.beam_size=4",
     )
 
 
