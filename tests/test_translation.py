@@ -180,7 +180,7 @@ def test_smoke_run_beats_copying_the_source(toy, tmp_path):
 
 
 def test_translate_eval_reports_bad_files_and_beam_sizes(toy, tmp_path, capsys):
-    from posattn.cli import main
+    from posattn.cli import entry
     from posattn.modeling_seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig
 
     tokenizer = load_translation_tokenizer(toy / "translation/toy/tokenizer")
@@ -193,15 +193,15 @@ def test_translate_eval_reports_bad_files_and_beam_sizes(toy, tmp_path, capsys):
     (tmp_path / "a.tgt").write_text("el gato\n")
     base = ["translate", "eval", "--model", str(tmp_path / "model"), "--preset", "smoke"]
     files = ["--source", str(tmp_path / "a.src"), "--target", str(tmp_path / "a.tgt")]
-    assert main(base + files) == 2
+    assert entry(base + files) == 2
     assert "ends after line 1" in capsys.readouterr().err
     (tmp_path / "a.tgt").write_text("el gato\nel perro\n")
-    assert main([*base, *files, "decode.beam_size=0"]) == 2
+    assert entry([*base, *files, "decode.beam_size=0"]) == 2
     assert "beam_size=0" in capsys.readouterr().err
     (tmp_path / "a.src").write_text("the cat\n" + "the dog " * 20 + "\n")
-    assert main(base + files) == 2
+    assert entry(base + files) == 2
     assert "source 2=" in capsys.readouterr().err
-    assert main([*base, *files, "--truncate"]) == 0
+    assert entry([*base, *files, "--truncate"]) == 0
     assert "1 of 2 sources truncated" in capsys.readouterr().out
 
 

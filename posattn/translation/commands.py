@@ -7,24 +7,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from rich.console import Console
-
-from ..errors import PosAttnConfigError
 from ..lab.commands import add_run_options, finish_distributed
 from .runconfig import TranslationRunConfig, load_translation_config
-
-
-def reporting_errors(command):
-    """Bad input ends the command with its message and status 2, not a traceback."""
-
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return command(args)
-        except PosAttnConfigError as error:
-            Console(stderr=True).print(f"error: {error}", highlight=False, markup=False)
-            return 2
-
-    return run
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -93,7 +77,7 @@ def register(commands) -> None:
     train = actions.add_parser("train", help="label-smoothed training, then dev/test BLEU")
     add_options(train)
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
-    train.set_defaults(func=reporting_errors(run_train))
+    train.set_defaults(func=run_train)
     evaluate = actions.add_parser("eval", help="greedy and beam search BLEU / chrF of a model")
     evaluate.add_argument(
         "--model", required=True, help="a model directory written by translate train"
@@ -107,7 +91,7 @@ def register(commands) -> None:
         action="store_true",
         help="cut sources longer than the model's max_len (reported) instead of failing",
     )
-    evaluate.set_defaults(func=reporting_errors(run_eval))
+    evaluate.set_defaults(func=run_eval)
 
 
 def run_compare(args: argparse.Namespace) -> int:
