@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from ..errors import require
 from .base import LayerTerms, ModelDims, Place, PositionalEncoding, normal_parameter
-from .t5 import offsets, relative_positions, skew, use_skew
+from .t5 import offsets, skew, toeplitz, use_skew
 
 TERMS = ("c2p", "p2c")
 
@@ -109,17 +109,12 @@ class Deberta(PositionalEncoding):
         return 1.0 / math.sqrt(self.dims.head_dim * (1 + len(self.options.terms)))
 
     def relative_index(self, seq_len: int, device) -> Tensor:
-        """[n, n] clip(bucket(i - j) + s, 0, 2s - 1)."""
-        relative = -relative_positions(seq_len, device)  # i - j
-        if self.options.position_buckets > 0:
-            relative = deberta_log_bucket(
-                relative, self.options.position_buckets, self.max_relative
-            )
-        return (relative + self.span).clamp(0, 2 * self.span - 1)
+        """[n, n] clip(bucket(i - j) + s, 0, 2s - 1): `offset_index` spread over the matrix."""
+        return toeplitz(self.offset_index(seq_len, device))
 
     def offset_index(self, seq_len: int, device) -> Tensor:
-        """[2n - 1] the embedding row of every offset o = j - i in `offsets` order, i.e. the
-        entry of `relative_index` on that diagonal."""
+        """[2n - 1] the embedding row clip(bucket(i - j) + s, 0, 2s - 1) of every offset
+        o = j - i in `offsets` order."""
         relative = -offsets(seq_len, device)  # i - j
         if self.options.position_buckets > 0:
             relative = deberta_log_bucket(

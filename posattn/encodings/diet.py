@@ -73,20 +73,16 @@ class DietAbsolute(PositionalEncoding):
     def max_positions(self) -> int:
         return self.dims.max_len
 
-    def group_bias(self, group: int, seq_len: int) -> Tensor:
-        """[1, H or 1, n, n] = P_Q P_K^T of one layer group."""
-        pq, pk = self.group_factors(group, seq_len)
-        return pq @ pk.transpose(-1, -2)
-
     def group_factors(self, group: int, seq_len: int) -> tuple[Tensor, Tensor]:
         """(P_Q, P_K) of one layer group, [1, H or 1, n, d_p] each."""
         return self.query[None, group, :, :seq_len], self.key[None, group, :, :seq_len]
 
     def group_terms(self, group: int, seq_len: int) -> LayerTerms:
+        pq, pk = self.group_factors(group, seq_len)
         return LayerTerms(
             scale=self.content_scale(),
-            bias=self.group_bias(group, seq_len),
-            bias_factors=self.group_factors(group, seq_len),
+            bias=pq @ pk.transpose(-1, -2),
+            bias_factors=(pq, pk),
         )
 
     def layer_terms(self, seq_len, device, dtype):

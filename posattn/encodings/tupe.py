@@ -130,32 +130,35 @@ class TupeAbsolute(PositionalEncoding):
 
     def absolute_logits(self, seq_len: int) -> Tensor:
         """[H, n, n] content-free positional logits after the [CLS] reset."""
-        pq, pk, theta = self.projected(seq_len)
+        return self.reset_logits(*self.projected(seq_len))
+
+    def reset_logits(self, pq: Tensor, pk: Tensor, theta: Tensor | None) -> Tensor:
+        """`absolute_logits` from `projected`'s output."""
         logits = pq @ pk.transpose(-1, -2)
         if theta is None:
             return logits
         return untie_cls(logits, self.options.cls_index, theta[:, 0], theta[:, 1])
 
-    def logit_factors(self, seq_len: int) -> tuple[Tensor, Tensor]:
-        """(f_q, f_k), [1, H, n, r], whose product is `absolute_logits` up to a constant on
-        the [CLS] row: that row's features are zero (softmax ignores the row's constant
-        theta_1), and one more feature, 1 for every other query and theta_2 on the [CLS] key,
-        carries the [CLS] column."""
-        pq, pk, theta = self.projected(seq_len)
+    def logit_factors(self, pq: Tensor, pk: Tensor, theta: Tensor | None):
+        """(f_q, f_k), [1, H, n, r], from `projected`'s output, whose product is
+        `absolute_logits` up to a constant on the [CLS] row: that row's features are zero
+        (softmax ignores the row's constant theta_1), and one more feature, 1 for every other
+        query and theta_2 on the [CLS] key, carries the [CLS] column."""
         if theta is not None:
-            cls = self.options.cls_index
+            seq_len = pq.shape[-2]
             is_cls = torch.zeros(seq_len, 1, dtype=pq.dtype, device=pq.device)
-            is_cls[cls] = 1
+            is_cls[self.options.cls_index] = 1
             pq = torch.cat([pq, torch.ones_like(pq[..., :1])], -1) * (1 - is_cls)
             column = theta[:, 1, None, None] * is_cls  # [H, n, 1]
             pk = torch.cat([pk * (1 - is_cls), column], -1)
         return pq.unsqueeze(0), pk.unsqueeze(0)
 
     def layer_terms(self, seq_len, device, dtype):
+        projected = self.projected(seq_len)  # once for the bias and its factors
         terms = LayerTerms(
             scale=self.content_scale(),
-            bias=self.absolute_logits(seq_len).unsqueeze(0),
-            bias_factors=self.logit_factors(seq_len),
+            bias=self.reset_logits(*projected).unsqueeze(0),
+            bias_factors=self.logit_factors(*projected),
         )
         return [terms] * self.dims.num_layers
 
