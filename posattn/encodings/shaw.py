@@ -10,7 +10,7 @@ from torch import Tensor
 
 from ..errors import require_positive_int
 from .base import LayerTerms, ModelDims, Place, PositionalEncoding, normal_parameter
-from .t5 import offsets, relative_positions, skew, use_skew
+from .t5 import offsets, skew, toeplitz, use_skew
 
 
 @dataclass(frozen=True)
@@ -49,46 +49,41 @@ class ShawRelative(PositionalEncoding):
         self.keys = normal_parameter(*shape, std=dims.init_std)
         self.values = normal_parameter(*shape, std=dims.init_std) if options.values else None
 
-    def offsets(self, seq_len: int, device) -> Tensor:
-        """[n, n] table rows: clip(j - i, -t, t) + t."""
-        t = self.options.max_distance
-        return relative_positions(seq_len, device).clamp(-t, t) + t
-
     def rows(self, seq_len: int, device) -> Tensor:
-        """The table row of every offset j - i in `offsets` order: clip(j - i, -t, t) + t."""
+        """The table row of every offset j - i in `offsets` order: clip(j - i, -t, t) + t
+        (`toeplitz` spreads it to the [n, n] rows of the gather)."""
         t = self.options.max_distance
         return offsets(seq_len, device).clamp(-t, t) + t
 
-    def _key_logits(self, layer: int, offsets: Tensor, q: Tensor, k: Tensor, attention) -> Tensor:
+    def _key_logits(self, layer: int, rows: Tensor, q: Tensor, k: Tensor, attention) -> Tensor:
         if use_skew(q.device):
             # q a^K_o for every offset of the sequence, then each row's window of them.
-            table = self.keys[layer][self.rows(q.shape[-2], q.device)]  # [2n-1, d_h]
+            table = self.keys[layer][rows]  # [2n-1, d_h]
             return skew(q @ table.to(q.dtype).T) * self.content_scale()
         per_offset = q @ self.keys[layer].to(q.dtype).T  # [B, H, n, 2t+1]
-        index = offsets.expand(*q.shape[:2], *offsets.shape)
+        index = toeplitz(rows).expand(*q.shape[:2], -1, -1)
         return torch.gather(per_offset, -1, index) * self.content_scale()
 
-    def _value_term(self, layer: int, offsets: Tensor, probs: Tensor) -> Tensor:
+    def _value_term(self, layer: int, rows: Tensor, probs: Tensor) -> Tensor:
         # sum_j p_ij a_{o(i,j)} = sum_o (sum_{j: o(i,j)=o} p_ij) a_o
         if use_skew(probs.device):
             n = probs.shape[-1]
             per_offset = probs.new_zeros(*probs.shape[:-1], 2 * n - 1)
             skew(per_offset).copy_(probs)  # p_ij at offset j - i of row i
-            table = self.values[layer][self.rows(n, probs.device)]
-            return per_offset @ table.to(probs.dtype)
-        index = offsets.expand(*probs.shape[:2], *offsets.shape)
+            return per_offset @ self.values[layer][rows].to(probs.dtype)
+        index = toeplitz(rows).expand(*probs.shape[:2], -1, -1)
         per_offset = probs.new_zeros(*probs.shape[:-1], self.values.shape[1])
         per_offset.scatter_add_(-1, index, probs)
         return per_offset @ self.values[layer].to(probs.dtype)
 
     def layer_terms(self, seq_len, device, dtype):
-        offsets = self.offsets(seq_len, device)
+        rows = self.rows(seq_len, device)
         return [
             LayerTerms(
                 scale=self.content_scale(),
-                qk_logits=partial(self._key_logits, layer, offsets),
+                qk_logits=partial(self._key_logits, layer, rows),
                 value_term=(
-                    partial(self._value_term, layer, offsets) if self.values is not None else None
+                    partial(self._value_term, layer, rows) if self.values is not None else None
                 ),
             )
             for layer in range(self.dims.num_layers)
