@@ -1,18 +1,18 @@
 """posattn: positional encoding for Transformers, built around TUPE and DIET."""
 
 from .attention import MultiHeadAttention
-from .causal_lm import PosAttnForCausalLM
-from .config import PosAttnConfig
 from .encodings import ENCODINGS, LayerTerms, ModelDims, PositionalEncoding, build_encoding
 from .errors import PosAttnConfigError
-from .model import Encoder
-from .modeling import (
+from .models import (
     PosAttnForMaskedLM,
     PosAttnForSequenceClassification,
     PosAttnModel,
     PosAttnPreTrainedModel,
 )
-from .modeling_seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig
+from .models.causal_lm import PosAttnForCausalLM
+from .models.config import PosAttnConfig
+from .models.encoder import Encoder
+from .models.seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig
 
 __version__ = "0.1.0"
 

@@ -53,24 +53,53 @@ def register(commands) -> None:
 
 
 def command_modules() -> list:
-    from . import import_command
     from .data import commands as data_commands
-    from .inspection import command as inspect_command
-    from .lab import commands as lab_commands
-    from .probe import command as probe_command
-    from .report import command as report_command
-    from .translation import commands as translation_commands
+    from .lab.bench import command as bench_command
+    from .lab.import_bert import command as import_command
+    from .lab.inspection import command as inspect_command
+    from .lab.pretraining import commands as pretraining_commands
+    from .lab.probe import command as probe_command
+    from .lab.report import command as report_command
+    from .lab.translation import commands as translation_commands
 
     return [
         register,
         data_commands.register,
         import_command.register,
-        lab_commands.register,
+        pretraining_commands.register,
+        register_compare,
+        bench_command.register,
         inspect_command.register,
         report_command.register,
         probe_command.register,
         translation_commands.register,
     ]
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """`compare --task T` runs the comparison of the lab peer that owns task T."""
+    from .lab.pretraining.commands import run_compare as compare_pretraining
+    from .lab.translation.commands import run_compare as compare_translation
+
+    runners = {"pretraining": compare_pretraining, "translation": compare_translation}
+    return runners[args.task](args)
+
+
+def register_compare(commands) -> None:
+    from .lab.runs.options import add_run_options
+
+    parser = commands.add_parser(
+        "compare", help="pretrain and fine-tune every encoding, then compare (the main job)"
+    )
+    parser.add_argument("--encodings", help="comma-separated encodings (default: the preset's)")
+    parser.add_argument(
+        "--task",
+        choices=("pretraining", "translation"),
+        default="pretraining",
+        help="pretraining: MLM + fine-tuning (default); translation: encoder-decoders, BLEU",
+    )
+    add_run_options(parser, None)
+    parser.set_defaults(func=run_compare)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,7 +7,7 @@ import json
 import torch
 
 from posattn.cli import main
-from posattn.lab.bench import BenchSettings, bench
+from posattn.lab.bench.bench import BenchSettings, bench
 
 
 def test_bench_writes_json_markdown_and_plots(tmp_path):

@@ -158,7 +158,7 @@ def test_save_and_load_through_the_auto_class(tmp_path):
     model.save_pretrained(tmp_path)
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     assert type(loaded) is PosAttnForCausalLM
-    assert loaded.lm_head.weight is loaded.posattn.embeddings.word.weight  # tied
+    assert loaded.lm_head.weight is loaded.posattn.encoder.embeddings.word.weight  # tied
     ids = torch.randint(0, 40, (2, 9))
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids).logits, model(ids).logits)

@@ -12,12 +12,12 @@ from conftest import layer_logits, tiny_encoder, word_level_tokenizer
 
 from posattn import PosAttnConfigError, PosAttnModel
 from posattn.cli import main
-from posattn.inspection.forward import logits_per_layer
-from posattn.inspection.heads import classify, head_patterns, head_statistics
-from posattn.inspection.positional import cls_lines, positional_logits
-from posattn.inspection.rank import rank_summary
-from posattn.inspection.structure import rank1_r2, shuffled, toeplitz_r2
-from posattn.inspection.terms import TERMS, four_terms
+from posattn.lab.inspection.forward import logits_per_layer
+from posattn.lab.inspection.heads import classify, head_patterns, head_statistics
+from posattn.lab.inspection.positional import cls_lines, positional_logits
+from posattn.lab.inspection.rank import rank_summary
+from posattn.lab.inspection.structure import rank1_r2, shuffled, toeplitz_r2
+from posattn.lab.inspection.terms import TERMS, four_terms
 
 WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "far", "away"]
 TEXT = "the cat sat on the mat a dog ran far away the cat"
@@ -329,7 +329,7 @@ def test_four_terms_of_real_minilm_weights_give_transformers_layer1_attention(mi
     transformers' own BertModel computes in layer 1."""
     from transformers import AutoTokenizer, BertModel
 
-    from posattn.inspection import load_for_inspection
+    from posattn.lab.inspection import load_for_inspection
 
     bert = BertModel.from_pretrained(minilm_path, attn_implementation="eager").double().eval()
     ids = AutoTokenizer.from_pretrained(minilm_path)(TEXT, return_tensors="pt")["input_ids"]

@@ -7,10 +7,10 @@ import torch
 from conftest import word_level_tokenizer
 
 from posattn import PosAttnConfigError
-from posattn.lab.mlm_data import MaskedBlocks, pack_paragraphs
-from posattn.lab.report import verdicts
-from posattn.lab.runconfig import PRESETS, load_run_config
-from posattn.lab.trainer import last_checkpoint, prune_checkpoints
+from posattn.lab.pretraining.report import verdicts
+from posattn.lab.pretraining.runconfig import PRESETS, load_run_config
+from posattn.lab.runs.mlm_data import MaskedBlocks, pack_paragraphs
+from posattn.lab.runs.trainer import last_checkpoint, prune_checkpoints
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,11 @@ import torch
 
 from posattn import PosAttnConfigError
 from posattn.cli import main
-from posattn.probe import grid
-from posattn.probe.cell import PAST_MAX_LEN, evaluate, run_cell
-from posattn.probe.report import results_markdown
-from posattn.probe.settings import preset
-from posattn.probe.tasks import IGNORE, probe_task
+from posattn.lab.probe import grid
+from posattn.lab.probe.cell import PAST_MAX_LEN, evaluate, run_cell
+from posattn.lab.probe.report import results_markdown
+from posattn.lab.probe.settings import preset
+from posattn.lab.probe.tasks import IGNORE, probe_task
 
 
 @pytest.fixture(scope="module")

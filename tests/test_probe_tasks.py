@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from posattn import PosAttnConfigError
-from posattn.probe.tasks import CLS, IGNORE, KEYS, NO, PAD, SEP, SYMBOLS, TASKS, YES, probe_task
+from posattn.lab.probe.tasks import CLS, IGNORE, KEYS, NO, PAD, SEP, SYMBOLS, TASKS, YES, probe_task
 
 
 def expected_absolute(ids: list[int]) -> list[int]:

@@ -17,7 +17,7 @@ from test_inspect import TEXT, saved_model
 
 from posattn import PosAttnConfigError
 from posattn.cli import main
-from posattn.report import collect
+from posattn.lab.report import collect
 
 # Appended to a copy of the page (next to it, so relative paths still resolve): after load it
 # writes how many images decoded and how many tables exist into the DOM that --dump-dom prints.

@@ -34,4 +34,6 @@ def test_checkpoint_saved_before_the_move_loads_with_the_same_logits(name):
     assert not info["missing_keys"] and not info["unexpected_keys"], info
     with torch.no_grad():
         logits = model.eval()(**inputs).logits.flatten()[:12]
-    torch.testing.assert_close(logits, torch.tensor(EXPECTED[name], dtype=torch.float32), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        logits, torch.tensor(EXPECTED[name], dtype=torch.float32), rtol=1e-5, atol=1e-6
+    )

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posattn.bert import import_bert
 from posattn.encodings import t5_relative_bucket
+from posattn.models.bert_import import import_bert
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.t5.modeling_t5 import T5Attention  # noqa: E402

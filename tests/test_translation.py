@@ -15,16 +15,16 @@ from translation_fixtures import build_toy_translation
 
 from posattn.data.translation_tokenizer import load_translation_tokenizer
 from posattn.errors import PosAttnConfigError
-from posattn.translation.data import encode_pairs
-from posattn.translation.decoding import (
+from posattn.lab.translation.data import encode_pairs
+from posattn.lab.translation.decoding import (
     SearchSettings,
     beam_search,
     greedy_search,
     length_penalty,
 )
-from posattn.translation.runconfig import load_translation_config
-from posattn.translation.scoring import corpus_scores
-from posattn.translation.translate import (
+from posattn.lab.translation.runconfig import load_translation_config
+from posattn.lab.translation.scoring import corpus_scores
+from posattn.lab.translation.translate import (
     CachedScorer,
     RecomputingScorer,
     encode_sources,
@@ -147,7 +147,7 @@ def test_model_limit_applies_to_decoding():
 
 
 def test_smoke_run_beats_copying_the_source(toy, tmp_path):
-    from posattn.translation.train import train_translation
+    from posattn.lab.translation.train import train_translation
 
     torch.set_num_threads(1)
     config = load_translation_config(
@@ -181,7 +181,7 @@ def test_smoke_run_beats_copying_the_source(toy, tmp_path):
 
 def test_translate_eval_reports_bad_files_and_beam_sizes(toy, tmp_path, capsys):
     from posattn.cli import entry
-    from posattn.modeling_seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig
+    from posattn.models.seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig
 
     tokenizer = load_translation_tokenizer(toy / "translation/toy/tokenizer")
     config = PosAttnSeq2SeqConfig(
@@ -236,7 +236,7 @@ def test_cached_decoding_equals_the_full_forward(encoding):
 
 
 def test_report_names_a_best_or_worst_only_without_overlap():
-    from posattn.translation.report import verdict
+    from posattn.lab.translation.report import verdict
 
     separated = {"a": [1.0, 1.1], "b": [2.0, 2.1], "c": [2.2, 2.4]}
     assert verdict("loss", separated, higher_is_better=False) == [

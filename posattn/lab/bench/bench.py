@@ -1,0 +1,450 @@
+"""`posattn bench`: the cost of every positional method as a ratio to plain fused attention
+measured in the same process (attention level), and DIET Table 1 in our numbers (model level).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch.nn import functional as F
+
+from ...attention import MultiHeadAttention
+from ...encodings import ENCODINGS, ModelDims, build_encoding
+from ...errors import require_choice
+from ...models import PosAttnForMaskedLM
+from ...models.config import PosAttnConfig
+from ..runs.context import machine
+from ..runs.timing import step_functions
+
+# Options that the benchmark needs to build each encoding (rotary layouts are never implicit).
+BENCH_OPTIONS = {"rope": {"layout": "half"}, "xpos": {"layout": "half"}}
+CAUSAL_ONLY = ("xpos", "fire")
+# DIET Table 1: step-time increase over BERT (TPU v2), BERT-small rows.
+PAPER_TABLE1 = {
+    "shaw": {"train": 24, "infer": 65},
+    "tupe-r": {"train": 4, "infer": 27},
+    "diet-abs": {"train": 0, "infer": 1},
+    "diet-rel": {"train": 0, "infer": 0},
+}
+
+
+@dataclass
+class BenchSettings:
+    lengths: list[int] = field(default_factory=lambda: [128, 256, 512, 1024])
+    batch: int = 8
+    heads: int = 8
+    head_dim: int = 64
+    repeats: int = 5
+    model_lengths: list[int] = field(default_factory=lambda: [128, 512])
+    long_lengths: list[int] = field(default_factory=lambda: [512, 1024, 2048, 4096, 8192])
+    long_batch: int = 1
+    model_batch: int = 8
+    encodings: list[str] = field(default_factory=lambda: list(ENCODINGS))
+    # Attention kernels measured for every encoding ("auto" is what models use by default).
+    kernels: list[str] = field(default_factory=lambda: ["auto"])
+    # None: bfloat16 on GPU (autocast for models), float32 on CPU.
+    dtype: str | None = None
+
+    def torch_dtype(self, device: torch.device) -> torch.dtype:
+        name = self.dtype or ("bfloat16" if device.type == "cuda" else "float32")
+        require_choice("dtype", name, ("float32", "bfloat16", "float16"))
+        return getattr(torch, name)
+
+    @classmethod
+    def quick(cls) -> BenchSettings:
+        return cls(
+            lengths=[128, 256], repeats=3, model_lengths=[128], model_batch=4,
+            long_lengths=[512, 1024],
+            encodings=["learned", "shaw", "t5", "tupe-a", "tupe-r", "diet-abs", "diet-rel",
+                       "rope", "alibi"],
+        )  # fmt: skip
+
+
+def rss_mib(field: str) -> float:
+    """A memory field of this process (VmHWM: peak since the last reset, VmRSS: now), MiB."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def reset_peak() -> None:
+    try:
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")
+    except OSError:
+        pass
+
+
+def now() -> float:
+    """A wall-clock reading after the GPU's queued work is done."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def measure(fn, repeats: int) -> tuple[float, float]:
+    """(median ms, extra peak MiB) of fn after one warm-up call."""
+    fn()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    else:
+        reset_peak()
+        base = rss_mib("VmRSS")
+    times = []
+    for _ in range(repeats):
+        start = now()
+        fn()
+        times.append(1000 * (now() - start))
+    if torch.cuda.is_available():
+        extra = (torch.cuda.max_memory_allocated() - base) / 2**20
+    else:
+        extra = rss_mib("VmHWM") - base
+    return statistics.median(times), extra
+
+
+def attention_call(
+    name: str | None,
+    s: BenchSettings,
+    n: int,
+    train: bool,
+    device,
+    batch: int | None = None,
+    kernel: str = "auto",
+):
+    """A closure running one attention call of encoding `name` (None: SDPA without bias)."""
+    d_model = s.heads * s.head_dim
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(batch or s.batch, n, d_model, generator=generator).to(device)
+    attention = MultiHeadAttention(d_model, s.heads, kernel=kernel).to(device)
+    dtype = s.torch_dtype(torch.device(device))
+    q, k, v = (
+        p(x).unflatten(-1, (s.heads, -1)).transpose(1, 2).to(dtype).detach().requires_grad_(train)
+        for p in (attention.q_proj, attention.k_proj, attention.v_proj)
+    )
+    grad = torch.randn_like(q)
+    if name is None:
+
+        def call() -> None:
+            with torch.set_grad_enabled(train):
+                out = F.scaled_dot_product_attention(q, k, v)
+                if train:
+                    out.backward(grad)
+
+        return call
+    dims = ModelDims(d_model, s.heads, 1, n, causal=name in CAUSAL_ONLY)
+    encoding = build_encoding(name, dims, BENCH_OPTIONS.get(name, {})).to(device)
+    encoding.requires_grad_(train)
+
+    def call() -> None:
+        with torch.set_grad_enabled(train):
+            terms = encoding.layer_terms(n, device, q.dtype)[0]
+            out = attention.attend(q, k, v, terms)
+            if train:
+                out.backward(grad)
+
+    return call
+
+
+def paired(floor, fn, repeats: int) -> tuple[float, float]:
+    """(median ms of fn, median ratio fn / floor) with the two calls alternated, so that the
+    machine's slow spells hit both sides of every ratio."""
+    floor(), fn()
+    times, ratios = [], []
+    for _ in range(repeats):
+        start = now()
+        floor()
+        middle = now()
+        fn()
+        end = now()
+        times.append(1000 * (end - middle))
+        ratios.append((end - middle) / (middle - start))
+    return statistics.median(times), statistics.median(ratios)
+
+
+def attention_level(s: BenchSettings, device) -> list[dict]:
+    rows = []
+    for n in s.lengths:
+        for train in (False, True):
+            floor = attention_call(None, s, n, train, device)
+            floor_ms, floor_mib = measure(floor, s.repeats)
+            rows.append(dict(encoding="sdpa (no bias)", n=n, train=train, ms=floor_ms,
+                             ratio=1.0, extra_mib=floor_mib))  # fmt: skip
+            for name in s.encodings:
+                for kernel in s.kernels:
+                    call = attention_call(name, s, n, train, device, kernel=kernel)
+                    ms, ratio = paired(floor, call, s.repeats)
+                    _, mib = measure(call, 1)
+                    rows.append(dict(encoding=name, kernel=kernel, n=n, train=train, ms=ms,
+                                     ratio=ratio, extra_mib=mib))  # fmt: skip
+            gc.collect()
+    return rows
+
+
+def long_sequences(s: BenchSettings, device) -> list[dict]:
+    """DIET-ABS inside Linformer (k=32) against full attention with DIET-ABS, forward +
+    backward of one attention call: the time and memory curves of DIET Eq. 4's point."""
+    rows = []
+    for n in s.long_lengths:
+        for name in ("diet-abs", "diet-abs-lin"):
+            ms, mib = measure(attention_call(name, s, n, True, device, s.long_batch), s.repeats)
+            rows.append(dict(encoding=name, n=n, ms=ms, extra_mib=mib))
+            gc.collect()
+    return rows
+
+
+def bert_small(encoding: str, n: int) -> PosAttnForMaskedLM:
+    """DIET Table 1's BERT-small: 4 layers, hidden 512, 8 heads."""
+    config = PosAttnConfig(
+        vocab_size=30522, d_model=512, num_layers=4, num_heads=8, ffn_dim=2048, max_len=n,
+        encoding=encoding, encoding_options=BENCH_OPTIONS.get(encoding, {}),
+        causal=encoding in CAUSAL_ONLY,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return PosAttnForMaskedLM(config)
+
+
+def autocast(functions, device: torch.device, dtype: torch.dtype) -> list:
+    """The step functions under autocast to `dtype` (float32: unchanged)."""
+    if dtype == torch.float32:
+        return list(functions)
+
+    def wrapped(fn):
+        def call() -> None:
+            with torch.autocast(device.type, dtype=dtype):
+                fn()
+
+        return call
+
+    return [wrapped(fn) for fn in functions]
+
+
+def model_level(s: BenchSettings, device) -> list[dict]:
+    """Each encoding's train step and inference against `learned`'s, alternated step by step
+    (the baseline model stays built), as +% over `learned`."""
+    rows = []
+    dtype = s.torch_dtype(device)
+    for n in s.model_lengths:
+        baseline = autocast(step_functions(bert_small("learned", n).to(device), s.model_batch, n),
+                            device, dtype)  # fmt: skip
+        for name in s.encodings:
+            model = bert_small(name, n).to(device)
+            steps = autocast(step_functions(model, s.model_batch, n), device, dtype)
+            row = dict(encoding=name, n=n)
+            for key, base_fn, fn in zip(("train", "infer"), baseline, steps, strict=True):
+                ms, ratio = paired(base_fn, fn, s.repeats)
+                row[f"{key}_ms"], row[f"{key}_pct"] = ms, 100 * (ratio - 1)
+            rows.append(row)
+            del steps
+            gc.collect()
+    return rows
+
+
+def label(row: dict) -> str:
+    """The encoding, with its kernel when it is not the default one."""
+    kernel = row.get("kernel", "auto")
+    return row["encoding"] if kernel == "auto" else f"{row['encoding']} [{kernel}]"
+
+
+def markdown(attention_rows: list[dict], model_rows: list[dict], context: dict) -> str:
+    lines = [
+        "# posattn bench",
+        "",
+        f"{context['machine']}, torch {context['torch']}. Medians of {context['repeats']} runs "
+        "after a warm-up; ratios to SDPA without a bias, alternated call by call in the same "
+        "process. Memory: extra peak RSS of one call (allocator reuse makes small values 0).",
+        "",
+        "## Attention level (ratio to no-bias SDPA; extra peak MiB)",
+        "",
+    ]
+    lengths = sorted({r["n"] for r in attention_rows})
+    header = ["encoding"] + [f"{mode} n={n}" for mode in ("fwd", "train") for n in lengths]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    names = list(dict.fromkeys(label(r) for r in attention_rows))
+    for name in names:
+        cells = [name]
+        for train in (False, True):
+            for n in lengths:
+                r = next(
+                    r for r in attention_rows if (label(r), r["n"], r["train"]) == (name, n, train)
+                )
+                cells.append(f"{r['ratio']:.2f} ({r['extra_mib']:.0f})")
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "## Model level: BERT-small (4 x 512, 8 heads), +% over `learned`", ""]
+    header = [
+        "encoding",
+        "n",
+        "train ms",
+        "train +%",
+        "infer ms",
+        "infer +%",
+        "DIET Table 1 (train / infer)",
+    ]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in model_rows:
+        paper = PAPER_TABLE1.get(r["encoding"])
+        lines.append(
+            "| " + " | ".join([
+                r["encoding"], str(r["n"]), f"{r['train_ms']:.1f}", f"{r.get('train_pct', 0):+.1f}",
+                f"{r['infer_ms']:.1f}", f"{r.get('infer_pct', 0):+.1f}",
+                f"+{paper['train']}% / +{paper['infer']}%" if paper else "-",
+            ]) + " |"
+        )  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def bench(settings: BenchSettings, output: Path) -> dict:
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    where = machine()
+    if device.type == "cuda":
+        where += f", {torch.cuda.get_device_name(device)}"
+    context = {
+        "machine": where,
+        "torch": torch.__version__,
+        "repeats": settings.repeats,
+        "dtype": str(settings.torch_dtype(device)).removeprefix("torch."),
+    }
+    attention_rows = attention_level(settings, device)
+    model_rows = model_level(settings, device)
+    long_rows = long_sequences(settings, device)
+    checks = targets(attention_rows, model_rows)
+    result = {
+        "context": context,
+        "attention": attention_rows,
+        "model": model_rows,
+        "long": long_rows,
+        "targets": checks,
+    }
+    (output / "bench.json").write_text(json.dumps(result, indent=2))
+    text = markdown(attention_rows, model_rows, context) + long_markdown(long_rows)
+    text += targets_markdown(checks)
+    (output / "bench.md").write_text(text)
+    plot_ratios(attention_rows, output / "attention_ratios.png")
+    plot_long(long_rows, output / "long_sequences.png")
+    print(text)
+    return result
+
+
+# The issue's targets: (what, encodings, mode, lengths, bound) on ratios to no-bias SDPA.
+ATTENTION_TARGETS = [
+    ("train", ("tupe-a", "tupe-r", "diet-abs", "diet-rel", "t5", "alibi"), True, 1.10),
+    ("fwd", ("tupe-a", "tupe-r", "diet-abs", "diet-rel", "t5", "alibi"), False, 1.05),
+    ("train", ("shaw", "deberta"), True, 1.6),
+]
+MODEL_TARGETS = [
+    (("tupe-a", "tupe-r", "diet-abs", "diet-rel"), "train_pct", 3.0),
+    (("tupe-a", "tupe-r", "diet-abs", "diet-rel"), "infer_pct", 3.0),
+    (("shaw",), "train_pct", 12.0),
+    (("shaw",), "infer_pct", 25.0),
+]
+BIAS_METHODS = ("t5", "bert-r", "tupe-a", "tupe-r", "diet-abs", "diet-rel", "alibi", "kerple")
+
+
+def targets(attention_rows: list[dict], model_rows: list[dict]) -> list[dict]:
+    """Each target with the measured value and whether it was met."""
+    checks = []
+    attention_rows = [r for r in attention_rows if r.get("kernel", "auto") == "auto"]
+    for mode, names, train, bound in ATTENTION_TARGETS:
+        for r in attention_rows:
+            if r["encoding"] in names and r["train"] == train and r["n"] in (512, 1024):
+                what = f"{r['encoding']} {mode} n={r['n']} <= {bound}x"
+                checks.append(dict(target=what, measured=r["ratio"], met=r["ratio"] <= bound))
+    floors = {
+        r["n"]: r["extra_mib"]
+        for r in attention_rows
+        if r["encoding"] == "sdpa (no bias)" and r["train"]
+    }
+    for r in attention_rows:
+        if r["train"] and r["n"] == 1024 and r["encoding"] in BIAS_METHODS:
+            ratio = r["extra_mib"] / max(floors[1024], 1.0)
+            what = f"{r['encoding']} train memory n=1024 <= 2.5x SDPA's"
+            checks.append(dict(target=what, measured=ratio, met=ratio <= 2.5))
+    for names, key, bound in MODEL_TARGETS:
+        for r in model_rows:
+            if r["encoding"] in names and key in r:
+                what = f"BERT-small {r['encoding']} {key[:5]} n={r['n']} <= +{bound:g}%"
+                checks.append(dict(target=what, measured=r[key], met=r[key] <= bound))
+    return checks
+
+
+def targets_markdown(checks: list[dict]) -> str:
+    if not checks:
+        return ""
+    lines = ["", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
+    for c in checks:
+        lines.append(f"| {c['target']} | {c['measured']:.2f} | {'yes' if c['met'] else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+def long_markdown(rows: list[dict]) -> str:
+    lines = [
+        "",
+        "## Long sequences: DIET-ABS in Linformer (k=32) vs full attention with DIET-ABS",
+        "",
+        "| n | diet-abs ms | diet-abs MiB | diet-abs-lin ms | diet-abs-lin MiB |",
+        "|---|---|---|---|---|",
+    ]
+    for n in sorted({r["n"] for r in rows}):
+        full = next(r for r in rows if r["n"] == n and r["encoding"] == "diet-abs")
+        lin = next(r for r in rows if r["n"] == n and r["encoding"] == "diet-abs-lin")
+        lines.append(
+            f"| {n} | {full['ms']:.1f} | {full['extra_mib']:.0f} | {lin['ms']:.1f} "
+            f"| {lin['extra_mib']:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot_long(rows: list[dict], path: Path) -> Path:
+    from ..runs.figures import plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    for name in ("diet-abs", "diet-abs-lin"):
+        points = sorted((r["n"], r["ms"], r["extra_mib"]) for r in rows if r["encoding"] == name)
+        lengths, times, memory = zip(*points, strict=True)
+        axes[0].plot(lengths, times, marker="o", label=name)
+        axes[1].plot(lengths, memory, marker="o", label=name)
+    axes[0].set(xscale="log", yscale="log", xlabel="n", ylabel="ms (forward + backward)")
+    axes[1].set(xscale="log", xlabel="n", ylabel="extra peak MiB")
+    for axis in axes:
+        axis.grid(alpha=0.3)
+        axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
+def plot_ratios(rows: list[dict], path: Path) -> Path:
+    from ..runs.figures import plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for axis, train in zip(axes, (False, True), strict=True):
+        for name in dict.fromkeys(label(r) for r in rows):
+            points = sorted(
+                (r["n"], r["ratio"]) for r in rows if label(r) == name and r["train"] == train
+            )
+            axis.plot(*zip(*points, strict=True), marker="o", markersize=3, label=name)
+        axis.set(
+            xscale="log",
+            xlabel="sequence length n",
+            title="forward + backward" if train else "forward",
+        )
+        axis.grid(alpha=0.3)
+    axes[0].set_ylabel("time / SDPA without bias")
+    axes[1].legend(fontsize=7, ncol=2)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path

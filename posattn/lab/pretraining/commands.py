@@ -1,0 +1,73 @@
+"""`posattn pretrain | finetune`, and `compare --task pretraining`."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+from ..runs.options import add_run_options, finish_distributed
+from .runconfig import RunConfig, load_run_config
+
+
+def run_config(args: argparse.Namespace) -> RunConfig:
+    config = load_run_config(args.preset, args.config, args.overrides)
+    if args.data_dir:
+        config = replace(config, data=replace(config.data, data_dir=args.data_dir))
+    return config
+
+
+def data_for(config: RunConfig):
+    from ..runs.sources import PreparedData
+
+    return PreparedData(config.data.data_dir)
+
+
+def run_pretrain(args: argparse.Namespace) -> int:
+    from .pretrain import pretrain
+
+    config = run_config(args)
+    data = data_for(config)
+    output = Path(args.output or f"runs/pretrain-{config.model.encoding}")
+    pretrain(config, output, data.tokenizer(), data, resume=args.resume)
+    finish_distributed()
+    return 0
+
+
+def run_finetune(args: argparse.Namespace) -> int:
+    from .finetune import finetune
+
+    config = run_config(args)
+    data = data_for(config)
+    output = Path(args.output or Path(args.pretrained).parent / "finetune")
+    output.mkdir(parents=True, exist_ok=True)
+    finetune(Path(args.pretrained), config, output, data.tokenizer(), data)
+    finish_distributed()
+    return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """compare --task pretraining (the default): MLM pretraining, then fine-tuning."""
+    from .compare import compare
+
+    args.preset = args.preset or "quick"
+    config = run_config(args)
+    if args.encodings:
+        config = replace(config, encodings=[e.strip() for e in args.encodings.split(",")])
+    data = data_for(config)
+    output = Path(args.output or f"runs/compare-{args.preset or 'custom'}")
+    compare(config, output, data.tokenizer(), data, data, args.preset or "custom")
+    finish_distributed()
+    return 0
+
+
+def register(commands) -> None:
+    parser = commands.add_parser("pretrain", help="masked-LM pretraining of one encoding")
+    add_run_options(parser, "quick")
+    parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    parser.set_defaults(func=run_pretrain)
+
+    parser = commands.add_parser("finetune", help="fine-tune a pretrained model on the tasks")
+    parser.add_argument("pretrained", help="the model directory written by posattn pretrain")
+    add_run_options(parser, "quick")
+    parser.set_defaults(func=run_finetune)

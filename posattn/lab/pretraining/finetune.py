@@ -1,0 +1,158 @@
+"""`posattn finetune`: the papers' fine-tuning protocol in miniature on the prepared tasks:
+every seed at every learning rate, the median over seeds per rate, the best rate reported."""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import DataCollatorWithPadding, TrainingArguments
+
+from ...models import PosAttnForSequenceClassification
+from ..runs.datasets import ListDataset
+from ..runs.trainer import (
+    TENSORBOARD,
+    AtomicCheckpointTrainer,
+    quiet_transformers,
+    tensorboard_logs,
+)
+from .runconfig import RunConfig
+
+
+def encode(tokenizer, records: list[dict], max_len: int, limit: int | None) -> ListDataset:
+    """Token ids, segment ids (token_type_ids) and labels of single or paired texts; with a
+    limit, a fixed random subset (task files may be grouped by label, so never a prefix)."""
+    if limit and limit < len(records):
+        keep = sorted(random.Random(0).sample(range(len(records)), limit))
+        records = [records[i] for i in keep]
+    texts = [r["text"] for r in records]
+    pairs = [r.get("text_pair") for r in records]
+    encoded = tokenizer(
+        texts,
+        pairs if any(p is not None for p in pairs) else None,
+        truncation=True,
+        max_length=max_len,
+        return_token_type_ids=True,
+    )
+    features = [
+        {
+            "input_ids": encoded["input_ids"][i],
+            "attention_mask": encoded["attention_mask"][i],
+            "token_type_ids": encoded["token_type_ids"][i],
+            "labels": int(r["label"]),
+        }
+        for i, r in enumerate(records)
+    ]
+    return ListDataset(features)
+
+
+def accuracy(prediction) -> dict:
+    logits, labels = prediction
+    return {"accuracy": float((np.argmax(logits, axis=-1) == labels).mean())}
+
+
+def finetune_once(
+    pretrained: Path,
+    tokenizer,
+    splits: dict,
+    num_labels: int,
+    config: RunConfig,
+    learning_rate: float,
+    seed: int,
+    output: Path,
+) -> dict:
+    """One fine-tuning run; the dev-best epoch's dev and test accuracy (DIET Sec. 4)."""
+    f = config.finetune
+    torch.manual_seed(seed)
+    # The MLM head is dropped and the classifier is new: expected, so not reported.
+    with quiet_transformers():
+        model = PosAttnForSequenceClassification.from_pretrained(pretrained, num_labels=num_labels)
+    steps_per_epoch = max(1, len(splits["train"]) // f.batch_size)
+    args = TrainingArguments(
+        output_dir=str(output),
+        num_train_epochs=f.epochs,
+        per_device_train_batch_size=f.batch_size,
+        per_device_eval_batch_size=64,
+        learning_rate=learning_rate,
+        warmup_steps=round(f.warmup_ratio * steps_per_epoch * f.epochs),
+        weight_decay=f.weight_decay,
+        eval_strategy="epoch",
+        save_strategy="no",
+        logging_steps=max(1, steps_per_epoch // 4),
+        seed=seed,
+        report_to=["tensorboard"],  # local event files in the run dir
+        use_cpu=not torch.cuda.is_available(),
+        disable_tqdm=True,
+    )
+    with tensorboard_logs(output / TENSORBOARD):
+        trainer = AtomicCheckpointTrainer(
+            model=model,
+            args=args,
+            train_dataset=splits["train"],
+            eval_dataset={"dev": splits["dev"], "test": splits["test"]},
+            data_collator=DataCollatorWithPadding(tokenizer),
+            compute_metrics=accuracy,
+        )
+    trainer.train()
+    history = trainer.state.log_history
+    dev = [e["eval_dev_accuracy"] for e in history if "eval_dev_accuracy" in e]
+    test = [e["eval_test_accuracy"] for e in history if "eval_test_accuracy" in e]
+    best = int(np.argmax(dev))
+    return {"dev": dev[best], "test": test[best], "epoch": best + 1}
+
+
+def summarise(runs: dict[float, list[dict]]) -> dict:
+    """Median over seeds per learning rate; the rate with the best median dev accuracy."""
+    medians = {lr: statistics.median(r["dev"] for r in rs) for lr, rs in runs.items()}
+    best_lr = max(medians, key=medians.get)
+    best = runs[best_lr]
+    tests = [r["test"] for r in best]
+    return {
+        "learning_rate": best_lr,
+        "dev_median": medians[best_lr],
+        "test_median": statistics.median(tests),
+        "test_min": min(tests),
+        "test_max": max(tests),
+        "test_by_seed": tests,
+    }
+
+
+def finetune(pretrained: Path, config: RunConfig, output: Path, tokenizer, tasks_source) -> dict:
+    """Every configured task; writes finetune.json into `output`."""
+    output = Path(output)
+    f = config.finetune
+    results = {}
+    for task in f.tasks:
+        spec = tasks_source.spec(task)
+        splits = {
+            split: encode(
+                tokenizer,
+                tasks_source.records(task, split),
+                f.max_len,
+                f.max_train_examples if split == "train" else f.max_eval_examples,
+            )
+            for split in ("train", "dev", "test")
+        }
+        runs = {
+            lr: [
+                finetune_once(
+                    pretrained,
+                    tokenizer,
+                    splits,
+                    spec.num_labels,
+                    config,
+                    lr,
+                    seed,
+                    output / "runs" / task / f"lr{lr:g}-seed{seed}",
+                )
+                for seed in f.seeds
+            ]
+            for lr in f.learning_rates
+        }
+        results[task] = {"runs": {str(lr): rs for lr, rs in runs.items()}, **summarise(runs)}
+    (output / "finetune.json").write_text(json.dumps(results, indent=2))
+    return results

@@ -1,0 +1,114 @@
+"""`posattn pretrain`: masked-LM pretraining of one encoding on the prepared corpus."""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from transformers import TrainingArguments
+
+from ...models import PosAttnForMaskedLM
+from ...models.config import PosAttnConfig
+from ..runs.config import to_yaml
+from ..runs.mlm_data import MaskedBlocks, pack_paragraphs
+from ..runs.trainer import (
+    TENSORBOARD,
+    AtomicCheckpointTrainer,
+    EpochToDataset,
+    last_checkpoint,
+    step_training_arguments,
+    tensorboard_logs,
+)
+from .runconfig import RunConfig
+
+
+def model_config(config: RunConfig, tokenizer, **extra) -> PosAttnConfig:
+    """PosAttnConfig of a run; raises before any training if the encoding cannot serve it."""
+    return PosAttnConfig(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        **asdict(config.model),
+        **extra,
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def packed_blocks(tokenizer, corpus, split: str, limit: int | None, seq_len: int):
+    """Packed corpus blocks; cached, as every encoding of a comparison reads the same ones."""
+    return pack_paragraphs(tokenizer, corpus.paragraphs(split, limit), seq_len)
+
+
+def masked_dataset(tokenizer, blocks, config: RunConfig, seed: int) -> MaskedBlocks:
+    return MaskedBlocks(
+        blocks,
+        mask_token_id=tokenizer.mask_token_id,
+        special_ids=tokenizer.all_special_ids,
+        vocab_size=len(tokenizer),
+        probability=config.pretrain.mlm_probability,
+        seed=seed,
+    )
+
+
+def training_arguments(config: RunConfig, output: Path) -> TrainingArguments:
+    return step_training_arguments(
+        config.pretrain,
+        "pretrain",
+        output,
+        dataloader_drop_last=True,
+        report_to=["tensorboard"],  # local event files in the run dir
+        disable_tqdm=False,
+    )
+
+
+def pretrain(config: RunConfig, output: Path, tokenizer, corpus, resume: bool = False) -> dict:
+    """Train, evaluate and save one masked-LM model; returns (and writes) its metrics.
+
+    corpus: an object with .paragraphs(split) for "train" and "validation".
+    """
+    output = Path(output)
+    checkpoint = str(last_checkpoint(output / "checkpoints")) if resume else None
+    model_cfg = model_config(config, tokenizer)
+    seq_len = config.model.max_len
+    train_blocks = packed_blocks(
+        tokenizer, corpus, "train", config.data.max_train_paragraphs, seq_len
+    )
+    eval_size = config.pretrain.eval_batches * config.pretrain.batch_size
+    validation_blocks = packed_blocks(tokenizer, corpus, "validation", None, seq_len)[:eval_size]
+    train = masked_dataset(tokenizer, train_blocks, config, seed=config.pretrain.seed)
+    # The same masks for every encoding and every evaluation.
+    validation = masked_dataset(tokenizer, validation_blocks, config, seed=12345)
+    torch.manual_seed(config.pretrain.seed)
+    model = PosAttnForMaskedLM(model_cfg)
+    with tensorboard_logs(output / TENSORBOARD):
+        trainer = AtomicCheckpointTrainer(
+            model=model,
+            args=training_arguments(config, output),
+            train_dataset=train,
+            eval_dataset=validation,
+            callbacks=[EpochToDataset(train)],
+        )
+    start = time.perf_counter()
+    trainer.train(resume_from_checkpoint=checkpoint)
+    final = trainer.evaluate()
+    metrics = {
+        "encoding": config.model.encoding,
+        "train_loss": [[e["step"], e["loss"]] for e in trainer.state.log_history if "loss" in e],
+        "eval_loss": [
+            [e["step"], e["eval_loss"]] for e in trainer.state.log_history if "eval_loss" in e
+        ],
+        "final_eval_loss": final["eval_loss"],
+        "steps": trainer.state.global_step,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "train_blocks": len(train),
+        "wall_seconds": time.perf_counter() - start,
+    }
+    if trainer.is_world_process_zero():
+        trainer.save_model(str(output / "model"))
+        tokenizer.save_pretrained(str(output / "model"))
+        (output / "config.yaml").write_text(to_yaml(config))
+        (output / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    return metrics

@@ -1,0 +1,62 @@
+"""`posattn pretrain | finetune | compare`'s run configuration: the shared model and step
+sections (runs/config.py), the data, pretraining and fine-tuning sections, and the presets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..runs.config import ModelSection, StepSection, merge_config, preset_file
+
+
+@dataclass
+class DataSection:
+    data_dir: str | None = None  # None: POSATTN_DATA_DIR or the user cache
+    max_train_paragraphs: int | None = None  # cap the corpus for quick runs
+
+
+@dataclass
+class PretrainSection(StepSection):
+    """Masked-LM pretraining as in TUPE Sec. 4.1 / DIET Sec. 4, in miniature."""
+
+    mlm_probability: float = 0.15
+
+
+@dataclass
+class FinetuneSection:
+    """Fine-tuning protocol in miniature: every seed per learning rate, the median per rate,
+    the best rate reported (TUPE Sec. 4.1)."""
+
+    tasks: list[str] = field(default_factory=lambda: ["sentiment", "topic", "paraphrase"])
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    learning_rates: list[float] = field(default_factory=lambda: [1e-3])
+    epochs: int = 2
+    batch_size: int = 32
+    max_len: int = 64
+    warmup_ratio: float = 0.06
+    weight_decay: float = 0.01
+    max_train_examples: int | None = 2000
+    max_eval_examples: int | None = 1000
+
+
+@dataclass
+class RunConfig:
+    model: ModelSection = field(default_factory=ModelSection)
+    data: DataSection = field(default_factory=DataSection)
+    pretrain: PretrainSection = field(default_factory=PretrainSection)
+    finetune: FinetuneSection = field(default_factory=FinetuneSection)
+    encodings: list[str] = field(default_factory=lambda: ["learned", "tupe-r", "diet-abs"])
+
+
+PRESETS = ("smoke", "quick", "paper-mini")
+
+
+def preset_path(name: str) -> Path:
+    return preset_file("posattn.lab.pretraining", name, PRESETS)
+
+
+def load_run_config(
+    preset: str | None = None, file: str | Path | None = None, overrides: list[str] = ()
+) -> RunConfig:
+    """Defaults <- preset <- file <- overrides; unknown keys and bad types fail here."""
+    return merge_config(RunConfig, None if preset is None else preset_path(preset), file, overrides)

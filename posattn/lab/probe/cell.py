@@ -1,0 +1,146 @@
+"""One probe cell: train a small model on one task with one encoding and seed, then measure
+exact match and token accuracy at every test length."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import torch
+from torch.nn import functional as F
+from transformers import get_cosine_schedule_with_warmup
+
+from ...encodings import PositionalEncoding
+from ...errors import PosAttnConfigError
+from ...models import PosAttnForMaskedLM
+from ...models.causal_lm import PosAttnForCausalLM
+from ...models.config import PosAttnConfig
+from .settings import PROBE_OPTIONS, ProbeSettings
+from .tasks import CAUSAL_LM, IGNORE, PAD, VOCAB_SIZE, ProbeTask
+
+PAST_MAX_LEN = "cannot run past max_len"
+
+
+def probe_config(task: ProbeTask, encoding: str, settings: ProbeSettings) -> PosAttnConfig:
+    """A small pre-norm model without dropout; position tables hold train_len positions."""
+    return PosAttnConfig(
+        vocab_size=VOCAB_SIZE,
+        d_model=settings.d_model,
+        num_layers=settings.num_layers,
+        num_heads=settings.num_heads,
+        ffn_dim=settings.ffn_dim,
+        max_len=settings.train_len,
+        dropout=0.0,
+        attention_dropout=0.0,
+        norm="pre",
+        encoding=encoding,
+        encoding_options=PROBE_OPTIONS.get(encoding, {}),
+        segments=settings.segments,
+        causal=task.model == CAUSAL_LM,
+        pad_token_id=PAD,
+    )
+
+
+def build_model(task: ProbeTask, encoding: str, settings: ProbeSettings):
+    """A causal LM or a bidirectional encoder with a token-level head (the masked-LM head:
+    vocabulary logits at every position)."""
+    config = probe_config(task, encoding, settings)
+    model_class = PosAttnForCausalLM if task.model == CAUSAL_LM else PosAttnForMaskedLM
+    return model_class(config)
+
+
+def encoding_of(model) -> PositionalEncoding:
+    return next(m for m in model.modules() if isinstance(m, PositionalEncoding))
+
+
+def logits_of(model, batch: dict) -> torch.Tensor:
+    return model(
+        batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        token_type_ids=batch["token_type_ids"],
+    ).logits
+
+
+def train(model, task: ProbeTask, settings: ProbeSettings, seed: int) -> list[float]:
+    """AdamW with warm-up and cosine decay, the encoding's parameters at position_lr_scale
+    times the rate; each batch has one length drawn uniformly from [task.min_length,
+    train_len]. Returns the loss of every step."""
+    rng = random.Random(f"probe:{task.name}:train:{seed}")
+    positional = {id(p) for p in encoding_of(model).parameters()}
+    groups = [
+        {
+            "params": [p for p in model.parameters() if id(p) in positional],
+            "lr": settings.learning_rate * settings.position_lr_scale,
+        },
+        {"params": [p for p in model.parameters() if id(p) not in positional]},
+    ]
+    optimizer = torch.optim.AdamW(groups, lr=settings.learning_rate, weight_decay=0.01)
+    schedule = get_cosine_schedule_with_warmup(optimizer, settings.steps // 10, settings.steps)
+    model.train()
+    losses = []
+    for _ in range(settings.steps):
+        length = rng.randint(task.min_length, settings.train_len)
+        batch = task.batch(rng, settings.batch_size, length)
+        logits = logits_of(model, batch)
+        loss = F.cross_entropy(
+            logits.flatten(0, 1), batch["targets"].flatten(), ignore_index=IGNORE
+        )
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        losses.append(loss.item())
+    return losses
+
+
+@torch.no_grad()
+def evaluate(model, task: ProbeTask, length: int, examples: int, seed: int) -> dict:
+    """Token accuracy over the scored positions and exact match (every scored position of an
+    example right) on `examples` fresh examples of length `length` (teacher-forced for the
+    causal LM: exact match then equals that of greedy decoding)."""
+    rng = random.Random(f"probe:{task.name}:eval:{length}:{seed}")
+    model.eval()
+    correct = scored = exact = 0
+    per_batch = max(1, min(examples, 8192 // length))
+    for start in range(0, examples, per_batch):
+        batch = task.batch(rng, min(per_batch, examples - start), length)
+        targets = batch["targets"]
+        keep = targets != IGNORE
+        right = (logits_of(model, batch).argmax(-1) == targets) & keep
+        correct += int(right.sum())
+        scored += int(keep.sum())
+        exact += int((right == keep).all(-1).sum())
+    return {"token": correct / scored, "exact": exact / examples}
+
+
+def run_cell(task: ProbeTask, encoding: str, seed: int, settings: ProbeSettings) -> dict:
+    """The cell's result: status "ok" with per-length metrics, or "unsupported" with the
+    reason (a causal-only encoding on an encoder task, a bidirectional-only one on a causal
+    task). Lengths past an encoding's position table are marked PAST_MAX_LEN."""
+    result = {"task": task.name, "encoding": encoding, "seed": seed}
+    start, cpu_start = time.perf_counter(), time.process_time()
+    torch.manual_seed(seed)
+    try:
+        model = build_model(task, encoding, settings)
+    except PosAttnConfigError as error:
+        return {**result, "status": "unsupported", "reason": str(error)}
+    losses = train(model, task, settings, seed)
+    limit = encoding_of(model).max_positions
+    lengths = {}
+    for length in settings.test_lens:
+        if limit is not None and length > limit:
+            lengths[str(length)] = {"status": PAST_MAX_LEN}
+        else:
+            lengths[str(length)] = evaluate(model, task, length, settings.eval_examples, seed)
+    tail = losses[-max(1, len(losses) // 10) :]
+    return {
+        **result,
+        "status": "ok",
+        "final_train_loss": sum(tail) / len(tail),
+        "lengths": lengths,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "seconds": time.perf_counter() - start,
+        # CPU time of this process: on a shared machine, what the cell costs on a free core
+        "cpu_seconds": time.process_time() - cpu_start,
+    }

@@ -1,0 +1,66 @@
+"""`posattn probe`: position probes and length generalisation."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ...errors import invalid
+
+
+def names(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def integers(parameter: str, text: str) -> list[int]:
+    try:
+        return [int(part) for part in names(text)]
+    except ValueError:
+        raise invalid(parameter, text, "comma-separated integers, e.g. 32,64,128") from None
+
+
+def settings_from(args: argparse.Namespace):
+    from .settings import preset
+
+    overrides = {}
+    if args.tasks:
+        overrides["tasks"] = names(args.tasks)
+    if args.encodings:
+        overrides["encodings"] = names(args.encodings)
+    if args.test_lens:
+        overrides["test_lens"] = integers("--test-lens", args.test_lens)
+    for key in ("train_len", "seeds", "steps", "workers", "segments"):
+        if getattr(args, key) is not None:
+            overrides[key] = getattr(args, key)
+    return preset(args.preset, **overrides)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .grid import run_probe
+
+    settings = settings_from(args)
+    run_probe(settings, Path(args.output or f"runs/probe-{args.preset}"))
+    return 0
+
+
+def register(commands) -> None:
+    from .tasks import TASKS
+
+    parser = commands.add_parser(
+        "probe",
+        help="position probes: accuracy against length for each task and encoding",
+        description="Train a small model per (task, encoding, seed) on synthetic tasks up to "
+        "--train-len and evaluate at every --test-lens length. Tasks: " + ", ".join(TASKS) + ". "
+        "A rerun in the same --output finishes a killed run without redoing its cells.",
+    )
+    parser.add_argument("--preset", default="default", help="default | smoke")
+    parser.add_argument("--tasks", help="comma-separated tasks (default: all)")
+    parser.add_argument("--encodings", help="comma-separated encodings")
+    parser.add_argument("--train-len", type=int, help="longest training length (default 32)")
+    parser.add_argument("--test-lens", help="comma-separated test lengths, e.g. 32,64,128,256")
+    parser.add_argument("--seeds", type=int, help="seeds per cell (default 3)")
+    parser.add_argument("--steps", type=int, help="training steps per cell")
+    parser.add_argument("--segments", help="input (BERT, default) | attention (DIET Eq. 2) | none")
+    parser.add_argument("--workers", type=int, help="processes training cells in parallel")
+    parser.add_argument("--output", help="the run directory (default runs/probe-PRESET)")
+    parser.set_defaults(func=run)

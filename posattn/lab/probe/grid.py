@@ -1,0 +1,181 @@
+"""The probe grid: one cell per (task, encoding, seed), each stored atomically as it finishes
+so that a killed run redoes none of them; then results.json, the tables and the plots."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+from rich.console import Console
+
+from ...data.manifest import write_atomic
+from .cell import run_cell
+from .settings import ProbeSettings
+from .tasks import probe_task
+
+CELLS = "cells"
+
+
+def cell_path(run_dir: Path, task: str, encoding: str, seed: int) -> Path:
+    return run_dir / CELLS / f"{task}__{encoding}__seed{seed}.json"
+
+
+def stored_cell(path: Path, fingerprint: str) -> dict | None:
+    """A finished cell of these settings, or None (missing, damaged or from other settings)."""
+    if not path.is_file():
+        return None
+    try:
+        cell = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+    return cell if cell.get("fingerprint") == fingerprint else None
+
+
+def compute_cell(task: str, encoding: str, seed: int, settings: dict, path: str) -> dict:
+    """Train and evaluate one cell and store it atomically."""
+    probe_settings = ProbeSettings(**settings)
+    cell = run_cell(probe_task(task), encoding, seed, probe_settings)
+    cell["fingerprint"] = probe_settings.cell_fingerprint()
+    write_atomic(Path(path), json.dumps(cell, indent=1) + "\n")
+    return cell
+
+
+def one_thread() -> None:
+    """Worker processes share the cores: one thread each."""
+    torch.set_num_threads(1)
+
+
+@contextmanager
+def torch_threads(count: int):
+    """Cells in this process use `count` threads (small models run fastest on one: more
+    threads mostly wait on each other), then the caller's setting returns."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def run_cells(settings: ProbeSettings, run_dir: Path, console: Console) -> list[dict]:
+    """Every cell of the grid, computing only those not stored yet."""
+    fingerprint = settings.cell_fingerprint()
+    grid = [
+        (task, encoding, seed)
+        for task in settings.tasks
+        for encoding in settings.encodings
+        for seed in range(settings.seeds)
+    ]
+    done = {key: stored_cell(cell_path(run_dir, *key), fingerprint) for key in grid}
+    todo = [key for key in grid if done[key] is None]
+    console.print(f"{len(grid) - len(todo)} of {len(grid)} cells already done, {len(todo)} to run")
+    arguments = [(*key, asdict(settings), str(cell_path(run_dir, *key))) for key in todo]
+    if settings.workers == 1 or len(todo) <= 1:
+        with torch_threads(1):
+            for key, args in zip(todo, arguments, strict=True):
+                done[key] = compute_cell(*args)
+                finished = len(grid) - sum(v is None for v in done.values())
+                report_cell(console, done[key], finished)
+    else:
+        # spawn: fresh interpreters, no forked torch thread pools
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(
+            settings.workers, mp_context=context, initializer=one_thread
+        ) as pool:
+            futures = {
+                pool.submit(compute_cell, *args): key
+                for key, args in zip(todo, arguments, strict=True)
+            }
+            for future in as_completed(futures):
+                done[futures[future]] = future.result()
+                finished = len(grid) - sum(v is None for v in done.values())
+                report_cell(console, done[futures[future]], finished)
+    return [done[key] for key in grid]
+
+
+def report_cell(console: Console, cell: dict, finished: int) -> None:
+    where = f"{cell['task']} / {cell['encoding']} / seed {cell['seed']}"
+    if cell["status"] != "ok":
+        console.print(f"[{finished}] {where}: unsupported")
+        return
+    lengths = cell["lengths"]
+    first = lengths[min(lengths, key=int)]
+    console.print(
+        f"[{finished}] {where}: token accuracy {100 * first['token']:.1f}% at the training "
+        f"length ({cell['seconds']:.1f} s)"
+    )
+
+
+def summarise(values: list[float]) -> dict:
+    """Mean and sample standard deviation over seeds (0 for one seed)."""
+    return {
+        "mean": statistics.fmean(values),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "by_seed": values,
+    }
+
+
+def aggregate(cells: list[dict], settings: ProbeSettings) -> dict:
+    """results[task][encoding] = {"status", "reason"?, "lengths": {n: {"token", "exact"} as
+    mean/std/by_seed, or {"status": ...}}}."""
+    results: dict = {}
+    for task in settings.tasks:
+        results[task] = {}
+        for encoding in settings.encodings:
+            runs = [c for c in cells if c["task"] == task and c["encoding"] == encoding]
+            if any(c["status"] != "ok" for c in runs):
+                reason = next(c["reason"] for c in runs if c["status"] != "ok")
+                results[task][encoding] = {"status": "unsupported", "reason": reason}
+                continue
+            lengths = {}
+            for length in map(str, settings.test_lens):
+                at_length = [c["lengths"][length] for c in runs]
+                if "status" in at_length[0]:
+                    lengths[length] = {"status": at_length[0]["status"]}
+                else:
+                    lengths[length] = {
+                        metric: summarise([m[metric] for m in at_length])
+                        for metric in ("token", "exact")
+                    }
+            results[task][encoding] = {
+                "status": "ok",
+                "model": probe_task(task).model,
+                "final_train_loss": summarise([c["final_train_loss"] for c in runs]),
+                "lengths": lengths,
+            }
+    return results
+
+
+def run_probe(settings: ProbeSettings, run_dir: Path, console: Console | None = None) -> dict:
+    """Run (or finish) the grid in `run_dir` and write config.yaml, results.json, results.md
+    and one plot per task. Returns results.json's content."""
+    from .plots import plot_task
+    from .report import results_markdown
+
+    console = console or Console()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.structured(settings)))
+    start = time.perf_counter()
+    cells = run_cells(settings, run_dir, console)
+    results = aggregate(cells, settings)
+    output = {
+        "settings": asdict(settings),
+        "results": results,
+        "cell_seconds": sum(c.get("seconds", 0.0) for c in cells),
+        "cell_cpu_seconds": sum(c.get("cpu_seconds", 0.0) for c in cells),
+        "wall_seconds": time.perf_counter() - start,
+    }
+    write_atomic(run_dir / "results.json", json.dumps(output, indent=1) + "\n")
+    write_atomic(run_dir / "results.md", results_markdown(results, settings))
+    for task in settings.tasks:
+        plot_task(results[task], task, settings, run_dir / f"accuracy-{task}.png")
+    console.print(f"results in {run_dir}")
+    return output

@@ -1,0 +1,116 @@
+"""What a probe run trains and evaluates; `default` fits the full grid in ten minutes on two
+CPU cores, `smoke` is for the tests."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
+
+from ...encodings import encoding_class
+from ...errors import invalid, require, require_choice, require_positive_int
+from ...models.segments import SEGMENT_MODES
+from .tasks import TASKS, probe_task
+
+# The papers' encodings (TUPE: BERT-A, BERT-R, TUPE-A, TUPE-R; DIET: DIET-ABS, DIET-REL) and
+# the two most used modern ones.
+DEFAULT_ENCODINGS = [
+    "learned",
+    "bert-r",
+    "tupe-a",
+    "tupe-r",
+    "diet-abs",
+    "diet-rel",
+    "rope",
+    "alibi",
+]
+# Options posattn never picks silently elsewhere; a probe needs one value to run.
+PROBE_OPTIONS = {"rope": {"layout": "half"}, "xpos": {"layout": "half"}}
+
+
+@dataclass
+class ProbeSettings:
+    tasks: list[str] = field(default_factory=lambda: list(TASKS))
+    encodings: list[str] = field(default_factory=lambda: list(DEFAULT_ENCODINGS))
+    seeds: int = 3
+    train_len: int = 32  # training lengths are drawn up to this; position tables have this size
+    test_lens: list[int] = field(default_factory=lambda: [32, 64, 128, 256])
+    steps: int = 250
+    batch_size: int = 32
+    learning_rate: float = 3e-3
+    # The encoding's own parameters train faster: a logit bias must grow to O(log n) to pick
+    # one offset, which the shared rate does not reach in a few hundred steps.
+    position_lr_scale: float = 10.0
+    d_model: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    ffn_dim: int = 128
+    segments: str = "input"
+    eval_examples: int = 64
+    workers: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("seeds", "train_len", "steps", "batch_size", "d_model", "num_layers"):
+            require_positive_int(name, getattr(self, name))
+        for name in ("num_heads", "ffn_dim", "eval_examples", "workers"):
+            require_positive_int(name, getattr(self, name))
+        require(self.learning_rate > 0, "learning_rate", self.learning_rate, "a positive rate")
+        require(
+            self.position_lr_scale > 0,
+            "position_lr_scale",
+            self.position_lr_scale,
+            "a positive multiplier of the learning rate",
+        )
+        require_choice("segments", self.segments, SEGMENT_MODES)
+        require(bool(self.tasks), "tasks", self.tasks, "at least one task")
+        require(bool(self.encodings), "encodings", self.encodings, "at least one encoding")
+        require(bool(self.test_lens), "test_lens", self.test_lens, "at least one length")
+        for name in self.tasks:
+            task = probe_task(name)
+            require(
+                self.train_len >= task.min_length,
+                "train_len",
+                self.train_len,
+                f"at least {task.min_length} for task {name!r}",
+            )
+        for name in self.encodings:
+            encoding_class(name)  # an unknown name fails here with the list of known ones
+        for length in self.test_lens:
+            require_positive_int("test_lens", length)
+            require(
+                length >= self.train_len,
+                "test_lens",
+                self.test_lens,
+                f"lengths >= train_len={self.train_len} (the training length and longer)",
+            )
+
+    def cell_fingerprint(self) -> str:
+        """Everything a (task, encoding, seed) cell's result depends on besides those three."""
+        skip = {"tasks", "encodings", "seeds", "workers"}
+        return json.dumps(
+            {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip},
+            sort_keys=True,
+        )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+PRESETS = {
+    "default": ProbeSettings(),
+    "smoke": ProbeSettings(
+        tasks=["relative", "majority"],
+        encodings=["diet-rel", "learned"],
+        seeds=1,
+        train_len=16,
+        test_lens=[16, 32],
+        steps=200,
+        eval_examples=32,
+        workers=1,
+    ),
+}
+
+
+def preset(name: str, **overrides) -> ProbeSettings:
+    if name not in PRESETS:
+        raise invalid("--preset", name, f"one of {', '.join(PRESETS)}")
+    return replace(PRESETS[name], **overrides)

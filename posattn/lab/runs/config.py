@@ -1,0 +1,112 @@
+"""Run configuration kit: the sections every experiment shares (the model, a step-based
+training run), declared once, and the merge of typed sections (OmegaConf structured configs)
+with a preset, a YAML file and command-line overrides (`pretrain.steps=200`), in that order."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
+
+from ...errors import PosAttnConfigError, invalid
+
+
+@dataclass
+class ModelSection:
+    """The Transformer (see PosAttnConfig); max_len is the pretraining sequence length."""
+
+    d_model: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    ffn_dim: int = 512
+    max_len: int = 64
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    norm: str = "post"
+    encoding: str = "learned"
+    encoding_options: dict[str, Any] = field(default_factory=dict)
+    segments: str = "input"
+    kernel: str = "auto"
+
+
+@dataclass
+class StepSection:
+    """A step-based Trainer run (pretraining, translation): AdamW with linear warm-up and
+    decay; batch_size is the global batch (all processes); seed fixes weights and data order."""
+
+    steps: int = 300
+    batch_size: int = 32
+    learning_rate: float = 1e-3
+    warmup_ratio: float = 0.05
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    adam_epsilon: float = 1e-6
+    eval_steps: int = 50
+    save_steps: int = 100
+    eval_batches: int = 20
+    logging_steps: int = 10
+    seed: int = 0
+
+
+def _known_keys(node: Any, prefix: str = "") -> list[str]:
+    keys = []
+    if isinstance(node, DictConfig):
+        for key in node:
+            path = f"{prefix}{key}"
+            keys.append(path)
+            child = node._get_node(key)
+            if isinstance(child, DictConfig) and not path.endswith("encoding_options"):
+                keys.extend(_known_keys(child, path + "."))
+    return keys
+
+
+def _unknown_key_error(error: Exception, schema: DictConfig) -> PosAttnConfigError:
+    key = getattr(error, "full_key", None) or str(error)
+    known = _known_keys(schema)
+    close = difflib.get_close_matches(str(key), known, n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(known)}"
+    return PosAttnConfigError(f"config key {key!r} does not exist: {hint}")
+
+
+def merge_config(
+    schema_type: type, preset: Path | None, file: str | Path | None, overrides: list[str] = ()
+):
+    """An instance of the structured config `schema_type`: its defaults <- a preset YAML <- a
+    user YAML <- KEY=VALUE overrides; unknown keys and bad types fail here."""
+    schema = OmegaConf.structured(schema_type)
+    layers = []
+    if preset is not None:
+        layers.append(OmegaConf.load(preset))
+    if file is not None:
+        if not Path(file).is_file():
+            raise invalid("--config", str(file), "an existing YAML file")
+        layers.append(OmegaConf.load(file))
+    try:
+        layers.append(OmegaConf.from_dotlist(list(overrides)))
+    except Exception as error:  # a malformed override, e.g. "steps" without "="
+        raise invalid("override", list(overrides), f"KEY=VALUE pairs ({error})") from None
+    merged = schema
+    for layer in layers:
+        try:
+            merged = OmegaConf.merge(merged, layer)
+        except (ConfigKeyError, ConfigAttributeError) as error:
+            raise _unknown_key_error(error, schema) from None
+        except ValidationError as error:
+            raise PosAttnConfigError(f"config value rejected: {error}") from None
+    return OmegaConf.to_object(merged)
+
+
+def preset_file(package: str, name: str, presets: tuple[str, ...]) -> Path:
+    """The YAML of preset `name` shipped in `package`'s presets/ folder."""
+    if name not in presets:
+        raise invalid("--preset", name, f"one of {', '.join(presets)}")
+    return Path(str(resources.files(package) / "presets" / f"{name}.yaml"))
+
+
+def to_yaml(config) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(config))

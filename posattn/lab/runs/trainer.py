@@ -1,0 +1,166 @@
+"""The transformers Trainer with checkpoints that appear atomically and a resumable run dir."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers.utils import logging as transformers_logging
+
+from ...errors import invalid, require
+
+STAGING = ".staging"
+TENSORBOARD = "tensorboard"
+TENSORBOARD_ENV = "TENSORBOARD_LOGGING_DIR"
+CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+class AtomicCheckpointTrainer(Trainer):
+    """Writes each checkpoint into a staging folder, then renames it into place: a run killed
+    while saving leaves the previous checkpoints intact and no half-written one."""
+
+    _staging_dir: str | None = None
+
+    def _get_output_dir(self, trial):
+        return self._staging_dir or super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        run_dir = super()._get_output_dir(trial)
+        staging = os.path.join(run_dir, STAGING)
+        limit, self.args.save_total_limit = self.args.save_total_limit, None
+        self._staging_dir = staging
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._staging_dir = None
+            self.args.save_total_limit = limit
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()  # every rank has written its RNG state into the staging folder
+        if self.args.should_save:
+            name = f"checkpoint-{self.state.global_step}"
+            target = os.path.join(run_dir, name)
+            if os.path.exists(target):
+                shutil.rmtree(target)
+            os.replace(os.path.join(staging, name), target)
+            prune_checkpoints(Path(run_dir), limit)
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()
+
+
+def checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoints in a Trainer output dir, oldest first."""
+    if not run_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in run_dir.iterdir() if (m := CHECKPOINT.match(p.name))]
+    return [path for _, path in sorted(found)]
+
+
+def prune_checkpoints(run_dir: Path, keep: int | None) -> None:
+    if keep:
+        for old in checkpoints(run_dir)[:-keep]:
+            shutil.rmtree(old)
+
+
+def last_checkpoint(run_dir: Path) -> Path:
+    found = checkpoints(run_dir)
+    if not found:
+        raise invalid(
+            "--resume",
+            str(run_dir),
+            "a run directory that holds a checkpoint (checkpoint-N); none was found",
+        )
+    return found[-1]
+
+
+class EpochToDataset(TrainerCallback):
+    """Tells a dataset the epoch, so its random masking changes per epoch deterministically."""
+
+    def __init__(self, dataset) -> None:
+        self.dataset = dataset
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        self.dataset.set_epoch(int(state.epoch or 0))
+
+
+@contextmanager
+def tensorboard_logs(directory: Path) -> Iterator[None]:
+    """Route the Trainer's own TensorBoardCallback (report_to=["tensorboard"]) to `directory`.
+
+    transformers v5 dropped TrainingArguments.logging_dir: the callback reads
+    $TENSORBOARD_LOGGING_DIR when the Trainer builds it, else writes under output_dir/runs/<date>.
+    Build the Trainer inside this block; the variable is restored right after, so that each of
+    the runs of one process (compare's encodings, fine-tuning seeds) keeps its own folder.
+    A resumed run appends a new event file to the same folder.
+    """
+    previous = os.environ.get(TENSORBOARD_ENV)
+    os.environ[TENSORBOARD_ENV] = str(directory)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(TENSORBOARD_ENV, None)
+        else:
+            os.environ[TENSORBOARD_ENV] = previous
+
+
+def world_size() -> int:
+    """Processes of this run (torchrun sets WORLD_SIZE); 1 without torchrun."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def step_training_arguments(
+    section, section_name: str, output: Path, **overrides
+) -> TrainingArguments:
+    """TrainingArguments of a step-based run from a config section with steps, batch_size
+    (global), learning_rate, warmup_ratio, weight_decay, max_grad_norm, adam_epsilon,
+    eval_steps, save_steps, logging_steps and seed; `overrides` are the run's own choices."""
+    processes = world_size()
+    require(
+        section.batch_size % processes == 0,
+        f"{section_name}.batch_size",
+        section.batch_size,
+        f"a multiple of the number of processes ({processes}): it is the global batch",
+    )
+    arguments = dict(
+        output_dir=str(output / "checkpoints"),
+        max_steps=section.steps,
+        per_device_train_batch_size=section.batch_size // processes,
+        per_device_eval_batch_size=section.batch_size // processes,
+        learning_rate=section.learning_rate,
+        lr_scheduler_type="linear",
+        warmup_steps=round(section.warmup_ratio * section.steps),
+        weight_decay=section.weight_decay,
+        max_grad_norm=section.max_grad_norm,
+        adam_epsilon=section.adam_epsilon,
+        eval_strategy="steps",
+        prediction_loss_only=True,
+        eval_steps=section.eval_steps,
+        save_strategy="steps",
+        save_steps=section.save_steps,
+        save_total_limit=2,
+        logging_steps=section.logging_steps,
+        seed=section.seed,
+        data_seed=section.seed,
+        remove_unused_columns=False,
+        use_cpu=not torch.cuda.is_available(),
+        # Under torchrun: NCCL on GPUs, gloo on CPUs; a single process sets none.
+        ddp_backend=(("nccl" if torch.cuda.is_available() else "gloo") if processes > 1 else None),
+    )
+    return TrainingArguments(**{**arguments, **overrides})
+
+
+@contextmanager
+def quiet_transformers():
+    level = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        transformers_logging.set_verbosity(level)

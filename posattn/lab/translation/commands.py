@@ -1,0 +1,110 @@
+"""`posattn translate train | eval`, and the translation side of `posattn compare`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from ..runs.options import add_run_options, finish_distributed
+from .runconfig import TranslationRunConfig, load_translation_config
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    add_run_options(
+        parser,
+        "quick",
+        presets="smoke | quick",
+        example="train.steps=500 model.encoding=diet-rel decode.beam_size=4",
+    )
+
+
+def run_config(args: argparse.Namespace) -> TranslationRunConfig:
+    config = load_translation_config(args.preset, args.config, args.overrides)
+    if args.data_dir:
+        config = replace(config, data=replace(config.data, data_dir=args.data_dir))
+    return config
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from .train import train_translation
+
+    config = run_config(args)
+    output = Path(args.output or f"runs/translate-{config.data.pairs}-{config.model.encoding}")
+    metrics = train_translation(config, output, resume=args.resume)
+    for split, scores in metrics.get("evaluation", {}).items():
+        print(f"{split}: " + summary(scores))
+    finish_distributed()
+    return 0
+
+
+def summary(scores: dict) -> str:
+    parts = [
+        f"{name} BLEU {scores[name]['bleu']:.2f} chrF {scores[name]['chrf']:.2f}"
+        for name in ("greedy", "beam", "copy_source")
+        if name in scores
+    ]
+    truncated = scores.get("truncated_sources", 0)
+    note = f" ({truncated} of {scores['pairs']} sources truncated to max_len)" if truncated else ""
+    return ", ".join(parts) + note
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from ...data.parallel_files import read_parallel
+    from ...data.translation_tokenizer import load_translation_tokenizer
+    from ...models.seq2seq import PosAttnForSeq2SeqLM
+    from .evaluate import evaluate_model
+    from .train import load_pairs
+
+    config = run_config(args)
+    model = PosAttnForSeq2SeqLM.from_pretrained(args.model)
+    tokenizer = load_translation_tokenizer(args.model)
+    if args.source or args.target:
+        pairs = read_parallel(Path(args.source or ""), Path(args.target or ""))
+    else:
+        pairs = load_pairs(config, args.split)
+    scores = evaluate_model(model, tokenizer, pairs, config.decode, truncate=args.truncate)
+    print(summary(scores))
+    if args.output:
+        Path(args.output).write_text(json.dumps(scores, indent=2, ensure_ascii=False))
+    return 0
+
+
+def register(commands) -> None:
+    translate = commands.add_parser("translate", help="train and evaluate an encoder-decoder")
+    actions = translate.add_subparsers(dest="translate_command", required=True)
+    train = actions.add_parser("train", help="label-smoothed training, then dev/test BLEU")
+    add_options(train)
+    train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    train.set_defaults(func=run_train)
+    evaluate = actions.add_parser("eval", help="greedy and beam search BLEU / chrF of a model")
+    evaluate.add_argument(
+        "--model", required=True, help="a model directory written by translate train"
+    )
+    add_options(evaluate)
+    evaluate.add_argument("--split", default="test", help="dev | test of the prepared pairs")
+    evaluate.add_argument("--source", help="your own source file, one segment per line")
+    evaluate.add_argument("--target", help="its line-aligned reference translations")
+    evaluate.add_argument(
+        "--truncate",
+        action="store_true",
+        help="cut sources longer than the model's max_len (reported) instead of failing",
+    )
+    evaluate.set_defaults(func=run_eval)
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """compare --task translation: the lab's compare options, translation presets."""
+    from .compare import compare_translation
+
+    preset = args.preset or "quick"
+    config = load_translation_config(preset, args.config, args.overrides)
+    if args.data_dir:
+        config = replace(config, data=replace(config.data, data_dir=args.data_dir))
+    if args.encodings:
+        config = replace(config, encodings=[e.strip() for e in args.encodings.split(",")])
+    output = Path(args.output or f"runs/compare-translation-{preset}")
+    compare_translation(config, output, preset)
+    finish_distributed()
+    return 0

@@ -1,0 +1,107 @@
+"""Translation run configuration: typed sections, presets (translation/presets/*.yaml), a YAML
+file and KEY=VALUE overrides, merged as for pretraining (lab/runconfig.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...errors import invalid
+from ..runs.config import ModelSection, StepSection, merge_config, preset_file
+
+# Options an encoding needs in an encoder-decoder: RoPE's pair layout is never implicit, and
+# translation has no [CLS] token for TUPE to untie.
+ENCODING_DEFAULTS: dict[str, dict[str, Any]] = {
+    "rope": {"layout": "half"},
+    "xpos": {"layout": "half"},
+    "tupe-a": {"untie_cls": False},
+    "tupe-r": {"untie_cls": False},
+}
+TOO_LONG = ("error", "truncate", "drop")
+
+
+@dataclass
+class TranslationModelSection(ModelSection):
+    """The encoder-decoder (PosAttnSeq2SeqConfig): the shared model section with a decoder
+    depth; max_len bounds source and target tokens; one segment per side."""
+
+    num_decoder_layers: int = 2
+    max_len: int = 96
+    norm: str = "pre"
+    encoding: str = "sinusoidal"
+    segments: str = "none"
+
+
+@dataclass
+class TranslationDataSection:
+    """pairs: a prepared set (posattn data prepare --translation). too_long: what happens to a
+    pair longer than model.max_len tokens: error, truncate or drop (counted in metrics.json).
+    Training applies it; evaluation drops such pairs with "drop" and otherwise translates a
+    truncated source, counting either."""
+
+    data_dir: str | None = None
+    pairs: str = "en-es"
+    max_train_pairs: int | None = None
+    max_eval_pairs: int | None = 400
+    too_long: str = "drop"
+
+
+@dataclass
+class TranslationTrainSection(StepSection):
+    """Label-smoothed cross-entropy with AdamW and linear warm-up/decay (Vaswani Sec. 5)."""
+
+    steps: int = 2000
+    adam_epsilon: float = 1e-8
+    label_smoothing: float = 0.1
+    eval_steps: int = 200
+    save_steps: int = 500
+    eval_batches: int = 10
+    logging_steps: int = 50
+
+
+@dataclass
+class DecodeSection:
+    """Beam search as in DIET Sec. 4.3: beam 10, length penalty 0.6; beam_size 1 is greedy.
+    splits: the prepared splits that training ends by translating and scoring."""
+
+    splits: list[str] = field(default_factory=lambda: ["dev", "test"])
+    beam_size: int = 10
+    length_penalty: float = 0.6
+    max_new_tokens: int = 128
+    batch_size: int = 32
+
+
+@dataclass
+class TranslationRunConfig:
+    model: TranslationModelSection = field(default_factory=TranslationModelSection)
+    data: TranslationDataSection = field(default_factory=TranslationDataSection)
+    train: TranslationTrainSection = field(default_factory=TranslationTrainSection)
+    decode: DecodeSection = field(default_factory=DecodeSection)
+    # DIET Table 4's rows (Vaswani, Shaw, DIET-REL) and the other methods of posattn.
+    encodings: list[str] = field(
+        default_factory=lambda: ["sinusoidal", "shaw", "diet-rel", "t5", "tupe-r", "diet-abs"]
+    )
+    seeds: list[int] = field(default_factory=lambda: [0, 1])
+
+
+TRANSLATION_PRESETS = ("smoke", "quick")
+
+
+def translation_preset_path(name: str) -> Path:
+    return preset_file("posattn.lab.translation", name, TRANSLATION_PRESETS)
+
+
+def load_translation_config(
+    preset: str | None = None, file: str | Path | None = None, overrides: list[str] = ()
+) -> TranslationRunConfig:
+    path = None if preset is None else translation_preset_path(preset)
+    config = merge_config(TranslationRunConfig, path, file, overrides)
+    if config.data.too_long not in TOO_LONG:
+        raise invalid("data.too_long", config.data.too_long, f"one of {', '.join(TOO_LONG)}")
+    return config
+
+
+def encoding_options(encoding: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The run's options over the encoding's translation defaults."""
+    return {**ENCODING_DEFAULTS.get(encoding, {}), **options}

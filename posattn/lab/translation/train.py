@@ -1,0 +1,136 @@
+"""`posattn translate train`: an encoder-decoder trained with label-smoothed cross-entropy
+through the lab's Trainer (atomic checkpoints, resumable run directory), then evaluated with
+greedy and beam search on the dev and test pairs."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+from transformers import DataCollatorForSeq2Seq, TrainingArguments
+
+from ...data.parallel import load_parallel, parallel_dir
+from ...data.translation_tokenizer import load_translation_tokenizer
+from ...models.seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig
+from ..runs.config import to_yaml
+from ..runs.trainer import AtomicCheckpointTrainer, last_checkpoint, step_training_arguments
+from .data import encode_pairs, sample
+from .evaluate import evaluate_model
+from .runconfig import TranslationRunConfig, encoding_options
+
+
+def load_pairs(config: TranslationRunConfig, split: str) -> list[tuple[str, str]]:
+    pairs = load_parallel(config.data.data_dir, config.data.pairs, split)
+    limit = config.data.max_train_pairs if split == "train" else config.data.max_eval_pairs
+    return sample(pairs, limit)
+
+
+def load_tokenizer(config: TranslationRunConfig):
+    return load_translation_tokenizer(
+        parallel_dir(config.data.data_dir, config.data.pairs) / "tokenizer"
+    )
+
+
+def seq2seq_config(config: TranslationRunConfig, tokenizer) -> PosAttnSeq2SeqConfig:
+    m = config.model
+    return PosAttnSeq2SeqConfig(
+        vocab_size=len(tokenizer),
+        d_model=m.d_model,
+        num_layers=m.num_layers,
+        num_decoder_layers=m.num_decoder_layers,
+        num_heads=m.num_heads,
+        ffn_dim=m.ffn_dim,
+        max_len=m.max_len,
+        dropout=m.dropout,
+        attention_dropout=m.attention_dropout,
+        norm=m.norm,
+        encoding=m.encoding,
+        encoding_options=encoding_options(m.encoding, dict(m.encoding_options)),
+        kernel=m.kernel,
+        label_smoothing=config.train.label_smoothing,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.bos_token_id,
+    )
+
+
+def evaluate_split(model, tokenizer, config: TranslationRunConfig, split: str) -> dict:
+    """Scores on a split; with data.too_long=drop, pairs over max_len are left out (counted)."""
+    pairs = load_pairs(config, split)
+    kept = pairs
+    if config.data.too_long == "drop":
+        kept = [pair for pair in pairs if fits(tokenizer, pair, config.model.max_len)]
+    scores = evaluate_model(model, tokenizer, kept, config.decode)
+    return {**scores, "pairs_dropped_too_long": len(pairs) - len(kept)}
+
+
+def fits(tokenizer, pair: tuple[str, str], max_len: int) -> bool:
+    return all(len(ids) <= max_len for ids in tokenizer(list(pair))["input_ids"])
+
+
+def training_arguments(config: TranslationRunConfig, output: Path) -> TrainingArguments:
+    return step_training_arguments(
+        config.train,
+        "train",
+        output,
+        # Batches of similar lengths waste less on padding.
+        train_sampling_strategy="group_by_length",
+        report_to=[],
+        disable_tqdm=True,
+    )
+
+
+def train_translation(
+    config: TranslationRunConfig, output: Path, resume: bool = False, evaluate: bool = True
+) -> dict:
+    """Train one model; evaluate it on dev and test; write model/, config.yaml, metrics.json."""
+    output = Path(output)
+    checkpoint = str(last_checkpoint(output / "checkpoints")) if resume else None
+    tokenizer = load_tokenizer(config)
+    model_config = seq2seq_config(config, tokenizer)
+    max_len, too_long = config.model.max_len, config.data.too_long
+    train = encode_pairs(tokenizer, load_pairs(config, "train"), max_len, too_long, "train pair")
+    dev_pairs = load_pairs(config, "dev")
+    eval_size = config.train.eval_batches * config.train.batch_size
+    dev = encode_pairs(tokenizer, dev_pairs[:eval_size], max_len, "truncate", "dev pair")
+    torch.manual_seed(config.train.seed)
+    model = PosAttnForSeq2SeqLM(model_config)
+    trainer = AtomicCheckpointTrainer(
+        model=model,
+        args=training_arguments(config, output),
+        train_dataset=train.dataset,
+        eval_dataset=dev.dataset,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+    )
+    start = time.perf_counter()
+    trainer.train(resume_from_checkpoint=checkpoint)
+    train_seconds = time.perf_counter() - start
+    final = trainer.evaluate()
+    history = trainer.state.log_history
+    metrics = {
+        "encoding": config.model.encoding,
+        "seed": config.train.seed,
+        "pairs": config.data.pairs,
+        "train_loss": [[e["step"], e["loss"]] for e in history if "loss" in e],
+        "dev_loss": [[e["step"], e["eval_loss"]] for e in history if "eval_loss" in e],
+        "final_dev_loss": final["eval_loss"],
+        "steps": trainer.state.global_step,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "train_pairs": len(train.dataset),
+        "train_pairs_truncated": train.truncated,
+        "train_pairs_dropped_too_long": train.dropped,
+        "train_seconds": train_seconds,
+    }
+    if evaluate:
+        metrics["evaluation"] = {
+            split: evaluate_split(model, tokenizer, config, split) for split in config.decode.splits
+        }
+    if trainer.is_world_process_zero():
+        trainer.save_model(str(output / "model"))
+        tokenizer.save_pretrained(str(output / "model"))
+        (output / "config.yaml").write_text(to_yaml(config))
+        (output / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    return metrics

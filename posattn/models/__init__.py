@@ -1,0 +1,26 @@
+"""posattn's transformers models: one config, one encoder stack, the heads on top of it.
+Importing this package registers every model with the Auto classes."""
+
+from transformers import AutoModel
+
+from .causal_lm import PosAttnForCausalLM
+from .classification import PosAttnForSequenceClassification
+from .config import PosAttnConfig
+from .encoder import Encoder
+from .masked_lm import PosAttnForMaskedLM
+from .pretrained import PosAttnModel, PosAttnPreTrainedModel
+from .seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig
+
+AutoModel.register(PosAttnConfig, PosAttnModel, exist_ok=True)
+
+__all__ = [
+    "Encoder",
+    "PosAttnConfig",
+    "PosAttnForCausalLM",
+    "PosAttnForMaskedLM",
+    "PosAttnForSeq2SeqLM",
+    "PosAttnForSequenceClassification",
+    "PosAttnModel",
+    "PosAttnPreTrainedModel",
+    "PosAttnSeq2SeqConfig",
+]

@@ -1,0 +1,85 @@
+"""A decoder-only causal language model on the same attention core, with a key/value cache
+and transformers' `generate`."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+from transformers import AutoModelForCausalLM, DynamicCache, GenerationMixin
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from ..errors import require
+from .config import PosAttnConfig
+from .pretrained import PosAttnModel, PosAttnPreTrainedModel, cross_entropy
+
+
+class PosAttnForCausalLM(PosAttnPreTrainedModel, GenerationMixin):
+    """Next-token prediction: p(x_t | x_<t) = softmax(h_t E^T + b), with h_t the causal stack's
+    output at position t and E the word embeddings (tied).
+
+    The config must say causal=True: every encoding that supports causal attention works
+    (`posattn list`; xpos and fire are causal-only, Linformer's sequence projection is not
+    causal). Labels are the input ids themselves (-100 ignored): the loss compares the logits
+    at t with the label at t + 1, as transformers' causal LMs do.
+
+    Incremental decoding: pass `past_key_values` (a transformers `DynamicCache`, created when
+    `use_cache=True` and none is given) and only the new input ids; `attention_mask`, when
+    given, covers the cached and the new tokens. The logits equal the full forward's
+    (`PositionalEncoding.window_terms`). Positions are token indices in the sequence:
+    `position_ids` are not used, so left padding shifts absolute positions. Segments inside
+    attention (DIET Eq. 2) decode with the full forward only.
+    """
+
+    _tied_weights_keys = {  # noqa: RUF012 - transformers reads this class attribute
+        "lm_head.weight": "posattn.encoder.embeddings.word.weight"
+    }
+    # Saved before the stack moved under `.posattn.encoder` (as every head nests it).
+    legacy_key_mapping = {  # noqa: RUF012
+        r"^posattn\.(embeddings|encoding|segment_bias|layers|final_norm)\.": r"posattn.encoder.\1."
+    }
+
+    def __init__(self, config: PosAttnConfig) -> None:
+        require(
+            config.causal,
+            "causal",
+            config.causal,
+            "True: PosAttnForCausalLM predicts the next token, so attention must be causal",
+        )
+        super().__init__(config)
+        self.posattn = PosAttnModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, embeddings: nn.Linear) -> None:
+        self.lm_head = embeddings
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        past_key_values: DynamicCache | None = None,
+        use_cache: bool | None = None,
+        labels: Tensor | None = None,
+        num_items_in_batch: int | Tensor | None = None,
+        logits_to_keep: int = 0,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        """logits_to_keep: 0 for every position, else the logits of the last that many (what
+        `generate` asks for: the vocabulary projection of earlier positions is wasted)."""
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache(config=self.config)
+        hidden = self.posattn(
+            input_ids, attention_mask, token_type_ids, past_key_values
+        ).last_hidden_state
+        logits = self.lm_head(hidden[:, -logits_to_keep:] if logits_to_keep else hidden)
+        loss = None
+        if labels is not None:
+            loss = cross_entropy(logits[:, :-1], labels[:, 1:], num_items_in_batch)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=past_key_values)
+
+
+AutoModelForCausalLM.register(PosAttnConfig, PosAttnForCausalLM, exist_ok=True)

@@ -1,0 +1,89 @@
+"""The model configuration: a transformers `PreTrainedConfig`, so it round-trips through
+`save_pretrained` / `from_pretrained` and `AutoConfig`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import AutoConfig, PreTrainedConfig
+
+from ..encodings import ModelDims, build_encoding, encoding_class
+from ..errors import invalid, require, require_choice, require_positive_int
+from ..kernels import KERNELS
+from .segments import SEGMENT_MODES
+
+
+class PosAttnConfig(PreTrainedConfig):
+    """A BERT-style Transformer with a pluggable positional encoding.
+
+    encoding / encoding_options: a registry name (`posattn list`) and its options.
+    segments: "input" (BERT token-type embeddings), "attention" (DIET Eq. 2) or "none".
+    norm: "post" (BERT, TUPE) or "pre" LayerNorm.
+    kernel: "auto" (SDPA; FlexAttention for a large learned bias on GPU), "sdpa",
+        "sdpa-lowmem", "flex" or "eager" (the reference).
+    causal: causal self-attention (a decoder); encoders are bidirectional.
+    num_labels (a transformers attribute) sizes the classification head.
+    """
+
+    model_type = "posattn"
+    attribute_map = {  # noqa: RUF012 - transformers reads this class attribute
+        "hidden_size": "d_model",
+        "num_hidden_layers": "num_layers",
+        "num_attention_heads": "num_heads",
+        "intermediate_size": "ffn_dim",
+        "max_position_embeddings": "max_len",
+        "initializer_range": "init_std",
+    }
+
+    vocab_size: int = 30522
+    d_model: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    ffn_dim: int = 3072
+    max_len: int = 512
+    dropout: float | int = 0.1
+    attention_dropout: float | int = 0.1
+    norm: str = "post"
+    layer_norm_eps: float = 1e-12
+    encoding: str = "learned"
+    encoding_options: dict[str, Any] | None = None
+    segments: str = "input"
+    num_segments: int = 2
+    kernel: str = "auto"
+    causal: bool = False
+    init_std: float = 0.02
+    pad_token_id: int | None = 0
+    tie_word_embeddings: bool = True
+
+    def __post_init__(self, **kwargs) -> None:
+        super().__post_init__(**kwargs)
+        self.encoding_options = dict(self.encoding_options or {})
+        for name in ("vocab_size", "ffn_dim", "num_segments"):
+            require_positive_int(name, getattr(self, name))
+        for name in ("dropout", "attention_dropout"):
+            value = getattr(self, name)
+            require(0.0 <= value < 1.0, name, value, "a probability in [0, 1)")
+        require_choice("norm", self.norm, ("post", "pre"))
+        require_choice("segments", self.segments, SEGMENT_MODES)
+        require_choice("kernel", self.kernel, tuple(KERNELS))
+        if self.segments == "attention" and encoding_class(self.encoding).projects_keys():
+            raise invalid(
+                "segments",
+                self.segments,
+                f"'input' or 'none' with encoding {self.encoding!r}: its keys are projected "
+                "along the sequence, so no (query segment, key segment) pairs exist",
+            )
+        # Building the encoding on the meta device checks its options against the model's sizes
+        # (head dimension, causality, table lengths) now rather than at the first forward.
+        with torch.device("meta"):
+            build_encoding(self.encoding, self.dims, self.encoding_options)
+
+    @property
+    def dims(self) -> ModelDims:
+        return ModelDims(
+            self.d_model, self.num_heads, self.num_layers, self.max_len, self.init_std, self.causal
+        )
+
+
+AutoConfig.register(PosAttnConfig.model_type, PosAttnConfig, exist_ok=True)

@@ -1,0 +1,146 @@
+"""The decoder half of an encoder-decoder Transformer (Vaswani et al. 2017, Sec. 3.1).
+
+Each decoder layer has three sublayers:
+  self-attention:  causal, with the decoder's own positional encoding (any registered method,
+                   built with causal=True), exactly as in the encoder;
+  cross-attention: queries from the decoder, keys and values from the encoder output,
+                   softmax(q k^T / sqrt(d_h)) v with NO positional term: none of the methods
+                   here defines one between a target and a source position (DIET changes the
+                   encoder and decoder self-attention only), so `CROSS_TERMS` is plain content
+                   attention with padded source tokens masked;
+  feed-forward.
+Each sublayer is wrapped as in the encoder: x + drop(f(norm(x))) (pre-norm) or
+norm(x + drop(f(x))) (post-norm).
+
+Incremental decoding uses the core's key/value cache (attention.py, `window_terms`): with a
+`DynamicCache` holding the past target tokens, only the new tokens go in, their self-attention
+keys and values are appended, and the positional terms cover their rows over every cached key,
+so the logits equal the full forward's. The cross-attention keys and values depend only on the
+encoder output: they are computed once per source (`memory_keys_values`) and reused by every
+step.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from ..attention import MultiHeadAttention
+from ..encodings import LayerTerms
+from .config import PosAttnConfig
+from .encoder import Encoder, FeedForward
+
+# Fields of a PosAttnConfig that describe one stack (encoder or decoder).
+STACK_FIELDS = (
+    "vocab_size",
+    "d_model",
+    "num_heads",
+    "ffn_dim",
+    "max_len",
+    "dropout",
+    "attention_dropout",
+    "norm",
+    "layer_norm_eps",
+    "encoding",
+    "encoding_options",
+    "segments",
+    "num_segments",
+    "kernel",
+    "init_std",
+    "pad_token_id",
+)
+
+
+def stack_config(config: PosAttnConfig, *, causal: bool, num_layers: int) -> PosAttnConfig:
+    """The config of one stack of an encoder-decoder: the same sizes and encoding, its own
+    depth and causality (the encoding is built and checked for that causality)."""
+    values = {name: getattr(config, name) for name in STACK_FIELDS}
+    return PosAttnConfig(**values, causal=causal, num_layers=num_layers)
+
+
+def cross_terms(num_heads: int, d_model: int) -> LayerTerms:
+    """Cross-attention's terms: content only, scaled by 1/sqrt(d_h)."""
+    return LayerTerms(scale=(d_model // num_heads) ** -0.5)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: PosAttnConfig) -> None:
+        super().__init__()
+        self.pre_norm = config.norm == "pre"
+        heads, width = config.num_heads, config.d_model
+
+        def attention() -> MultiHeadAttention:
+            return MultiHeadAttention(width, heads, config.attention_dropout, config.kernel)
+
+        self.self_attention = attention()
+        self.self_norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
+        self.cross_attention = attention()
+        self.cross_norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
+        self.cross = cross_terms(heads, width)
+        self.ffn = FeedForward(width, config.ffn_dim, config.dropout)
+        self.ffn_norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def memory_keys_values(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Cross-attention keys and values [B, H, n_src, d_h] of the encoder output."""
+        attention = self.cross_attention
+        return attention._heads(attention.k_proj(memory)), attention._heads(
+            attention.v_proj(memory)
+        )
+
+    def attend_memory(self, x: Tensor, memory_kv, memory_mask: Tensor | None) -> Tensor:
+        attention = self.cross_attention
+        q = attention._heads(attention.q_proj(x))
+        out = attention.attend(q, *memory_kv, self.cross, memory_mask)
+        return attention.out_proj(out.transpose(1, 2).flatten(2))
+
+    def sublayer(self, x: Tensor, norm: nn.LayerNorm, f) -> Tensor:
+        if self.pre_norm:
+            return x + self.dropout(f(norm(x)))
+        return norm(x + self.dropout(f(x)))
+
+    def forward(
+        self, x, terms: LayerTerms, mask, memory_kv, memory_mask, cache=None, layer_index: int = 0
+    ) -> Tensor:
+        def attend_self(h: Tensor) -> Tensor:
+            return self.self_attention(h, terms, mask, None, cache, layer_index)
+
+        x = self.sublayer(x, self.self_norm, attend_self)
+        x = self.sublayer(
+            x, self.cross_norm, lambda h: self.attend_memory(h, memory_kv, memory_mask)
+        )
+        if self.pre_norm:
+            return x + self.ffn(self.ffn_norm(x))
+        return self.ffn_norm(x + self.ffn(x))
+
+
+class Decoder(Encoder):
+    """Target ids + encoder output -> hidden states [B, n_tgt, d_model].
+
+    The embeddings, the positional encoding (consulted once per forward) and the input checks
+    are the encoder's; the config must be causal. The word embedding is set by the owner
+    (shared with the encoder in PosAttnForSeq2SeqLM).
+    """
+
+    layer_type = DecoderLayer
+
+    def memory_keys_values(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
+        return [layer.memory_keys_values(memory) for layer in self.layers]
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        memory_kv: list[tuple[Tensor, Tensor]],
+        memory_mask: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        cache=None,
+    ) -> Tensor:
+        """memory_mask: [B, n_src], 1 for real source tokens. cache: None, or a transformers
+        `DynamicCache` with the past target tokens (input_ids are then the new ones only)."""
+        past_length = 0 if cache is None else cache.get_seq_length()
+        x, terms, mask, _ = self.layer_inputs(input_ids, attention_mask, None, past_length)
+        cross_mask = None if memory_mask is None else memory_mask.bool()[:, None, None, :]
+        for index, (layer, layer_terms, kv) in enumerate(
+            zip(self.layers, terms, memory_kv, strict=True)
+        ):
+            x = layer(x, layer_terms, mask, kv, cross_mask, cache, index)
+        return x if self.final_norm is None else self.final_norm(x)

@@ -1,0 +1,215 @@
+"""A BERT-style encoder whose attention takes any registered positional encoding."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from ..attention import MultiHeadAttention
+from ..encodings import LayerTerms, build_encoding
+from ..errors import invalid, require
+from ..kernels import build_attention_mask
+from .config import PosAttnConfig
+from .segments import SegmentAttentionBias
+
+
+class Embeddings(nn.Module):
+    """Word (+ segment, when at the input) embeddings; positions come from the encoding.
+    `scale` multiplies the word vectors (1; sqrt(d_model) in the encoder-decoder, Vaswani
+    Sec. 3.4)."""
+
+    scale: float = 1.0
+
+    def __init__(self, config: PosAttnConfig) -> None:
+        super().__init__()
+        self.word = nn.Embedding(config.vocab_size, config.d_model)
+        self.segment = (
+            nn.Embedding(config.num_segments, config.d_model)
+            if config.segments == "input"
+            else None
+        )
+        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, input_ids: Tensor, segment_ids: Tensor, positions: Tensor | None) -> Tensor:
+        x = self.word(input_ids) * self.scale if self.scale != 1.0 else self.word(input_ids)
+        if self.segment is not None:
+            x = x + self.segment(segment_ids)
+        if positions is not None:
+            x = x + positions.to(x.dtype)
+        return self.dropout(self.norm(x))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model: int, ffn_dim: int, dropout: float) -> None:
+        super().__init__()
+        self.up = nn.Linear(d_model, ffn_dim)
+        self.down = nn.Linear(ffn_dim, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.dropout(self.down(F.gelu(self.up(x))))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, config: PosAttnConfig) -> None:
+        super().__init__()
+        self.pre_norm = config.norm == "pre"
+        self.attention = MultiHeadAttention(
+            config.d_model, config.num_heads, config.attention_dropout, config.kernel
+        )
+        self.attention_dropout = nn.Dropout(config.dropout)
+        self.attention_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.ffn = FeedForward(config.d_model, config.ffn_dim, config.dropout)
+        self.ffn_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(
+        self, x: Tensor, terms: LayerTerms, mask, segment_bias, cache=None, layer_index: int = 0
+    ) -> Tensor:
+        def attend(h: Tensor) -> Tensor:
+            out = self.attention(h, terms, mask, segment_bias, cache, layer_index)
+            return self.attention_dropout(out)
+
+        if self.pre_norm:
+            x = x + attend(self.attention_norm(x))
+            return x + self.ffn(self.ffn_norm(x))
+        x = self.attention_norm(x + attend(x))
+        return self.ffn_norm(x + self.ffn(x))
+
+
+class Encoder(nn.Module):
+    """Token ids -> hidden states [B, n, d_model]; with `causal=True`, a decoder-only stack.
+
+    The positional encoding is consulted once per forward: its input vector (if any) and one
+    `LayerTerms` per layer, which carries the input-independent bias shared across layers.
+    A causal stack also decodes incrementally: given a key/value cache holding `past` tokens,
+    input_ids are the new tokens only and the positional terms cover their rows
+    [past, past + n) (`PositionalEncoding.window_terms`); the logits equal the full forward's.
+    """
+
+    layer_type: type[nn.Module] = EncoderLayer  # the decoder (decoder.py) swaps in its own
+
+    def __init__(self, config: PosAttnConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embeddings = Embeddings(config)
+        self.encoding = build_encoding(config.encoding, config.dims, config.encoding_options)
+        self.segment_bias = (
+            SegmentAttentionBias(
+                config.num_layers, config.num_heads, config.num_segments, config.init_std
+            )
+            if config.segments == "attention"
+            else None
+        )
+        self.layers = nn.ModuleList(self.layer_type(config) for _ in range(config.num_layers))
+        self.final_norm = (
+            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+            if config.norm == "pre"
+            else None
+        )
+        for module in self.modules():
+            init_weights(module, config.init_std)
+
+    def set_kernel(self, name: str) -> None:
+        """Switch every layer to another attention kernel (the weights are unchanged)."""
+        for layer in self.layers:
+            layer.attention.set_kernel(name)
+        self.config.kernel = name
+
+    def _check_inputs(self, input_ids, attention_mask, segment_ids, past_length: int) -> None:
+        require(
+            input_ids.dim() == 2,
+            "input_ids",
+            tuple(input_ids.shape),
+            "expected a [batch, seq_len] tensor of token ids",
+        )
+        seq_len = past_length + input_ids.shape[1]
+        limit = self.encoding.max_positions
+        if limit is not None and seq_len > limit:
+            raise invalid(
+                "seq_len",
+                seq_len,
+                f"encoding {self.config.encoding!r} has a position table of max_len={limit}; "
+                "use a relative or functional encoding for longer inputs",
+            )
+        if past_length:
+            require(
+                self.config.causal,
+                "cache",
+                f"{past_length} cached tokens",
+                "an empty cache: incremental decoding needs a causal model (causal=True)",
+            )
+            require(
+                self.segment_bias is None,
+                "segments",
+                self.config.segments,
+                "'input' or 'none' for incremental decoding: segments inside attention would "
+                "need the segment ids of the cached tokens; run the full forward instead",
+            )
+        batch = input_ids.shape[0]
+        for name, value, shape in (
+            ("attention_mask", attention_mask, (batch, seq_len)),
+            ("segment_ids", segment_ids, tuple(input_ids.shape)),
+        ):
+            if value is not None and tuple(value.shape) != shape:
+                what = "cached + new tokens" if name == "attention_mask" else "input_ids.shape"
+                raise invalid(f"{name}.shape", tuple(value.shape), f"must be {shape} ({what})")
+        if segment_ids is not None and segment_ids.numel():
+            low, high = int(segment_ids.min()), int(segment_ids.max())
+            if low < 0 or high >= self.config.num_segments:
+                raise invalid(
+                    "segment_ids",
+                    f"values in [{low}, {high}]",
+                    f"ids in [0, {self.config.num_segments - 1}] (num_segments="
+                    f"{self.config.num_segments})",
+                )
+
+    def layer_inputs(self, input_ids, attention_mask=None, segment_ids=None, past_length=0):
+        """(embeddings, per-layer terms, mask, per-layer segment bias) for one forward of the
+        tokens at positions [past_length, past_length + n)."""
+        self._check_inputs(input_ids, attention_mask, segment_ids, past_length)
+        seq_len, device = past_length + input_ids.shape[1], input_ids.device
+        if segment_ids is None:
+            segment_ids = torch.zeros_like(input_ids)
+        dtype = self.embeddings.word.weight.dtype
+        positions = self.encoding.input_embedding(seq_len, device, dtype)
+        positions = None if positions is None else positions[past_length:]
+        x = self.embeddings(input_ids, segment_ids, positions)
+        terms = self.encoding.window_terms(past_length, seq_len, device, dtype)
+        mask = build_attention_mask(
+            attention_mask, seq_len, self.config.causal, device, query_start=past_length
+        )
+        segment_bias = (
+            self.segment_bias(segment_ids)
+            if self.segment_bias is not None
+            else [None] * len(self.layers)
+        )
+        return x, terms, mask, segment_bias
+
+    def forward(self, input_ids, attention_mask=None, segment_ids=None, cache=None) -> Tensor:
+        """cache: None, or an object with `get_seq_length()` and `update(k, v, layer_index)`
+        (transformers' `DynamicCache`); it then holds the past tokens and receives the new
+        ones, attention_mask covers past + new tokens and segment_ids the new ones."""
+        past_length = 0 if cache is None else cache.get_seq_length()
+        x, terms, mask, segment_bias = self.layer_inputs(
+            input_ids, attention_mask, segment_ids, past_length
+        )
+        for index, (layer, layer_terms, layer_segments) in enumerate(
+            zip(self.layers, terms, segment_bias, strict=True)
+        ):
+            x = layer(x, layer_terms, mask, layer_segments, cache, index)
+        return x if self.final_norm is None else self.final_norm(x)
+
+
+def init_weights(module: nn.Module, std: float) -> None:
+    """BERT's initialisation: N(0, std) weights, zero biases, unit LayerNorm."""
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, std=std)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, std=std)
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)

@@ -1,0 +1,87 @@
+"""The transformers base of every posattn model: the shared `PreTrainedModel` and
+`PosAttnModel`, the encoder stack that every single-stack head holds as `.posattn`.
+
+One nesting for every head: `head.posattn.encoder` is the `Encoder` (embeddings, encoding,
+layers) of `PosAttnForMaskedLM`, `PosAttnForSequenceClassification` and `PosAttnForCausalLM`
+alike; `PosAttnForSeq2SeqLM` holds its two stacks as `.encoder` and `.decoder`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+from transformers import PreTrainedModel
+from transformers.modeling_outputs import BaseModelOutput
+
+from .config import PosAttnConfig
+from .encoder import Encoder, init_weights
+
+
+def cross_entropy(logits: Tensor, labels: Tensor, num_items_in_batch=None) -> Tensor:
+    """Mean cross-entropy over labelled items (label -100 is ignored). Given the Trainer's
+    count of labelled items in the whole (accumulated, all-process) batch, the sum is divided
+    by it instead, so that gradient accumulation and DDP average over the same items."""
+    flat_logits, flat_labels = logits.flatten(0, -2), labels.flatten()
+    if num_items_in_batch is None:
+        return F.cross_entropy(flat_logits, flat_labels, ignore_index=-100)
+    total = F.cross_entropy(flat_logits, flat_labels, ignore_index=-100, reduction="sum")
+    return total / num_items_in_batch
+
+
+class PosAttnPreTrainedModel(PreTrainedModel):
+    """`legacy_key_mapping`: regex -> replacement of parameter names, for checkpoints saved
+    under an earlier nesting; applied on load only, so a re-saved model has today's names."""
+
+    config_class = PosAttnConfig
+    config: PosAttnConfig
+    base_model_prefix = "posattn"
+    main_input_name = "input_ids"
+    legacy_key_mapping: dict[str, str] | None = None
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        init_weights(module, self.config.init_std)
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        if cls.legacy_key_mapping is None or "key_mapping" in kwargs:
+            return super().from_pretrained(*args, **kwargs)
+        loaded = super().from_pretrained(*args, key_mapping=cls.legacy_key_mapping, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded
+        legacy = set(cls.legacy_key_mapping)
+        model._weight_conversions = [
+            conversion
+            for conversion in getattr(model, "_weight_conversions", [])
+            if not legacy & set(getattr(conversion, "source_patterns", ()))
+        ]
+        return loaded
+
+
+class PosAttnModel(PosAttnPreTrainedModel):
+    """The encoder stack alone: token ids -> hidden states (causal with causal=True)."""
+
+    def __init__(self, config: PosAttnConfig) -> None:
+        super().__init__(config)
+        self.encoder = Encoder(config)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.embeddings.word
+
+    def set_input_embeddings(self, embeddings: nn.Embedding) -> None:
+        self.encoder.embeddings.word = embeddings
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        past_key_values=None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutput:
+        """past_key_values: a transformers `DynamicCache` for incremental decoding of a causal
+        stack (see `Encoder.forward`)."""
+        hidden = self.encoder(input_ids, attention_mask, token_type_ids, past_key_values)
+        return BaseModelOutput(last_hidden_state=hidden)

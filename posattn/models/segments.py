@@ -1,0 +1,28 @@
+"""Segment (token-type) information: at the input (BERT) or inside attention (DIET Eq. 2)."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from ..encodings.base import normal_parameter
+
+SEGMENT_MODES = ("none", "input", "attention")
+
+
+class SegmentAttentionBias(nn.Module):
+    """DIET Eq. 2: E_S(S(i), S(j)) = s^{l,h}_{S(i), S(j)}, a learned scalar per (query segment,
+    key segment) pair per head, added to the logits of every layer.
+
+    DIET leaves open whether the table is per layer; posattn keeps one per layer (it costs
+    L * H * S^2 scalars) so that each layer can weigh segments as it weighs positions.
+    """
+
+    def __init__(self, num_layers: int, num_heads: int, num_segments: int, std: float) -> None:
+        super().__init__()
+        self.num_segments = num_segments
+        self.table = normal_parameter(num_layers, num_heads, num_segments**2, std=std)
+
+    def forward(self, segment_ids: Tensor) -> list[Tensor]:
+        """[B, n] segment ids -> per layer a [B, H, n, n] bias."""
+        pairs = segment_ids[:, :, None] * self.num_segments + segment_ids[:, None, :]  # [B, n, n]
+        return [table[:, pairs].transpose(0, 1) for table in self.table]
