@@ -15,13 +15,15 @@ from dataclasses import replace
 
 from torch import Tensor, nn
 
-from .encodings.base import LayerTerms, fold_bias_factors, use_fold
+from . import execution
+from .encodings.base import LayerTerms
 from .kernels import attention_logits, get_kernel
+from .kernels.fold import fold_bias_factors
 
 
 class MultiHeadAttention(nn.Module):
     def __init__(
-        self, d_model: int, num_heads: int, dropout: float = 0.0, kernel: str = "auto"
+        self, d_model: int, num_heads: int, dropout: float = 0.0, kernel: str | None = None
     ) -> None:
         super().__init__()
         self.num_heads = num_heads
@@ -32,7 +34,9 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, d_model)
         self.out_proj = nn.Linear(d_model, d_model)
 
-    def set_kernel(self, name: str) -> None:
+    def set_kernel(self, name: str | None) -> None:
+        """None: the execution choice `kernel` in force now (`posattn.execution`)."""
+        name = execution.current().kernel if name is None else name
         self.kernel_name, self.kernel = name, get_kernel(name)
 
     def _heads(self, x: Tensor) -> Tensor:
@@ -69,7 +73,11 @@ class MultiHeadAttention(nn.Module):
         """Heads [B, H, n, d_h] -> attention outputs [B, H, n, d_h] with the layer's terms."""
         q, k = (q, k) if terms.transform_qk is None else terms.transform_qk(q, k)
         width = v.shape[-1]
-        if terms.bias_factors is not None and self.kernel_name != "eager" and use_fold(q.device):
+        if (
+            terms.bias_factors is not None
+            and self.kernel_name != "eager"
+            and execution.use_fold(q.device)
+        ):
             # A low-rank bias rides in the dot product: the fused kernels stay fused and
             # no [B, H, n, n] bias gradient exists.
             bias = self.positional_bias(q, k, replace(terms, bias=None), extra_bias)

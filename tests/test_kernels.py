@@ -34,9 +34,9 @@ SETTINGS = [(name, *setting) for name in ENCODINGS for setting in settings_of(na
 
 
 @pytest.mark.parametrize(("encoding", "causal", "segments"), SETTINGS)
-def test_kernels_agree(encoding, segments, causal, monkeypatch):
+def test_kernels_agree(encoding, segments, causal, choose):
     # low-rank biases folded into q/k (the GPU training path) whatever the device
-    monkeypatch.setattr("posattn.encodings.base.FOLD", True)
+    choose(fold=True)
     ids, mask, segment_ids = padded_batch()
     options = {"bidirectional": False} if causal and encoding in ("t5", "bert-r", "tupe-r") else {}
     model = tiny_encoder(encoding, segments=segments, causal=causal, encoding_options=options)
@@ -62,8 +62,8 @@ def test_kernels_agree(encoding, segments, causal, monkeypatch):
     ],
 )
 @pytest.mark.parametrize("fold", [False, True])
-def test_kernels_agree_in_gradients(encoding, options, fold, monkeypatch):
-    monkeypatch.setattr("posattn.encodings.base.FOLD", fold)
+def test_kernels_agree_in_gradients(encoding, options, fold, choose):
+    choose(fold=fold)
     ids, mask, segment_ids = padded_batch()
     segments = "input" if encoding in PROJECTED else "attention"
     model = tiny_encoder(encoding, segments=segments, encoding_options=options)
@@ -179,11 +179,11 @@ def test_flex_score_mod_broadcasts_bias_and_mask():
 
 
 @pytest.mark.parametrize("encoding", ["diet-abs", "tupe-a"])
-def test_fused_kernels_fold_low_rank_biases_into_the_dot_product(encoding, monkeypatch):
+def test_fused_kernels_fold_low_rank_biases_into_the_dot_product(encoding, monkeypatch, choose):
     """Folded, DIET-ABS and TUPE-A reach SDPA as wider q and k without a bias tensor."""
     import posattn.attention
 
-    monkeypatch.setattr("posattn.encodings.base.FOLD", True)
+    choose(fold=True)
     seen = []
     monkeypatch.setattr(
         posattn.attention.MultiHeadAttention,

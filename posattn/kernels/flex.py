@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from ..errors import invalid
+from ..execution import flex_threshold_bytes
 from .sdpa import sdpa_attention
 
 
@@ -104,14 +105,6 @@ def flex_attention_kernel(
     return run_flex(q, k, v, bias, mask, scale)
 
 
-# Above this many bytes of a [B, H, n, n] bias gradient, "auto" trades SDPA's speed for
-# FlexAttention's memory on GPU (H100, bf16, B=8, H=8, T5 bias, forward + backward: at n=1024
-# flex 6.00x / 121 MiB vs SDPA 5.90x / 1112 MiB of the bias-free time and memory; at n=4096
-# flex 23.5x / 1.6 GiB vs SDPA 21.0x / 16.7 GiB; low-rank biases (TUPE-A, DIET-ABS) ran about
-# twice as long in flex at n=4096).
-AUTO_FLEX_BYTES = 2**30
-
-
 def bias_gradient_bytes(q: Tensor, k: Tensor) -> int:
     """What SDPA's efficient backward materialises for a learned bias: [B, H, n_q, n_k]."""
     batch, heads, n_q, _ = q.shape
@@ -130,8 +123,9 @@ def auto_attention(
     value_term: Callable[[Tensor], Tensor] | None = None,
 ) -> Tensor:
     """The measured choice per call: SDPA (the fastest on CPU and, for these shapes, on GPU),
-    except for a learned bias on GPU whose full gradient would pass `AUTO_FLEX_BYTES`, where
-    FlexAttention keeps the memory near bias-free attention's for a few percent of time."""
+    except for a learned bias on GPU whose full gradient would pass the execution choice
+    `flex_threshold_bytes` (`posattn.execution`), where FlexAttention keeps the memory near
+    bias-free attention's for a few percent of time."""
     use_flex = (
         q.device.type == "cuda"
         and bias is not None
@@ -139,7 +133,7 @@ def auto_attention(
         and torch.is_grad_enabled()
         and value_term is None
         and not dropout_p
-        and bias_gradient_bytes(q, k) > AUTO_FLEX_BYTES
+        and bias_gradient_bytes(q, k) > flex_threshold_bytes()
     )
     kernel = flex_attention_kernel if use_flex else sdpa_attention
     return kernel(
