@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from . import execution
 from .encodings.base import LayerTerms
-from .kernels import attention_logits, get_kernel
+from .kernels import attention_logits, attention_probabilities, get_kernel
 from .kernels.fold import fold_bias_factors
 
 
@@ -70,14 +70,18 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         extra_bias: Tensor | None = None,
     ) -> Tensor:
-        """Heads [B, H, n, d_h] -> attention outputs [B, H, n, d_h] with the layer's terms."""
+        """Heads [B, H, n, d_h] -> attention outputs [B, H, n, d_h] with the layer's terms.
+
+        A layer with a value-side term (Shaw values) needs the attention probabilities, which
+        no fused kernel returns: it runs here on the eager path, softmax(...) v +
+        value_term(softmax(...)), whatever the module's kernel ('auto', and also an explicit
+        'sdpa', 'sdpa-lowmem', 'flex' or a user kernel). Otherwise the module's kernel runs,
+        with a low-rank bias folded into q and k where the execution choice `fold` says so.
+        """
         q, k = (q, k) if terms.transform_qk is None else terms.transform_qk(q, k)
         width = v.shape[-1]
-        if (
-            terms.bias_factors is not None
-            and self.kernel_name != "eager"
-            and execution.use_fold(q.device)
-        ):
+        fused = terms.value_term is None and self.kernel_name != "eager"
+        if terms.bias_factors is not None and fused and execution.use_fold(q.device):
             # A low-rank bias rides in the dot product: the fused kernels stay fused and
             # no [B, H, n, n] bias gradient exists.
             bias = self.positional_bias(q, k, replace(terms, bias=None), extra_bias)
@@ -90,16 +94,13 @@ class MultiHeadAttention(nn.Module):
             keep = None if mask is None else mask[:, :, -1:, :].transpose(-1, -2)
             k, v = terms.project_kv(k, v, keep)
             mask = None
-        out = self.kernel(
-            q,
-            k,
-            v,
-            mask=mask,
-            bias=bias,
-            scale=terms.scale,
-            dropout_p=self.dropout if self.training else 0.0,
-            value_term=terms.value_term,
-        )
+        dropout_p = self.dropout if self.training else 0.0
+        if terms.value_term is not None:
+            probs = attention_probabilities(
+                q, k, mask=mask, bias=bias, scale=terms.scale, dropout_p=dropout_p
+            )
+            return probs @ v + terms.value_term(probs)
+        out = self.kernel(q, k, v, mask=mask, bias=bias, scale=terms.scale, dropout_p=dropout_p)
         return out if out.shape[-1] == width else out[..., :width]
 
     def forward(

@@ -74,6 +74,8 @@ class LayerTerms:
         logit units; `attention` is the calling MultiHeadAttention, for methods that reuse its
         projections (DeBERTa's share_att_key).
     value_term: probabilities [B, H, n, n] -> [B, H, n, d_h] added to the attention output.
+        Never a kernel's concern: `MultiHeadAttention.attend` runs such a layer on the eager
+        path itself, since it needs the probabilities.
     project_kv: (k, v, key_keep) -> (k', v') with fewer rows (Linformer: E k, F v); key_keep
         [B, 1, n, 1] zeroes padded keys first, and the kernel then sees every projected key.
     bias_factors: (f_q [1, H or 1, n, r], f_k [1, H or 1, n, r]) with f_q f_k^T equal to

@@ -7,8 +7,8 @@ materialises the bias gradient for the whole batch (measured on an H100, bf16, B
 bias gradient without a [B, H, n, n] tensor.
 
 Flex has no backward on CPU; there the forward runs the uncompiled reference implementation
-(for tests) and a training call raises a clear error. Dropout and value-side terms (Shaw
-values) need the probabilities, so those calls go to `sdpa_attention`.
+(for tests) and a training call raises a clear error. Dropout needs the probabilities, so
+those calls go to `sdpa_attention`.
 """
 
 from __future__ import annotations
@@ -84,12 +84,9 @@ def flex_attention_kernel(
     bias: Tensor | None,
     scale: float,
     dropout_p: float = 0.0,
-    value_term: Callable[[Tensor], Tensor] | None = None,
 ) -> Tensor:
-    if value_term is not None or dropout_p:
-        return sdpa_attention(
-            q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p, value_term=value_term
-        )
+    if dropout_p:
+        return sdpa_attention(q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p)
     inputs = [t for t in (q, k, v, bias) if t is not None]
     if torch.is_grad_enabled() and any(t.requires_grad for t in inputs) and q.device.type != "cuda":
         raise invalid(
@@ -120,7 +117,6 @@ def auto_attention(
     bias: Tensor | None,
     scale: float,
     dropout_p: float = 0.0,
-    value_term: Callable[[Tensor], Tensor] | None = None,
 ) -> Tensor:
     """The measured choice per call: SDPA (the fastest on CPU and, for these shapes, on GPU),
     except for a learned bias on GPU whose full gradient would pass the execution choice
@@ -131,11 +127,8 @@ def auto_attention(
         and bias is not None
         and bias.requires_grad
         and torch.is_grad_enabled()
-        and value_term is None
         and not dropout_p
         and bias_gradient_bytes(q, k) > flex_threshold_bytes()
     )
     kernel = flex_attention_kernel if use_flex else sdpa_attention
-    return kernel(
-        q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p, value_term=value_term
-    )
+    return kernel(q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p)
