@@ -1,7 +1,7 @@
 """The contract between a positional encoding and the attention core.
 
-Every method touches attention in one or more of these places (DESIGN.md's four, and the
-sequence projection of Linformer):
+Every method touches attention in one or more of these places (README, "Where an encoding
+acts"):
 
 - input: a vector added to the token embeddings before layer 1 (`input_embedding`);
 - q/k transform: q and k are changed before the dot product (`LayerTerms.transform_qk`);
