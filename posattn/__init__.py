@@ -1,5 +1,6 @@
 """posattn: positional encoding for Transformers, built around TUPE and DIET."""
 
+from . import execution
 from .attention import MultiHeadAttention
 from .encodings import ENCODINGS, LayerTerms, ModelDims, PositionalEncoding, build_encoding
 from .errors import PosAttnConfigError
@@ -33,4 +34,5 @@ __all__ = [
     "PosAttnSeq2SeqConfig",
     "PositionalEncoding",
     "build_encoding",
+    "execution",
 ]

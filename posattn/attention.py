@@ -1,5 +1,10 @@
 """Multi-head attention: projections, the positional terms of the layer, one kernel call.
 
+Everything about where attention's inputs come from lives here: `queries_keys_values` (the
+projected heads of a layer's input), `memory_keys_values` and `cross_attend` (an encoder-decoder's
+cross-attention), `split_heads` / `merge_heads`; models and the lab call these instead of
+reaching into the projections.
+
 Incremental decoding (a key/value cache) needs three things from the caller, all generic:
 the layer's terms for the new query rows over every key (`PositionalEncoding.window_terms`),
 the mask for those rows (`build_attention_mask(..., query_start=past_length)`) and a cache
@@ -14,14 +19,24 @@ from __future__ import annotations
 from dataclasses import replace
 
 from torch import Tensor, nn
+from torch.nn import functional as F
 
-from .encodings.base import LayerTerms, fold_bias_factors, use_fold
-from .kernels import attention_logits, get_kernel
+from . import execution
+from .encodings.base import LayerTerms
+from .kernels import attention_logits, attention_probabilities, get_kernel
+from .kernels.fold import fold_bias_factors
 
 
 class MultiHeadAttention(nn.Module):
+    """Self-attention (`forward`) and cross-attention (`cross_attend`) with one layer's
+    positional terms.
+
+    kernel: a name from `posattn.kernels.KERNELS` (user kernels included), or None for the
+    execution choice `kernel` in force when the module is built (`posattn.execution`).
+    """
+
     def __init__(
-        self, d_model: int, num_heads: int, dropout: float = 0.0, kernel: str = "auto"
+        self, d_model: int, num_heads: int, dropout: float = 0.0, kernel: str | None = None
     ) -> None:
         super().__init__()
         self.num_heads = num_heads
@@ -32,15 +47,50 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, d_model)
         self.out_proj = nn.Linear(d_model, d_model)
 
-    def set_kernel(self, name: str) -> None:
+    def set_kernel(self, name: str | None) -> None:
+        """None: the execution choice `kernel` in force now."""
+        name = execution.current().kernel if name is None else name
         self.kernel_name, self.kernel = name, get_kernel(name)
 
-    def _heads(self, x: Tensor) -> Tensor:
-        return x.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)  # [B, H, n, d_h]
+    @property
+    def head_dim(self) -> int:
+        return self.q_proj.out_features // self.num_heads
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        """[B, n, d_model] -> [B, H, n, d_h]."""
+        return x.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
+
+    def merge_heads(self, x: Tensor) -> Tensor:
+        """[B, H, n, d_h] -> [B, n, d_model]."""
+        return x.transpose(1, 2).flatten(2)
+
+    def queries_keys_values(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Where a layer's attention inputs come from: the projected heads q, k, v
+        [B, H, n, d_h] of x, before any positional transform."""
+        return tuple(self.split_heads(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
+
+    def project_queries_keys(self, x: Tensor, bias: bool = True) -> tuple[Tensor, Tensor]:
+        """q, k heads of x before any positional transform; bias=False leaves out the
+        projection biases (the linear part alone, for splitting a sum of inputs into terms)."""
+        if bias:
+            return self.split_heads(self.q_proj(x)), self.split_heads(self.k_proj(x))
+        return (
+            self.split_heads(F.linear(x, self.q_proj.weight)),
+            self.split_heads(F.linear(x, self.k_proj.weight)),
+        )
+
+    def memory_keys_values(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Cross-attention keys and values [B, H, n_src, d_h] of an encoder output: computed
+        once per source and reused by every decoding step (`cross_attend`)."""
+        return self.split_heads(self.k_proj(memory)), self.split_heads(self.v_proj(memory))
+
+    def content_terms(self) -> LayerTerms:
+        """Terms without any positional part: content attention scaled by 1/sqrt(d_h)."""
+        return LayerTerms(scale=self.head_dim**-0.5)
 
     def queries_keys(self, x: Tensor, terms: LayerTerms) -> tuple[Tensor, Tensor]:
         """q, k as the logits see them (after the encoding's q/k transform)."""
-        q, k = self._heads(self.q_proj(x)), self._heads(self.k_proj(x))
+        q, k = self.project_queries_keys(x)
         return (q, k) if terms.transform_qk is None else terms.transform_qk(q, k)
 
     def positional_bias(self, q: Tensor, k: Tensor, terms: LayerTerms, extra: Tensor | None):
@@ -66,10 +116,18 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         extra_bias: Tensor | None = None,
     ) -> Tensor:
-        """Heads [B, H, n, d_h] -> attention outputs [B, H, n, d_h] with the layer's terms."""
+        """Heads [B, H, n, d_h] -> attention outputs [B, H, n, d_h] with the layer's terms.
+
+        A layer with a value-side term (Shaw values) needs the attention probabilities, which
+        no fused kernel returns: it runs here on the eager path, softmax(...) v +
+        value_term(softmax(...)), whatever the module's kernel ('auto', and also an explicit
+        'sdpa', 'sdpa-lowmem', 'flex' or a user kernel). Otherwise the module's kernel runs,
+        with a low-rank bias folded into q and k where the execution choice `fold` says so.
+        """
         q, k = (q, k) if terms.transform_qk is None else terms.transform_qk(q, k)
         width = v.shape[-1]
-        if terms.bias_factors is not None and self.kernel_name != "eager" and use_fold(q.device):
+        fused = terms.value_term is None and self.kernel_name != "eager"
+        if terms.bias_factors is not None and fused and execution.use_fold(q.device):
             # A low-rank bias rides in the dot product: the fused kernels stay fused and
             # no [B, H, n, n] bias gradient exists.
             bias = self.positional_bias(q, k, replace(terms, bias=None), extra_bias)
@@ -82,16 +140,13 @@ class MultiHeadAttention(nn.Module):
             keep = None if mask is None else mask[:, :, -1:, :].transpose(-1, -2)
             k, v = terms.project_kv(k, v, keep)
             mask = None
-        out = self.kernel(
-            q,
-            k,
-            v,
-            mask=mask,
-            bias=bias,
-            scale=terms.scale,
-            dropout_p=self.dropout if self.training else 0.0,
-            value_term=terms.value_term,
-        )
+        dropout_p = self.dropout if self.training else 0.0
+        if terms.value_term is not None:
+            probs = attention_probabilities(
+                q, k, mask=mask, bias=bias, scale=terms.scale, dropout_p=dropout_p
+            )
+            return probs @ v + terms.value_term(probs)
+        out = self.kernel(q, k, v, mask=mask, bias=bias, scale=terms.scale, dropout_p=dropout_p)
         return out if out.shape[-1] == width else out[..., :width]
 
     def forward(
@@ -103,11 +158,26 @@ class MultiHeadAttention(nn.Module):
         cache=None,
         layer_index: int = 0,
     ) -> Tensor:
-        """x [B, n_new, d] -> [B, n_new, d]. With a cache, x holds only the new tokens: their
-        keys and values are appended to the cache's layer `layer_index` and the queries attend
-        to every cached key (terms and mask then cover rows [past, past + n_new))."""
-        q, k, v = (self._heads(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
+        """Self-attention: x [B, n_new, d] -> [B, n_new, d]. With a cache, x holds only the new
+        tokens: their keys and values are appended to the cache's layer `layer_index` and the
+        queries attend to every cached key (terms and mask then cover rows
+        [past, past + n_new))."""
+        q, k, v = self.queries_keys_values(x)
         if cache is not None:
             k, v = cache.update(k, v, layer_index)
-        out = self.attend(q, k, v, terms, mask, extra_bias)
-        return self.out_proj(out.transpose(1, 2).flatten(2))
+        return self.out_proj(self.merge_heads(self.attend(q, k, v, terms, mask, extra_bias)))
+
+    def cross_attend(
+        self,
+        x: Tensor,
+        memory_kv: tuple[Tensor, Tensor],
+        memory_mask: Tensor | None = None,
+        terms: LayerTerms | None = None,
+    ) -> Tensor:
+        """Cross-attention: queries from x [B, n, d], keys and values from
+        `memory_keys_values(memory)`; memory_mask bool, broadcastable to [B, H, n, n_src]
+        (True = may attend). terms: None for content attention (`content_terms`)."""
+        q = self.split_heads(self.q_proj(x))
+        terms = self.content_terms() if terms is None else terms
+        out = self.attend(q, *memory_kv, terms, memory_mask)
+        return self.out_proj(self.merge_heads(out))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+
 import pytest
 import torch
 
-from posattn import Encoder, PosAttnConfig
+from posattn import Encoder, PosAttnConfig, execution
 
 torch.set_default_dtype(torch.float64)
 
@@ -15,6 +17,13 @@ REQUIRED_OPTIONS = {"rope": {"layout": "interleaved"}, "xpos": {"layout": "inter
 CAUSAL_ONLY = {"xpos", "fire"}
 # Keys projected along the sequence (Linformer): bidirectional, segments at the input only.
 PROJECTED = {"linformer", "diet-abs-lin"}
+
+
+@pytest.fixture
+def choose():
+    """`choose(**choices)` inside a test: `posattn.execution.choose` until the test ends."""
+    with ExitStack() as stack:
+        yield lambda **choices: stack.enter_context(execution.choose(**choices))
 
 
 def settings_of(encoding: str) -> list[tuple[bool, str]]:

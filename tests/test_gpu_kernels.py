@@ -45,10 +45,10 @@ def test_gpu_kernels_agree_with_eager_in_values_and_gradients(encoding, causal, 
             torch.testing.assert_close(ours, reference, atol=2e-4, rtol=2e-3)
 
 
-def test_auto_kernel_takes_flex_for_a_large_learned_bias_on_gpu(monkeypatch):
+def test_auto_kernel_takes_flex_for_a_large_learned_bias_on_gpu(monkeypatch, choose):
     from posattn.kernels import flex
 
-    monkeypatch.setattr(flex, "AUTO_FLEX_BYTES", 0)
+    choose(flex_threshold_bytes=0)
     calls = []
     original = flex.run_flex
     monkeypatch.setattr(flex, "run_flex", lambda *a: calls.append(1) or original(*a))

@@ -6,9 +6,16 @@ import pytest
 import torch
 from conftest import PROJECTED, settings_of, tiny_encoder
 
+from posattn import execution
 from posattn.encodings import ENCODINGS
 from posattn.errors import PosAttnConfigError
-from posattn.kernels import KERNELS, build_attention_mask, eager_attention, get_kernel
+from posattn.kernels import (
+    KERNELS,
+    build_attention_mask,
+    eager_attention,
+    get_kernel,
+    register_kernel,
+)
 
 
 def with_values(name: str) -> dict:
@@ -34,9 +41,9 @@ SETTINGS = [(name, *setting) for name in ENCODINGS for setting in settings_of(na
 
 
 @pytest.mark.parametrize(("encoding", "causal", "segments"), SETTINGS)
-def test_kernels_agree(encoding, segments, causal, monkeypatch):
+def test_kernels_agree(encoding, segments, causal, choose):
     # low-rank biases folded into q/k (the GPU training path) whatever the device
-    monkeypatch.setattr("posattn.encodings.base.FOLD", True)
+    choose(fold=True)
     ids, mask, segment_ids = padded_batch()
     options = {"bidirectional": False} if causal and encoding in ("t5", "bert-r", "tupe-r") else {}
     model = tiny_encoder(encoding, segments=segments, causal=causal, encoding_options=options)
@@ -62,8 +69,8 @@ def test_kernels_agree(encoding, segments, causal, monkeypatch):
     ],
 )
 @pytest.mark.parametrize("fold", [False, True])
-def test_kernels_agree_in_gradients(encoding, options, fold, monkeypatch):
-    monkeypatch.setattr("posattn.encodings.base.FOLD", fold)
+def test_kernels_agree_in_gradients(encoding, options, fold, choose):
+    choose(fold=fold)
     ids, mask, segment_ids = padded_batch()
     segments = "input" if encoding in PROJECTED else "attention"
     model = tiny_encoder(encoding, segments=segments, encoding_options=options)
@@ -178,22 +185,84 @@ def test_flex_score_mod_broadcasts_bias_and_mask():
         torch.testing.assert_close(ours, reference, atol=1e-6, rtol=1e-6)
 
 
-@pytest.mark.parametrize("encoding", ["diet-abs", "tupe-a"])
-def test_fused_kernels_fold_low_rank_biases_into_the_dot_product(encoding, monkeypatch):
-    """Folded, DIET-ABS and TUPE-A reach SDPA as wider q and k without a bias tensor."""
-    import posattn.attention
-
-    monkeypatch.setattr("posattn.encodings.base.FOLD", True)
+@pytest.fixture
+def recording_kernel():
+    """A user kernel, "recording", that keeps what reaches it and runs eager; unregistered
+    after the test."""
     seen = []
-    monkeypatch.setattr(
-        posattn.attention.MultiHeadAttention,
-        "set_kernel",
-        lambda self, name: (
-            setattr(self, "kernel_name", name)
-            or setattr(self, "kernel", lambda q, k, v, **kw: seen.append((q, kw["bias"])) or v)
-        ),
-    )
-    model = tiny_encoder(encoding, kernel="sdpa")
-    model(torch.randint(0, 40, (2, 6)))
-    assert len(seen) == 2 and all(bias is None for _, bias in seen)
-    assert all(q.shape[-1] > 8 for q, _ in seen)  # d_h = 8 plus the positional features
+
+    def recording(q, k, v, *, mask, bias, scale, dropout_p=0.0):
+        seen.append((q, bias))
+        return eager_attention(q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p)
+
+    register_kernel("recording", recording)
+    yield seen
+    del KERNELS["recording"]
+
+
+@pytest.mark.parametrize("encoding", ["diet-abs", "tupe-a"])
+def test_fused_kernels_fold_low_rank_biases_into_the_dot_product(encoding, recording_kernel):
+    """Folded (fold=True), DIET-ABS and TUPE-A reach the kernel as wider q and k without a
+    bias tensor; with fold=False as q and k of the head size plus a [H, n, n] bias."""
+    model = tiny_encoder(encoding, kernel="recording")
+    ids = torch.randint(0, 40, (2, 6))
+    with execution.choose(fold=True):
+        folded = model(ids)
+    assert len(recording_kernel) == 2 and all(bias is None for _, bias in recording_kernel)
+    assert all(q.shape[-1] > 8 for q, _ in recording_kernel)  # d_h = 8 plus the features
+    recording_kernel.clear()
+    with execution.choose(fold=False):
+        added = model(ids)
+    assert len(recording_kernel) == 2
+    assert all(q.shape[-1] == 8 and bias.shape[-2:] == (6, 6) for q, bias in recording_kernel)
+    torch.testing.assert_close(folded, added)
+
+
+def test_a_registered_user_kernel_serves_a_model_like_eager():
+    """A kernel of one's own, registered by name, runs inside a model (PosAttnConfig accepts
+    the name) and gives the eager reference's outputs."""
+    calls = []
+
+    def mine(q, k, v, *, mask, bias, scale, dropout_p=0.0):
+        calls.append(1)
+        logits = q @ k.transpose(-1, -2) * scale + (0 if bias is None else bias)
+        if mask is not None:
+            logits = logits.masked_fill(~mask, float("-inf"))
+        return torch.softmax(logits, -1) @ v
+
+    register_kernel("mine", mine)
+    try:
+        assert "mine" in KERNELS and get_kernel("mine") is mine
+        ids, mask, segment_ids = padded_batch()
+        model = tiny_encoder("tupe-r", kernel="mine", segments="attention")
+        with torch.no_grad():
+            ours = model(ids, mask, segment_ids)
+            model.set_kernel("eager")
+            reference = model(ids, mask, segment_ids)
+        assert len(calls) == 2  # one per layer
+        torch.testing.assert_close(ours, reference, atol=1e-12, rtol=1e-12)
+        with pytest.raises(PosAttnConfigError, match=r"name='mine'.*overwrite=True"):
+            register_kernel("mine", eager_attention)
+        register_kernel("mine", eager_attention, overwrite=True)
+        assert get_kernel("mine") is eager_attention
+    finally:
+        del KERNELS["mine"]
+    with pytest.raises(PosAttnConfigError, match=r"kernel='mine'"):
+        tiny_encoder("tupe-r", kernel="mine")
+    with pytest.raises(PosAttnConfigError, match=r"name='eager'"):
+        register_kernel("eager", eager_attention)
+
+
+def test_shaw_values_run_eager_whatever_the_kernel(recording_kernel):
+    """Shaw's value term needs the probabilities: its layers never reach the module's kernel,
+    and every kernel name gives the eager result."""
+    ids, mask, _ = padded_batch()
+    model = tiny_encoder("shaw", encoding_options={"values": True})
+    outputs = {}
+    with torch.no_grad():
+        for kernel in ("eager", "sdpa", "sdpa-lowmem", "flex", "auto", "recording"):
+            model.set_kernel(kernel)
+            outputs[kernel] = model(ids, mask)
+    assert not recording_kernel
+    for out in outputs.values():
+        torch.testing.assert_close(out, outputs["eager"], atol=0, rtol=0)

@@ -52,7 +52,7 @@ def test_projected_attention_matches_eq4(encoding, share_kv, hidden):
     with torch.no_grad():
         out = attention(hidden, terms)
         q, k = attention.queries_keys(hidden, terms)
-        v = attention._heads(attention.v_proj(hidden))
+        v = attention.split_heads(attention.v_proj(hidden))
         pk, _ = terms.project_kv(k, v, None)
         logits = q @ pk.transpose(-1, -2) * terms.scale
         if terms.bias is not None:

@@ -157,9 +157,9 @@ DEBERTA_OPTIONS = {"position_buckets": 6, "max_relative_positions": 16}
 @pytest.mark.parametrize("share", [True, False])
 @pytest.mark.parametrize("terms", [("c2p", "p2c"), ("c2p",), ("p2c",)])
 @pytest.mark.parametrize("skew", [False, True])
-def test_deberta_matches_disentangled_eq(share, terms, skew, hidden, monkeypatch):
+def test_deberta_matches_disentangled_eq(share, terms, skew, hidden, choose):
     """By index gather (CPU) and by offset windows (GPU training)."""
-    monkeypatch.setattr("posattn.encodings.t5.SKEW", skew)
+    choose(skew=skew)
     options = {**DEBERTA_OPTIONS, "share_att_key": share, "terms": terms}
     model = tiny_encoder("deberta", encoding_options=options)
     layer = 1

@@ -69,10 +69,10 @@ def test_learned_input_is_word_plus_position_plus_segment_then_layernorm(encodin
 
 @pytest.mark.parametrize("values", [False, True])
 @pytest.mark.parametrize("skew", [False, True])
-def test_shaw_matches_eq4(values, skew, hidden, monkeypatch):
+def test_shaw_matches_eq4(values, skew, hidden, choose):
     """TUPE Eq. 4: (x_i W^Q)(x_j W^K + a_{clip(j-i)})^T / sqrt(d_h), a per layer, t = 3 here;
     by index gather (CPU) and by offset windows (GPU)."""
-    monkeypatch.setattr("posattn.encodings.t5.SKEW", skew)
+    choose(skew=skew)
     t = 3
     model = tiny_encoder("shaw", encoding_options={"max_distance": t, "values": values})
     layer = 1
@@ -248,7 +248,7 @@ def test_segment_attention_matches_diet_eq2(encoding, hidden):
 
 def test_toeplitz_spreads_offset_values_and_sums_gradients_along_diagonals():
     """The construction of every offset-indexed bias: T[i, j] = v[j - i + n - 1]."""
-    from posattn.encodings.t5 import offsets, toeplitz
+    from posattn.encodings.relative import offsets, toeplitz
 
     n = 5
     torch.set_grad_enabled(True)  # this module's fixture turns gradients off
@@ -266,7 +266,7 @@ def test_toeplitz_spreads_offset_values_and_sums_gradients_along_diagonals():
 
 
 def test_skew_reads_each_row_at_its_offsets_and_copies_gradients_back():
-    from posattn.encodings.t5 import skew
+    from posattn.encodings.relative import skew
 
     n = 4
     with torch.enable_grad():

@@ -80,6 +80,27 @@ def reference_attention(x, keys_from, attention, bias, mask, causal, scale=None)
     return linear(torch.cat(outputs, -1), attention.out_proj)
 
 
+def test_multi_head_attention_does_cross_attention_itself():
+    """cross_attend(x, memory_keys_values(memory), mask) is content attention from the
+    decoder's queries to the memory's keys and values; queries_keys_values and split_heads are
+    the projections split into heads."""
+    torch.manual_seed(0)
+    attention = seq2seq("t5").decoder.layers[0].cross_attention
+    x, memory = torch.randn(2, 5, 24), torch.randn(2, 7, 24)
+    memory_mask = torch.ones(2, 7, dtype=torch.bool)
+    memory_mask[1, -3:] = False
+    ours = attention.cross_attend(
+        x, attention.memory_keys_values(memory), memory_mask[:, None, None, :]
+    )
+    expected = reference_attention(x, memory, attention, None, memory_mask, False)
+    torch.testing.assert_close(ours, expected)
+    projections = (attention.q_proj, attention.k_proj, attention.v_proj)
+    for heads, projection in zip(attention.queries_keys_values(x), projections, strict=True):
+        split = linear(x, projection).unflatten(-1, (3, 8)).transpose(1, 2)
+        torch.testing.assert_close(heads, split)
+    torch.testing.assert_close(attention.merge_heads(attention.split_heads(x)), x)
+
+
 def reference_stack(stack, ids, mask, memory=None, memory_mask=None):
     """One stack (encoder, or decoder when memory is given), pre-norm, from the definition."""
     n = ids.shape[1]

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from .base import LayerTerms, Place, PositionalEncoding
-from .t5 import relative_positions
+from .relative import relative_positions
 
 
 def alibi_slopes(num_heads: int) -> Tensor:

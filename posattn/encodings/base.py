@@ -1,7 +1,7 @@
 """The contract between a positional encoding and the attention core.
 
-Every method touches attention in one or more of these places (DESIGN.md's four, and the
-sequence projection of Linformer):
+Every method touches attention in one or more of these places (README, "Where an encoding
+acts"):
 
 - input: a vector added to the token embeddings before layer 1 (`input_embedding`);
 - q/k transform: q and k are changed before the dot product (`LayerTerms.transform_qk`);
@@ -74,11 +74,13 @@ class LayerTerms:
         logit units; `attention` is the calling MultiHeadAttention, for methods that reuse its
         projections (DeBERTa's share_att_key).
     value_term: probabilities [B, H, n, n] -> [B, H, n, d_h] added to the attention output.
+        Never a kernel's concern: `MultiHeadAttention.attend` runs such a layer on the eager
+        path itself, since it needs the probabilities.
     project_kv: (k, v, key_keep) -> (k', v') with fewer rows (Linformer: E k, F v); key_keep
         [B, 1, n, 1] zeroes padded keys first, and the kernel then sees every projected key.
     bias_factors: (f_q [1, H or 1, n, r], f_k [1, H or 1, n, r]) with f_q f_k^T equal to
         `bias` up to a constant per query row (which no softmax sees): a low-rank bias that
-        the fused kernels fold into the dot product (`fold_bias_factors`) instead of adding
+        the fused kernels fold into the dot product (`posattn.kernels.fold`) instead of adding
         [H, n, n] logits whose gradient SDPA cannot fuse. `bias` stays for the eager
         reference and for inspection.
     """
@@ -132,33 +134,6 @@ class LayerTerms:
                 else (self.bias_factors[0][..., start:, :], self.bias_factors[1])
             ),
         )
-
-
-# Fold `bias_factors` into q and k (True), add the bias (False), or None: the measured faster
-# one, folding in GPU training only. H100, bf16, B=8, H=8, forward + backward: DIET-ABS at
-# n=4096 4.8 ms / 1154 MiB folded against 14.4 ms / 3010 MiB as a bias, at n=1024 1.38 against
-# 1.45 ms; forward alone and on the 2-core CPU (where the fold doubles the head size of both
-# products) the bias measured as fast or faster.
-FOLD: bool | None = None
-
-
-def use_fold(device: torch.device) -> bool:
-    if FOLD is not None:
-        return FOLD
-    return device.type == "cuda" and torch.is_grad_enabled()
-
-
-def fold_bias_factors(
-    q: Tensor, k: Tensor, v: Tensor, factors: tuple[Tensor, Tensor], scale: float
-) -> tuple[Tensor, Tensor, Tensor]:
-    """q, k, v such that scale * q' k'^T = scale * q k^T + f_q f_k^T and softmax(.) v' holds
-    softmax(.) v in its first d_v columns: q' = [q, f_q / scale], k' = [k, f_k], v padded
-    with zeros to the same width (SDPA's fused CPU kernel needs equal head sizes)."""
-    f_q, f_k = factors
-    f_q = (f_q / scale).to(q.dtype).expand(*q.shape[:-1], -1)
-    f_k = f_k.to(k.dtype).expand(*k.shape[:-1], -1)
-    q, k = torch.cat([q, f_q], -1), torch.cat([k, f_k], -1)
-    return q, k, F.pad(v, (0, q.shape[-1] - v.shape[-1]))
 
 
 def pad_rows(x: Tensor, count: int) -> Tensor:

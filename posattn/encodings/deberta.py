@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from ..errors import require
 from .base import LayerTerms, ModelDims, Place, PositionalEncoding, normal_parameter
-from .t5 import offsets, skew, toeplitz, use_skew
+from .relative import offsets, skew, toeplitz, use_skew
 
 TERMS = ("c2p", "p2c")
 

@@ -16,7 +16,7 @@ from .base import (
     normal_parameter,
     sharing_groups,
 )
-from .t5 import offsets, toeplitz
+from .relative import offsets, toeplitz
 
 SHARING = ("none", "layer", "head")
 

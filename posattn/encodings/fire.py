@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from ..errors import require, require_positive_int
 from .base import LayerTerms, ModelDims, Place, PositionalEncoding, require_causal
-from .t5 import relative_positions
+from .relative import relative_positions
 
 
 @dataclass(frozen=True)

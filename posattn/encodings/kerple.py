@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from ..errors import require_choice
 from .base import LayerTerms, ModelDims, Place, PositionalEncoding
-from .t5 import offsets, toeplitz
+from .relative import offsets, toeplitz
 
 EPS = 1e-2  # the official code's floor for both kernel parameters
 

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from ..errors import require_positive_int
 from .base import LayerTerms, ModelDims, Place, PositionalEncoding, normal_parameter
-from .t5 import offsets, skew, toeplitz, use_skew
+from .relative import offsets, skew, toeplitz, use_skew
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from ..errors import require, require_positive_int
 from .absolute import Learned
 from .base import LayerTerms, ModelDims, Place, PositionalEncoding, normal_parameter
+from .relative import offsets, toeplitz
 
 
 def t5_relative_bucket(
@@ -41,58 +42,6 @@ def t5_relative_bucket(
         max=num_buckets - 1
     )
     return buckets + torch.where(is_exact, distance, log_bucket)
-
-
-def relative_positions(seq_len: int, device) -> Tensor:
-    """[n, n] with entry (i, j) = j - i."""
-    positions = torch.arange(seq_len, device=device)
-    return positions[None, :] - positions[:, None]
-
-
-def offsets(seq_len: int, device) -> Tensor:
-    """Every relative position j - i of an n x n attention matrix once: -(n-1) .. n-1."""
-    return torch.arange(-(seq_len - 1), seq_len, device=device)
-
-
-def toeplitz(by_offset: Tensor) -> Tensor:
-    """[..., 2n-1] values of the offsets j - i (from `offsets`) -> [..., n, n] with
-    T[..., i, j] = by_offset[..., j - i + n - 1].
-
-    A relative bias built from its 2n-1 distinct values: overlapping windows (a view) and one
-    flip, so the backward sums gradients along diagonals (unfold's backward) instead of
-    scattering n^2 indices into a small table (on a GPU that scatter took 2 s at n=4096).
-    """
-    n = (by_offset.shape[-1] + 1) // 2
-    return by_offset.unfold(-1, n, 1).flip(-2)
-
-
-def skew(per_offset: Tensor) -> Tensor:
-    """[..., n, 2n-1] values of each query row i at the offsets j - i (`offsets` order) ->
-    [..., n, n] with S[..., i, j] = per_offset[..., i, j - i + n - 1].
-
-    Row i of the result is a window of row i starting at n-1-i: a strided view with row
-    stride 2n-2, whose backward copies (no index scatter and no atomics on a GPU).
-    """
-    per_offset = per_offset.contiguous()
-    *lead, n, width = per_offset.shape
-    lead_strides = per_offset.stride()[:-2]
-    return per_offset.as_strided(
-        (*lead, n, n), (*lead_strides, width - 1, 1), per_offset.storage_offset() + n - 1
-    )
-
-
-# Content x position terms (Shaw, DeBERTa) by offset windows (`skew`) or by index
-# gather/scatter; None picks the measured faster one: gather on CPU (2 cores, Shaw, n=1024,
-# B=8, H=8, train: 2.98x against 4.02x of bias-free SDPA) and in GPU inference; skew for GPU
-# training, where the gather's backward scatters with atomics (H100, bf16, Shaw train: 3.0 ms
-# against 16.9 ms at n=1024, 33 ms against 619 ms at n=4096).
-SKEW: bool | None = None
-
-
-def use_skew(device: torch.device) -> bool:
-    if SKEW is not None:
-        return SKEW
-    return device.type == "cuda" and torch.is_grad_enabled()
 
 
 @functools.lru_cache(maxsize=32)

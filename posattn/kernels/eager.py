@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from torch import Tensor
 from torch.nn import functional as F
@@ -15,6 +13,24 @@ def attention_logits(q: Tensor, k: Tensor, scale: float, bias: Tensor | None) ->
     return logits if bias is None else logits + bias.to(logits.dtype)
 
 
+def attention_probabilities(
+    q: Tensor,
+    k: Tensor,
+    *,
+    mask: Tensor | None,
+    bias: Tensor | None,
+    scale: float,
+    dropout_p: float = 0.0,
+) -> Tensor:
+    """softmax(q k^T * scale + bias, masked) [B, H, n_q, n_k], dropout applied: what the
+    eager kernel multiplies v by, and what a value-side term (Shaw values) reads."""
+    logits = attention_logits(q, k, scale, bias)
+    if mask is not None:
+        logits = logits.masked_fill(~mask, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    return F.dropout(probs, p=dropout_p) if dropout_p > 0 else probs
+
+
 def eager_attention(
     q: Tensor,
     k: Tensor,
@@ -24,12 +40,5 @@ def eager_attention(
     bias: Tensor | None,
     scale: float,
     dropout_p: float = 0.0,
-    value_term: Callable[[Tensor], Tensor] | None = None,
 ) -> Tensor:
-    logits = attention_logits(q, k, scale, bias)
-    if mask is not None:
-        logits = logits.masked_fill(~mask, float("-inf"))
-    probs = torch.softmax(logits, dim=-1)
-    probs = F.dropout(probs, p=dropout_p) if dropout_p > 0 else probs
-    out = probs @ v
-    return out if value_term is None else out + value_term(probs)
+    return attention_probabilities(q, k, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p) @ v

@@ -7,8 +7,8 @@ materialises the bias gradient for the whole batch (measured on an H100, bf16, B
 bias gradient without a [B, H, n, n] tensor.
 
 Flex has no backward on CPU; there the forward runs the uncompiled reference implementation
-(for tests) and a training call raises a clear error. Dropout and value-side terms (Shaw
-values) need the probabilities, so those calls go to `sdpa_attention`.
+(for tests) and a training call raises a clear error. Dropout needs the probabilities, so
+those calls go to `sdpa_attention`.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from ..errors import invalid
+from ..execution import flex_threshold_bytes
 from .sdpa import sdpa_attention
 
 
@@ -83,12 +84,9 @@ def flex_attention_kernel(
     bias: Tensor | None,
     scale: float,
     dropout_p: float = 0.0,
-    value_term: Callable[[Tensor], Tensor] | None = None,
 ) -> Tensor:
-    if value_term is not None or dropout_p:
-        return sdpa_attention(
-            q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p, value_term=value_term
-        )
+    if dropout_p:
+        return sdpa_attention(q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p)
     inputs = [t for t in (q, k, v, bias) if t is not None]
     if torch.is_grad_enabled() and any(t.requires_grad for t in inputs) and q.device.type != "cuda":
         raise invalid(
@@ -102,14 +100,6 @@ def flex_attention_kernel(
         # shared memory (seen on an H100), and SDPA rounds it the same way.
         bias = (bias if bias.dim() == 4 else bias.unsqueeze(0)).to(q.dtype)
     return run_flex(q, k, v, bias, mask, scale)
-
-
-# Above this many bytes of a [B, H, n, n] bias gradient, "auto" trades SDPA's speed for
-# FlexAttention's memory on GPU (H100, bf16, B=8, H=8, T5 bias, forward + backward: at n=1024
-# flex 6.00x / 121 MiB vs SDPA 5.90x / 1112 MiB of the bias-free time and memory; at n=4096
-# flex 23.5x / 1.6 GiB vs SDPA 21.0x / 16.7 GiB; low-rank biases (TUPE-A, DIET-ABS) ran about
-# twice as long in flex at n=4096).
-AUTO_FLEX_BYTES = 2**30
 
 
 def bias_gradient_bytes(q: Tensor, k: Tensor) -> int:
@@ -127,21 +117,18 @@ def auto_attention(
     bias: Tensor | None,
     scale: float,
     dropout_p: float = 0.0,
-    value_term: Callable[[Tensor], Tensor] | None = None,
 ) -> Tensor:
     """The measured choice per call: SDPA (the fastest on CPU and, for these shapes, on GPU),
-    except for a learned bias on GPU whose full gradient would pass `AUTO_FLEX_BYTES`, where
-    FlexAttention keeps the memory near bias-free attention's for a few percent of time."""
+    except for a learned bias on GPU whose full gradient would pass the execution choice
+    `flex_threshold_bytes` (`posattn.execution`), where FlexAttention keeps the memory near
+    bias-free attention's for a few percent of time."""
     use_flex = (
         q.device.type == "cuda"
         and bias is not None
         and bias.requires_grad
         and torch.is_grad_enabled()
-        and value_term is None
         and not dropout_p
-        and bias_gradient_bytes(q, k) > AUTO_FLEX_BYTES
+        and bias_gradient_bytes(q, k) > flex_threshold_bytes()
     )
     kernel = flex_attention_kernel if use_flex else sdpa_attention
-    return kernel(
-        q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p, value_term=value_term
-    )
+    return kernel(q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p)

@@ -1,11 +1,11 @@
 """Attention with a learned bias at the cost of fused attention, on CPU.
 
 torch's SDPA sends any attn_mask that requires grad to its unfused math path, which keeps
-several [B, H, n, n] tensors alive for backward (perf-notes: 1.2-1.6x the time, 10-20x the
-memory). Here the forward runs the fused CPU flash kernel with the bias detached, and the
-backward recomputes the probabilities from the saved log-sum-exp a few batch elements at a
-time: dq, dk, dv come from the fused kernel's backward, the bias gradient (summed over the
-batch) from the recomputed probabilities.
+several [B, H, n, n] tensors alive for backward (measured on the 2-core development CPU:
+1.2-1.6x the time, 10-20x the memory). Here the forward runs the fused CPU flash kernel with
+the bias detached, and the backward recomputes the probabilities from the saved log-sum-exp a
+few batch elements at a time: dq, dk, dv come from the fused kernel's backward, the bias
+gradient (summed over the batch) from the recomputed probabilities.
 """
 
 from __future__ import annotations

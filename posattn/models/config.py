@@ -10,7 +10,7 @@ from transformers import AutoConfig, PreTrainedConfig
 
 from ..encodings import ModelDims, build_encoding, encoding_class
 from ..errors import invalid, require, require_choice, require_positive_int
-from ..kernels import KERNELS
+from ..kernels import kernel_names
 from .segments import SEGMENT_MODES
 
 
@@ -66,7 +66,7 @@ class PosAttnConfig(PreTrainedConfig):
             require(0.0 <= value < 1.0, name, value, "a probability in [0, 1)")
         require_choice("norm", self.norm, ("post", "pre"))
         require_choice("segments", self.segments, SEGMENT_MODES)
-        require_choice("kernel", self.kernel, tuple(KERNELS))
+        require_choice("kernel", self.kernel, kernel_names())
         if self.segments == "attention" and encoding_class(self.encoding).projects_keys():
             raise invalid(
                 "segments",

@@ -6,8 +6,9 @@ Each decoder layer has three sublayers:
   cross-attention: queries from the decoder, keys and values from the encoder output,
                    softmax(q k^T / sqrt(d_h)) v with NO positional term: none of the methods
                    here defines one between a target and a source position (DIET changes the
-                   encoder and decoder self-attention only), so `CROSS_TERMS` is plain content
-                   attention with padded source tokens masked;
+                   encoder and decoder self-attention only), so it is plain content
+                   attention (`MultiHeadAttention.cross_attend`) with padded source tokens
+                   masked;
   feed-forward.
 Each sublayer is wrapped as in the encoder: x + drop(f(norm(x))) (pre-norm) or
 norm(x + drop(f(x))) (post-norm).
@@ -57,11 +58,6 @@ def stack_config(config: PosAttnConfig, *, causal: bool, num_layers: int) -> Pos
     return PosAttnConfig(**values, causal=causal, num_layers=num_layers)
 
 
-def cross_terms(num_heads: int, d_model: int) -> LayerTerms:
-    """Cross-attention's terms: content only, scaled by 1/sqrt(d_h)."""
-    return LayerTerms(scale=(d_model // num_heads) ** -0.5)
-
-
 class DecoderLayer(nn.Module):
     def __init__(self, config: PosAttnConfig) -> None:
         super().__init__()
@@ -75,23 +71,17 @@ class DecoderLayer(nn.Module):
         self.self_norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
         self.cross_attention = attention()
         self.cross_norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
-        self.cross = cross_terms(heads, width)
         self.ffn = FeedForward(width, config.ffn_dim, config.dropout)
         self.ffn_norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.dropout)
 
     def memory_keys_values(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Cross-attention keys and values [B, H, n_src, d_h] of the encoder output."""
-        attention = self.cross_attention
-        return attention._heads(attention.k_proj(memory)), attention._heads(
-            attention.v_proj(memory)
-        )
+        return self.cross_attention.memory_keys_values(memory)
 
     def attend_memory(self, x: Tensor, memory_kv, memory_mask: Tensor | None) -> Tensor:
-        attention = self.cross_attention
-        q = attention._heads(attention.q_proj(x))
-        out = attention.attend(q, *memory_kv, self.cross, memory_mask)
-        return attention.out_proj(out.transpose(1, 2).flatten(2))
+        """Content-only cross-attention (no positional term between target and source)."""
+        return self.cross_attention.cross_attend(x, memory_kv, memory_mask)
 
     def sublayer(self, x: Tensor, norm: nn.LayerNorm, f) -> Tensor:
         if self.pre_norm:

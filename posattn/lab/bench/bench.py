@@ -129,8 +129,7 @@ def attention_call(
     attention = MultiHeadAttention(d_model, s.heads, kernel=kernel).to(device)
     dtype = s.torch_dtype(torch.device(device))
     q, k, v = (
-        p(x).unflatten(-1, (s.heads, -1)).transpose(1, 2).to(dtype).detach().requires_grad_(train)
-        for p in (attention.q_proj, attention.k_proj, attention.v_proj)
+        heads.to(dtype).detach().requires_grad_(train) for heads in attention.queries_keys_values(x)
     )
     grad = torch.randn_like(q)
     if name is None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch.nn import functional as F
 
 from ...encodings import Place
 from ...models.encoder import Encoder
@@ -73,12 +72,8 @@ def four_terms(encoder: Encoder, input_ids: Tensor, segment_ids=None) -> dict[st
     if layer.pre_norm:
         word, position = split_layer_norm(layer.attention_norm, word, position)
     attention, layer_terms = layer.attention, terms[0]
-    q_word, k_word = (
-        attention._heads(attention.q_proj(word)),
-        attention._heads(attention.k_proj(word)),
-    )
-    q_pos = attention._heads(F.linear(position, attention.q_proj.weight))
-    k_pos = attention._heads(F.linear(position, attention.k_proj.weight))
+    q_word, k_word = attention.project_queries_keys(word)
+    q_pos, k_pos = attention.project_queries_keys(position, bias=False)
     scale = layer_terms.scale
     found = {
         "word-word": q_word @ k_word.transpose(-1, -2) * scale,

@@ -1,0 +1,157 @@
+"""How posattn runs, in one place: which attention kernel a module gets by default, whether
+low-rank biases are folded into q and k, whether content x position terms use offset windows,
+and when `auto` switches to FlexAttention. None of these changes a result beyond rounding;
+each default is the measured faster choice (README, "Cost, measured").
+
+    import posattn.execution as execution
+
+    execution.current()                    # the choices in force here
+    execution.set(fold=False)              # process-wide, until changed again
+    with execution.choose(skew=True):      # this thread / task only, restored on exit
+        ...
+
+`choose` keeps its choices in a `contextvars.ContextVar`: a choice made in one thread (or
+asyncio task) is not seen by another, and nested `choose` blocks restore in order, also when
+the block raises. `set` changes the process-wide defaults that every thread sees where it has
+not chosen otherwise.
+
+Choices:
+  kernel: the attention kernel of a `MultiHeadAttention` built with kernel=None (a name from
+      `posattn.kernels.KERNELS`, user kernels included); `PosAttnConfig.kernel` names its
+      kernel explicitly and is not affected.
+  fold: fold a layer's low-rank bias factors (DIET-ABS, TUPE-A) into q and k for the fused
+      kernels (True), add them as a [H, n, n] bias (False), or None: the measured default,
+      folding in GPU training only. H100, bf16, B=8, H=8, forward + backward: DIET-ABS at
+      n=4096 4.8 ms / 1154 MiB folded against 14.4 ms / 3010 MiB as a bias, at n=1024 1.38
+      against 1.45 ms; forward alone and on the 2-core CPU (where the fold doubles the head size
+      of both products) the bias measured as fast or faster.
+  skew: content x position terms (Shaw, DeBERTa) by offset windows (`skew`, True) or by index
+      gather/scatter (False); None: the measured default, gather on CPU (2 cores, Shaw, n=1024,
+      B=8, H=8, train: 2.98x against 4.02x of bias-free SDPA) and in GPU inference, skew for
+      GPU training, where the gather's backward scatters with atomics (H100, bf16, Shaw train:
+      3.0 ms against 16.9 ms at n=1024, 33 ms against 619 ms at n=4096).
+  flex_threshold_bytes: above this many bytes of a [B, H, n, n] bias gradient, kernel "auto"
+      trades SDPA's speed for FlexAttention's memory on GPU (H100, bf16, B=8, H=8, T5 bias,
+      forward + backward: at n=1024 flex 6.00x / 121 MiB vs SDPA 5.90x / 1112 MiB of the
+      bias-free time and memory; at n=4096 flex 23.5x / 1.6 GiB vs SDPA 21.0x / 16.7 GiB;
+      low-rank biases (TUPE-A, DIET-ABS) ran about twice as long in flex at n=4096).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+import torch
+
+from .errors import invalid, require, require_choice
+
+
+@dataclass(frozen=True)
+class Choices:
+    """The execution choices in force (see the module docstring for each)."""
+
+    kernel: str = "auto"
+    fold: bool | None = None
+    skew: bool | None = None
+    flex_threshold_bytes: int = 2**30
+
+
+NAMES = tuple(field.name for field in fields(Choices))
+
+# Process-wide choices (`set`) and this context's overrides (`choose`): a dict of the names
+# chosen, so that `set` inside a `choose` block still changes the names the block left alone.
+_process = Choices()
+_chosen: ContextVar[dict[str, Any] | None] = ContextVar("posattn_execution", default=None)
+
+
+def _check_measured_or_forced(name: str, value: Any) -> None:
+    require(
+        value is None or isinstance(value, bool),
+        name,
+        value,
+        "None (the measured default), True or False",
+    )
+
+
+def validate(choices: dict[str, Any]) -> None:
+    """Raise PosAttnConfigError naming the first unknown choice or bad value."""
+    for name, value in choices.items():
+        if name not in NAMES:
+            raise invalid(name, value, f"not an execution choice; expected one of {NAMES}")
+        if name == "kernel":
+            from .kernels import KERNELS  # the live registry (user kernels included)
+
+            require_choice("kernel", value, tuple(KERNELS))
+        elif name in ("fold", "skew"):
+            _check_measured_or_forced(name, value)
+        elif name == "flex_threshold_bytes":
+            require(
+                isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+                name,
+                value,
+                "an integer number of bytes >= 0",
+            )
+
+
+def current() -> Choices:
+    """The choices in force in this context: the process-wide ones with this context's
+    `choose` overrides on top."""
+    chosen = _chosen.get()
+    return replace(_process, **chosen) if chosen else _process
+
+
+def set(**choices: Any) -> Choices:
+    """Change choices process-wide; returns the new process-wide choices."""
+    global _process
+    validate(choices)
+    _process = replace(_process, **choices)
+    return _process
+
+
+@contextmanager
+def choose(**choices: Any) -> Iterator[Choices]:
+    """Within the block (this thread or task only): these choices; the previous ones on exit,
+    also when the block raises. Yields the choices in force inside the block."""
+    validate(choices)
+    token = _chosen.set({**(_chosen.get() or {}), **choices})
+    try:
+        yield current()
+    finally:
+        _chosen.reset(token)
+
+
+def _measured(forced: bool | None, device: torch.device) -> bool:
+    if forced is not None:
+        return forced
+    return device.type == "cuda" and torch.is_grad_enabled()
+
+
+def use_fold(device: torch.device) -> bool:
+    """Fold low-rank bias factors into q and k on this device now (`fold`)."""
+    return _measured(current().fold, device)
+
+
+def use_skew(device: torch.device) -> bool:
+    """Content x position terms by offset windows on this device now (`skew`)."""
+    return _measured(current().skew, device)
+
+
+def flex_threshold_bytes() -> int:
+    return current().flex_threshold_bytes
+
+
+__all__ = [
+    "NAMES",
+    "Choices",
+    "choose",
+    "current",
+    "flex_threshold_bytes",
+    "set",
+    "use_fold",
+    "use_skew",
+    "validate",
+]
