@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..runs.tables import markdown_table as table
+
 
 def fmt_score(task: dict) -> str:
     return (
@@ -34,7 +36,7 @@ def step_time(timing: dict, base: dict | None, key: str) -> str:
 
 def markdown_table(results: dict, tasks: list[str], baseline: str | None) -> str:
     header = ["encoding", "params", "MLM val loss", *tasks, "avg", "train ms", "infer ms"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     base = results.get(baseline) if baseline else None
     for encoding, r in results.items():
         scores = [r["finetune"][t]["test_median"] for t in tasks]
@@ -48,8 +50,8 @@ def markdown_table(results: dict, tasks: list[str], baseline: str | None) -> str
             step_time(r["timing"], compare_to, "train_ms"),
             step_time(r["timing"], compare_to, "infer_ms"),
         ]
-        lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines)
+        rows.append(row)
+    return table(header, rows)
 
 
 def results_markdown(results: dict, tasks: list[str], context: dict) -> str:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import statistics
 
+from ..runs.tables import markdown_table as table
+
 METRICS = (("bleu", "BLEU"), ("chrf", "chrF"))
 
 
@@ -27,7 +29,7 @@ def spread(values: list[float], digits: int = 2) -> str:
 def markdown_table(results: dict) -> str:
     header = ["encoding", "params", "dev loss", "test BLEU (beam)", "test chrF (beam)"]
     header += ["test BLEU (greedy)", "train s"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     for encoding, runs in results.items():
         first = next(iter(runs.values()))
         row = [
@@ -39,8 +41,8 @@ def markdown_table(results: dict) -> str:
             spread(test_scores(runs, "greedy", "bleu")),
             f"{statistics.median(r['train_seconds'] for r in runs.values()):.0f}",
         ]
-        lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines)
+        rows.append(row)
+    return table(header, rows)
 
 
 def verdict(label: str, scores: dict[str, list[float]], higher_is_better: bool) -> list[str]:
