@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..runs.tables import markdown_table as table
+from ..runs.verdicts import Spread, verdict_lines
 
 
 def fmt_score(task: dict) -> str:
@@ -16,15 +17,11 @@ def verdicts(results: dict, tasks: list[str]) -> list[str]:
     """Name a best encoding for a task only where its worst seed beats every other's best."""
     lines = []
     for task in tasks:
-        scored = {e: r["finetune"][task] for e, r in results.items()}
-        ranked = sorted(scored, key=lambda e: scored[e]["test_median"], reverse=True)
-        top, rest = ranked[0], ranked[1:]
-        if rest and all(scored[top]["test_min"] > scored[e]["test_max"] for e in rest):
-            lines.append(f"- {task}: `{top}` is best on every seed (its spread overlaps no other).")
-        else:
-            lines.append(
-                f"- {task}: highest median `{top}`, but seed spreads overlap: no clear winner."
-            )
+        spreads = {
+            e: Spread(s["test_median"], s["test_min"], s["test_max"])
+            for e, s in ((e, r["finetune"][task]) for e, r in results.items())
+        }
+        lines += verdict_lines(task, spreads)
     return lines
 
 
