@@ -47,3 +47,41 @@ def test_verdict_names_a_clear_winner_only_without_overlap():
     ]
     assert clear_worst({"a": Spread.of([1]), "b": Spread.of([2])}) is None
     assert clear_best({"only": Spread.of([1, 2])}) is None
+
+
+def test_fingerprint_is_stable_and_names_what_differs():
+    from posattn.lab.runs.config import StepSection
+    from posattn.lab.runs.fingerprint import differences, fingerprint, run_settings
+
+    a = run_settings(pretrain=StepSection(), model={"b": 1, "a": [1, 2]})
+    assert fingerprint(a) == fingerprint(
+        run_settings(model={"a": [1, 2], "b": 1}, pretrain=StepSection())
+    )
+    b = run_settings(pretrain=StepSection(steps=7), model={"b": 1, "a": [1, 2]})
+    assert fingerprint(a) != fingerprint(b) and a["posattn"]
+    assert differences(a, b) == ["pretrain.steps: 300 -> 7"]
+    assert differences({"x": 1}, {"y": 1}) == ["x: 1 -> (absent)", "y: (absent) -> 1"]
+
+
+def test_a_stage_resumes_or_is_reused_only_with_its_own_settings(tmp_path):
+    from posattn import PosAttnConfigError
+    from posattn.lab.runs.fingerprint import run_settings
+    from posattn.lab.runs.stages import FINISHED, FRESH, RESUME, Stage, stage_state, start_stage
+
+    old = Stage(tmp_path / "stage", run_settings(train={"steps": 10}), marker="metrics.json")
+    new = Stage(old.directory, run_settings(train={"steps": 20}), marker="metrics.json")
+    assert stage_state(old) == FRESH
+    assert start_stage(old) is None and old.record()["fingerprint"] == old.fingerprint
+    (old.directory / "checkpoints" / "checkpoint-5").mkdir(parents=True)
+    assert stage_state(old) == RESUME
+    assert start_stage(old, resume=True).endswith("checkpoint-5")
+    for attempt in (lambda: stage_state(new), lambda: start_stage(new, resume=True)):
+        with pytest.raises(PosAttnConfigError, match=r"train\.steps: 10 -> 20"):
+            attempt()
+    (old.directory / "metrics.json").write_text("{}")
+    assert stage_state(old) == FINISHED
+    assert stage_state(new, overwrite=True) == FRESH and not old.directory.exists()
+    # outputs without a stage.json (an older posattn) cannot be told apart: refused too
+    (old.directory / "checkpoints" / "checkpoint-5").mkdir(parents=True)
+    with pytest.raises(PosAttnConfigError, match=r"settings are unknown.*--overwrite"):
+        stage_state(old)
