@@ -98,6 +98,11 @@ def register_compare(commands) -> None:
         default="pretraining",
         help="pretraining: MLM + fine-tuning (default); translation: encoder-decoders, BLEU",
     )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="discard stages in --output written with other settings (default: refuse them)",
+    )
     add_run_options(parser, None)
     parser.set_defaults(func=run_compare)
 

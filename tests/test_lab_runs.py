@@ -194,3 +194,31 @@ def test_overrides_may_follow_options_after_a_positional():
     assert args.overrides == ["a=1", "b=2"]
     with pytest.raises(SystemExit):
         parse_arguments(["finetune", "run/model", "--preset", "smoke", "--nonsense"])
+
+
+def test_compare_reuses_only_stages_of_the_same_settings(data_dir, tmp_path):
+    output = tmp_path / "compare"
+    base = ["compare", "--preset", "smoke", "--data-dir", str(data_dir), "--output",
+            str(output), "--encodings", "learned", "finetune.tasks=[sentiment]",
+            "finetune.seeds=[0]"]  # fmt: skip
+    outputs = [output / "learned" / "pretrain" / "metrics.json",
+               output / "learned" / "pretrain" / "model" / "model.safetensors",
+               output / "learned" / "finetune" / "finetune.json"]  # fmt: skip
+
+    def stamps() -> list[int]:
+        return [path.stat().st_mtime_ns for path in outputs]
+
+    assert main(base) == 0
+    first = stamps()
+    stage = json.loads((output / "learned" / "pretrain" / "stage.json").read_text())
+    assert stage["settings"]["pretrain"]["steps"] == 12 and len(stage["fingerprint"]) == 64
+    assert main(base) == 0  # the same settings: both stages are read back, nothing trains
+    assert stamps() == first
+    with pytest.raises(PosAttnConfigError) as error:
+        main([*base, "pretrain.steps=6"])
+    assert "pretrain.steps: 12 -> 6" in str(error.value) and "--overwrite" in str(error.value)
+    assert stamps() == first  # refused before anything was touched
+    assert main([*base, "pretrain.steps=6", "--overwrite"]) == 0
+    assert all(after != before for after, before in zip(stamps(), first, strict=True))
+    results = json.loads((output / "results.json").read_text())["results"]
+    assert results["learned"]["pretrain"]["steps"] == 6

@@ -220,3 +220,48 @@ def test_bad_seq2seq_configs():
         seq2seq("learned")(
             torch.ones(1, 20, dtype=torch.long), decoder_input_ids=torch.ones(1, 3).long()
         )
+
+
+# A value other than the default for every field PosAttnConfig declares; a new field must be
+# added here, and the test below then checks that it reaches both stacks.
+NON_DEFAULT = dict(
+    vocab_size=41,
+    d_model=32,
+    num_heads=2,
+    ffn_dim=40,
+    max_len=24,
+    dropout=0.15,
+    attention_dropout=0.05,
+    norm="post",
+    layer_norm_eps=1e-5,
+    encoding="t5",
+    encoding_options={"num_buckets": 8, "max_distance": 20},
+    segments="input",
+    num_segments=3,
+    kernel="eager",
+    init_std=0.03,
+    pad_token_id=1,
+    tie_word_embeddings=False,
+)
+
+
+def test_every_config_field_reaches_both_stacks():
+    from dataclasses import fields
+
+    from transformers import PreTrainedConfig
+
+    from posattn.models.config import PosAttnConfig
+    from posattn.models.decoder import PER_STACK_FIELDS, STACK_FIELDS
+
+    inherited = {f.name for f in fields(PreTrainedConfig)}
+    declared = {f.name for f in fields(PosAttnConfig)} - inherited
+    assert set(STACK_FIELDS) == declared - set(PER_STACK_FIELDS) == set(NON_DEFAULT)
+    defaults = PosAttnSeq2SeqConfig()
+    for name, value in NON_DEFAULT.items():
+        assert getattr(defaults, name) != value, name
+    config = PosAttnSeq2SeqConfig(**NON_DEFAULT, num_layers=1, num_decoder_layers=2)
+    model = PosAttnForSeq2SeqLM(config)
+    for stack, causal, depth in ((model.encoder, False, 1), (model.decoder, True, 2)):
+        for name, value in NON_DEFAULT.items():
+            assert getattr(stack.config, name) == value, name
+        assert (stack.config.causal, stack.config.num_layers) == (causal, depth)

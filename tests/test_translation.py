@@ -247,3 +247,24 @@ def test_report_names_a_best_or_worst_only_without_overlap():
     assert verdict("BLEU", overlapping, higher_is_better=True) == [
         "- BLEU: highest median `b`, but seed spreads overlap: no clear winner."
     ]
+
+
+def test_translation_compare_reuses_only_runs_of_the_same_settings(toy, tmp_path):
+    from posattn.cli import main
+
+    output = tmp_path / "compare"
+    base = ["compare", "--task", "translation", "--preset", "smoke", "--data-dir", str(toy),
+            "--output", str(output), "--encodings", "sinusoidal", "data.pairs=toy"]  # fmt: skip
+    metrics = output / "sinusoidal" / "seed0" / "metrics.json"
+    torch.set_num_threads(1)
+    with torch.random.fork_rng():
+        assert main(base) == 0
+        first = metrics.stat().st_mtime_ns
+        assert main(base) == 0  # read back, not retrained
+        assert metrics.stat().st_mtime_ns == first
+        with pytest.raises(PosAttnConfigError, match=r"train\.steps: 12 -> 6.*--overwrite"):
+            main([*base, "train.steps=6"])
+        assert metrics.stat().st_mtime_ns == first
+        assert main([*base, "train.steps=6", "--overwrite"]) == 0
+    assert json.loads(metrics.read_text())["steps"] == 6
+    assert "| `sinusoidal` |" in (output / "results.md").read_text()

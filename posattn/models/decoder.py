@@ -23,32 +23,35 @@ step.
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from torch import Tensor, nn
+from transformers import PreTrainedConfig
 
 from ..attention import MultiHeadAttention
 from ..encodings import LayerTerms
 from .config import PosAttnConfig
 from .encoder import Encoder, FeedForward
 
+# Fields each stack of an encoder-decoder sets for itself.
+PER_STACK_FIELDS = ("num_layers", "causal")
+
+
+def _stack_fields() -> tuple[str, ...]:
+    """Every field PosAttnConfig declares (not transformers' own PreTrainedConfig fields)
+    except the per-stack ones: a field added to PosAttnConfig reaches both stacks without
+    being listed here. The encoder-decoder-only fields (num_decoder_layers, label_smoothing,
+    the bos/eos/decoder-start ids) belong to PosAttnSeq2SeqConfig and so are not among them."""
+    inherited = {f.name for f in fields(PreTrainedConfig)}
+    return tuple(
+        f.name
+        for f in fields(PosAttnConfig)
+        if f.name not in inherited and f.name not in PER_STACK_FIELDS
+    )
+
+
 # Fields of a PosAttnConfig that describe one stack (encoder or decoder).
-STACK_FIELDS = (
-    "vocab_size",
-    "d_model",
-    "num_heads",
-    "ffn_dim",
-    "max_len",
-    "dropout",
-    "attention_dropout",
-    "norm",
-    "layer_norm_eps",
-    "encoding",
-    "encoding_options",
-    "segments",
-    "num_segments",
-    "kernel",
-    "init_std",
-    "pad_token_id",
-)
+STACK_FIELDS = _stack_fields()
 
 
 def stack_config(config: PosAttnConfig, *, causal: bool, num_layers: int) -> PosAttnConfig:

@@ -20,6 +20,7 @@ from ...errors import require_choice
 from ...models import PosAttnForMaskedLM
 from ...models.config import PosAttnConfig
 from ..runs.context import machine
+from ..runs.tables import table_lines
 from ..runs.timing import step_functions
 
 # Options that the benchmark needs to build each encoding (rotary layouts are never implicit).
@@ -268,7 +269,7 @@ def markdown(attention_rows: list[dict], model_rows: list[dict], context: dict) 
     ]
     lengths = sorted({r["n"] for r in attention_rows})
     header = ["encoding"] + [f"{mode} n={n}" for mode in ("fwd", "train") for n in lengths]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     names = list(dict.fromkeys(label(r) for r in attention_rows))
     for name in names:
         cells = [name]
@@ -278,7 +279,8 @@ def markdown(attention_rows: list[dict], model_rows: list[dict], context: dict) 
                     r for r in attention_rows if (label(r), r["n"], r["train"]) == (name, n, train)
                 )
                 cells.append(f"{r['ratio']:.2f} ({r['extra_mib']:.0f})")
-        lines.append("| " + " | ".join(cells) + " |")
+        rows.append(cells)
+    lines += table_lines(header, rows)
     lines += ["", "## Model level: BERT-small (4 x 512, 8 heads), +% over `learned`", ""]
     header = [
         "encoding",
@@ -289,16 +291,15 @@ def markdown(attention_rows: list[dict], model_rows: list[dict], context: dict) 
         "infer +%",
         "DIET Table 1 (train / infer)",
     ]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     for r in model_rows:
         paper = PAPER_TABLE1.get(r["encoding"])
-        lines.append(
-            "| " + " | ".join([
-                r["encoding"], str(r["n"]), f"{r['train_ms']:.1f}", f"{r.get('train_pct', 0):+.1f}",
-                f"{r['infer_ms']:.1f}", f"{r.get('infer_pct', 0):+.1f}",
-                f"+{paper['train']}% / +{paper['infer']}%" if paper else "-",
-            ]) + " |"
-        )  # fmt: skip
+        rows.append([
+            r["encoding"], r["n"], f"{r['train_ms']:.1f}", f"{r.get('train_pct', 0):+.1f}",
+            f"{r['infer_ms']:.1f}", f"{r.get('infer_pct', 0):+.1f}",
+            f"+{paper['train']}% / +{paper['infer']}%" if paper else "-",
+        ])  # fmt: skip
+    lines += table_lines(header, rows)
     return "\n".join(lines) + "\n"
 
 
@@ -381,9 +382,8 @@ def targets(attention_rows: list[dict], model_rows: list[dict]) -> list[dict]:
 def targets_markdown(checks: list[dict]) -> str:
     if not checks:
         return ""
-    lines = ["", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
-    for c in checks:
-        lines.append(f"| {c['target']} | {c['measured']:.2f} | {'yes' if c['met'] else 'no'} |")
+    rows = [[c["target"], f"{c['measured']:.2f}", "yes" if c["met"] else "no"] for c in checks]
+    lines = ["", "## Targets", "", *table_lines(["target", "measured", "met"], rows)]
     return "\n".join(lines) + "\n"
 
 
@@ -392,16 +392,17 @@ def long_markdown(rows: list[dict]) -> str:
         "",
         "## Long sequences: DIET-ABS in Linformer (k=32) vs full attention with DIET-ABS",
         "",
-        "| n | diet-abs ms | diet-abs MiB | diet-abs-lin ms | diet-abs-lin MiB |",
-        "|---|---|---|---|---|",
     ]
+    header = ["n", "diet-abs ms", "diet-abs MiB", "diet-abs-lin ms", "diet-abs-lin MiB"]
+    cells = []
     for n in sorted({r["n"] for r in rows}):
         full = next(r for r in rows if r["n"] == n and r["encoding"] == "diet-abs")
         lin = next(r for r in rows if r["n"] == n and r["encoding"] == "diet-abs-lin")
-        lines.append(
-            f"| {n} | {full['ms']:.1f} | {full['extra_mib']:.0f} | {lin['ms']:.1f} "
-            f"| {lin['extra_mib']:.0f} |"
-        )
+        cells.append(
+            [n, f"{full['ms']:.1f}", f"{full['extra_mib']:.0f}", f"{lin['ms']:.1f}",
+             f"{lin['extra_mib']:.0f}"]
+        )  # fmt: skip
+    lines += table_lines(header, cells)
     return "\n".join(lines) + "\n"
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from ...errors import invalid, require, require_positive_int
+from ..runs.tables import table_lines
 from .figures import plot_four_terms, plot_head_grid, plot_positional, plot_spectra
 from .forward import logits_per_layer
 from .heads import CLASSES, head_patterns
@@ -277,17 +278,13 @@ def summary_markdown(result: dict) -> str:
         lines += [
             "## TUPE Eq. 6: layer-1 terms (mean over heads and texts)",
             "",
-            "| term | Toeplitz R2 | noise | rank-1 R2 | noise | within-row std | "
-            "variance / logits |",
-            "|---|---|---|---|---|---|---|",
         ]
-        for name, s in terms.items():
-            lines.append(
-                f"| {name} | {s['toeplitz_r2']:.3f} | {s['noise_toeplitz_r2']:.3f} | "
-                f"{s['rank1_r2']:.3f} | {s['noise_rank1_r2']:.3f} | {s['within_row_std']:.3f} | "
-                f"{s['variance_ratio']:.3f} |"
-            )
-        lines.append("")
+        header = ["term", "Toeplitz R2", "noise", "rank-1 R2", "noise", "within-row std"]
+        header.append("variance / logits")
+        keys = ("toeplitz_r2", "noise_toeplitz_r2", "rank1_r2", "noise_rank1_r2")
+        keys += ("within_row_std", "variance_ratio")
+        rows = [[name, *(f"{s[key]:.3f}" for key in keys)] for name, s in terms.items()]
+        lines += [*table_lines(header, rows), ""]
     groups = result["positional"]["groups"]
     if groups:
         lines += [
@@ -296,33 +293,31 @@ def summary_markdown(result: dict) -> str:
             f"[CLS] at index {result['positional']['cls_index']}; spread = max - min along the "
             "[CLS] row / column (0: constant, as TUPE's untie makes it).",
             "",
-            "| layers | head | min | max | [CLS] row mean | row spread | [CLS] column mean "
-            "| column spread |",
-            "|---|---|---|---|---|---|---|---|",
         ]
+        header = ["layers", "head", "min", "max", "[CLS] row mean", "row spread"]
+        header += ["[CLS] column mean", "column spread"]
+        rows = []
         for group in groups:
             cls = group["cls"]
             layers = ", ".join(map(str, group["layers"]))
             for h, matrix in enumerate(group["bias"]):
                 values = [v for row in matrix for v in row]
                 column = (
-                    f"{cls['column_mean'][h]:.4f} | {cls['column_spread'][h]:.4f}"
+                    [f"{cls['column_mean'][h]:.4f}", f"{cls['column_spread'][h]:.4f}"]
                     if cls["column_mean"]
-                    else "- | -"
+                    else ["-", "-"]
                 )
-                lines.append(
-                    f"| {layers} | {h + 1} | {min(values):.4f} | {max(values):.4f} | "
-                    f"{cls['row_mean'][h]:.4f} | {cls['row_spread'][h]:.4f} | {column} |"
-                )
-        lines.append("")
+                rows.append(
+                    [layers, h + 1, f"{min(values):.4f}", f"{max(values):.4f}",
+                     f"{cls['row_mean'][h]:.4f}", f"{cls['row_spread'][h]:.4f}", *column]
+                )  # fmt: skip
+        lines += [*table_lines(header, rows), ""]
     heads = result["heads"]
     if "counts" in heads:
         lines += [
             "## Head patterns (TUPE Fig. 6)",
             "",
-            "| " + " | ".join(heads["counts"]) + " |",
-            "|" + "---|" * len(heads["counts"]),
-            "| " + " | ".join(str(v) for v in heads["counts"].values()) + " |",
+            *table_lines(list(heads["counts"]), [list(heads["counts"].values())]),
             "",
         ]
     rank = result["rank"]
@@ -332,12 +327,12 @@ def summary_markdown(result: dict) -> str:
             "",
             f"Kind: {rank['kind']}; bound: {rank['bound'] or 'none'}.",
             "",
-            "| layer | numerical rank (mean over heads) | 99% energy rank |",
-            "|---|---|---|",
         ]
+        rows = []
         for layer, r in rank["layers"].items():
             numerical = sum(r["numerical_rank"]) / len(r["numerical_rank"])
             energy = sum(r["energy_rank"]) / len(r["energy_rank"])
-            lines.append(f"| {layer} | {numerical:.1f} | {energy:.1f} |")
-        lines.append("")
+            rows.append([layer, f"{numerical:.1f}", f"{energy:.1f}"])
+        header = ["layer", "numerical rank (mean over heads)", "99% energy rank"]
+        lines += [*table_lines(header, rows), ""]
     return "\n".join(lines)

@@ -56,7 +56,8 @@ def run_compare(args: argparse.Namespace) -> int:
         config = replace(config, encodings=[e.strip() for e in args.encodings.split(",")])
     data = data_for(config)
     output = Path(args.output or f"runs/compare-{args.preset or 'custom'}")
-    compare(config, output, data.tokenizer(), data, data, args.preset or "custom")
+    overwrite = getattr(args, "overwrite", False)
+    compare(config, output, data.tokenizer(), data, data, args.preset or "custom", overwrite)
     finish_distributed()
     return 0
 

@@ -3,7 +3,6 @@ every seed at every learning rate, the median over seeds per rate, the best rate
 
 from __future__ import annotations
 
-import json
 import random
 import statistics
 from pathlib import Path
@@ -14,6 +13,8 @@ from transformers import DataCollatorWithPadding, TrainingArguments
 
 from ...models import PosAttnForSequenceClassification
 from ..runs.datasets import ListDataset
+from ..runs.fingerprint import run_settings
+from ..runs.stages import Stage, save_run, start_stage
 from ..runs.trainer import (
     TENSORBOARD,
     AtomicCheckpointTrainer,
@@ -121,9 +122,19 @@ def summarise(runs: dict[float, list[dict]]) -> dict:
     }
 
 
+def finetune_stage(config: RunConfig, output: Path) -> Stage:
+    """The fine-tuning of one pretrained encoding: fixed by the pretraining's sections (the
+    model it starts from) and the finetune section."""
+    settings = run_settings(
+        model=config.model, data=config.data, pretrain=config.pretrain, finetune=config.finetune
+    )
+    return Stage(Path(output), settings, marker="finetune.json")
+
+
 def finetune(pretrained: Path, config: RunConfig, output: Path, tokenizer, tasks_source) -> dict:
     """Every configured task; writes finetune.json into `output`."""
     output = Path(output)
+    start_stage(finetune_stage(config, output))
     f = config.finetune
     results = {}
     for task in f.tasks:
@@ -154,5 +165,5 @@ def finetune(pretrained: Path, config: RunConfig, output: Path, tokenizer, tasks
             for lr in f.learning_rates
         }
         results[task] = {"runs": {str(lr): rs for lr, rs in runs.items()}, **summarise(runs)}
-    (output / "finetune.json").write_text(json.dumps(results, indent=2))
+    save_run(output, {"finetune.json": results})
     return results

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -13,13 +12,13 @@ from transformers import TrainingArguments
 
 from ...models import PosAttnForMaskedLM
 from ...models.config import PosAttnConfig
-from ..runs.config import to_yaml
+from ..runs.fingerprint import run_settings
 from ..runs.mlm_data import MaskedBlocks, pack_paragraphs
+from ..runs.stages import Stage, save_run, start_stage
 from ..runs.trainer import (
     TENSORBOARD,
     AtomicCheckpointTrainer,
     EpochToDataset,
-    last_checkpoint,
     step_training_arguments,
     tensorboard_logs,
 )
@@ -64,14 +63,21 @@ def training_arguments(config: RunConfig, output: Path) -> TrainingArguments:
     )
 
 
+def pretrain_stage(config: RunConfig, output: Path) -> Stage:
+    """The pretraining of one encoding: fixed by the model, data and pretrain sections."""
+    settings = run_settings(model=config.model, data=config.data, pretrain=config.pretrain)
+    return Stage(Path(output), settings, marker="metrics.json")
+
+
 def pretrain(config: RunConfig, output: Path, tokenizer, corpus, resume: bool = False) -> dict:
     """Train, evaluate and save one masked-LM model; returns (and writes) its metrics.
 
-    corpus: an object with .paragraphs(split) for "train" and "validation".
+    corpus: an object with .paragraphs(split) for "train" and "validation". resume: continue
+    from the last checkpoint in `output`, which must come from the same settings.
     """
     output = Path(output)
-    checkpoint = str(last_checkpoint(output / "checkpoints")) if resume else None
     model_cfg = model_config(config, tokenizer)
+    checkpoint = start_stage(pretrain_stage(config, output), resume)
     seq_len = config.model.max_len
     train_blocks = packed_blocks(
         tokenizer, corpus, "train", config.data.max_train_paragraphs, seq_len
@@ -106,9 +112,5 @@ def pretrain(config: RunConfig, output: Path, tokenizer, corpus, resume: bool = 
         "train_blocks": len(train),
         "wall_seconds": time.perf_counter() - start,
     }
-    if trainer.is_world_process_zero():
-        trainer.save_model(str(output / "model"))
-        tokenizer.save_pretrained(str(output / "model"))
-        (output / "config.yaml").write_text(to_yaml(config))
-        (output / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    save_run(output, {"metrics.json": metrics}, config, trainer, tokenizer)
     return metrics

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from ..runs.tables import markdown_table as table
+from ..runs.verdicts import Spread, verdict_lines
+
 
 def fmt_score(task: dict) -> str:
     return (
@@ -14,15 +17,11 @@ def verdicts(results: dict, tasks: list[str]) -> list[str]:
     """Name a best encoding for a task only where its worst seed beats every other's best."""
     lines = []
     for task in tasks:
-        scored = {e: r["finetune"][task] for e, r in results.items()}
-        ranked = sorted(scored, key=lambda e: scored[e]["test_median"], reverse=True)
-        top, rest = ranked[0], ranked[1:]
-        if rest and all(scored[top]["test_min"] > scored[e]["test_max"] for e in rest):
-            lines.append(f"- {task}: `{top}` is best on every seed (its spread overlaps no other).")
-        else:
-            lines.append(
-                f"- {task}: highest median `{top}`, but seed spreads overlap: no clear winner."
-            )
+        spreads = {
+            e: Spread(s["test_median"], s["test_min"], s["test_max"])
+            for e, s in ((e, r["finetune"][task]) for e, r in results.items())
+        }
+        lines += verdict_lines(task, spreads)
     return lines
 
 
@@ -34,7 +33,7 @@ def step_time(timing: dict, base: dict | None, key: str) -> str:
 
 def markdown_table(results: dict, tasks: list[str], baseline: str | None) -> str:
     header = ["encoding", "params", "MLM val loss", *tasks, "avg", "train ms", "infer ms"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     base = results.get(baseline) if baseline else None
     for encoding, r in results.items():
         scores = [r["finetune"][t]["test_median"] for t in tasks]
@@ -48,8 +47,8 @@ def markdown_table(results: dict, tasks: list[str], baseline: str | None) -> str
             step_time(r["timing"], compare_to, "train_ms"),
             step_time(r["timing"], compare_to, "infer_ms"),
         ]
-        lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines)
+        rows.append(row)
+    return table(header, rows)
 
 
 def results_markdown(results: dict, tasks: list[str], context: dict) -> str:

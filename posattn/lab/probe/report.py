@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..runs.tables import table_lines
 from .settings import ProbeSettings
 from .tasks import probe_task
 
@@ -30,7 +31,7 @@ def table(results: dict, settings: ProbeSettings, metric: str) -> list[str]:
     header = ["encoding"]
     for task in settings.tasks:
         header += [f"{task} @{shortest}", f"{task} @{longest}"] if longest > shortest else [task]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     for encoding in settings.encodings:
         row = [f"`{encoding}`"]
         for task in settings.tasks:
@@ -38,8 +39,8 @@ def table(results: dict, settings: ProbeSettings, metric: str) -> list[str]:
             row.append(cell_text(result, shortest, metric))
             if longest > shortest:
                 row.append(cell_text(result, longest, metric))
-        lines.append("| " + " | ".join(row) + " |")
-    return lines
+        rows.append(row)
+    return table_lines(header, rows)
 
 
 def results_markdown(results: dict, settings: ProbeSettings) -> str:

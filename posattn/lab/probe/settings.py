@@ -3,12 +3,12 @@ CPU cores, `smoke` is for the tests."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from ...encodings import encoding_class
 from ...errors import invalid, require, require_choice, require_positive_int
 from ...models.segments import SEGMENT_MODES
+from ..runs.fingerprint import fingerprint, run_settings
 from .tasks import TASKS, probe_task
 
 # The papers' encodings (TUPE: BERT-A, BERT-R, TUPE-A, TUPE-R; DIET: DIET-ABS, DIET-REL) and
@@ -83,13 +83,17 @@ class ProbeSettings:
                 f"lengths >= train_len={self.train_len} (the training length and longer)",
             )
 
-    def cell_fingerprint(self) -> str:
-        """Everything a (task, encoding, seed) cell's result depends on besides those three."""
+    def cell_settings(self) -> dict:
+        """Everything a (task, encoding, seed) cell's result depends on besides those three,
+        and the posattn version."""
         skip = {"tasks", "encodings", "seeds", "workers"}
-        return json.dumps(
-            {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip},
-            sort_keys=True,
+        return run_settings(
+            probe={f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         )
+
+    def cell_fingerprint(self) -> str:
+        """The shared run fingerprint (lab/runs/fingerprint.py) of `cell_settings`."""
+        return fingerprint(self.cell_settings())
 
     def to_dict(self) -> dict:
         return asdict(self)

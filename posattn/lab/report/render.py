@@ -12,6 +12,7 @@ from pathlib import Path
 
 import markdown as markdown_lib
 
+from ..runs.tables import table_lines
 from .collect import RunContents
 
 MAX_ROWS = 80  # rows of one JSON table; the rest is counted, the file keeps everything
@@ -133,13 +134,9 @@ def markdown_page(contents: RunContents) -> str:
         parts += ["## JSON summaries", ""]
         for path in contents.json:
             rows, more = json_rows(path)
-            parts += [
-                f"### {path.relative_to(root).as_posix()}",
-                "",
-                "| key | value |",
-                "|---|---|",
-            ]
-            parts += [f"| {markdown_cell(k)} | {markdown_cell(v)} |" for k, v in rows]
+            cells = [[markdown_cell(k), markdown_cell(v)] for k, v in rows]
+            parts += [f"### {path.relative_to(root).as_posix()}", ""]
+            parts += table_lines(["key", "value"], cells)
             parts += [f"\n{more} more values in the file." if more else "", ""]
     return "\n".join(parts).rstrip() + "\n"
 

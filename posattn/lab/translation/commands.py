@@ -105,6 +105,6 @@ def run_compare(args: argparse.Namespace) -> int:
     if args.encodings:
         config = replace(config, encodings=[e.strip() for e in args.encodings.split(",")])
     output = Path(args.output or f"runs/compare-translation-{preset}")
-    compare_translation(config, output, preset)
+    compare_translation(config, output, preset, overwrite=getattr(args, "overwrite", False))
     finish_distributed()
     return 0

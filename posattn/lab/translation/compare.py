@@ -11,24 +11,26 @@ from pathlib import Path
 
 from rich.console import Console
 
+from ...data.manifest import write_atomic
 from ...errors import require
 from ..runs.config import to_yaml
 from ..runs.context import run_context
-from ..runs.trainer import checkpoints
+from ..runs.stages import FINISHED, RESUME, save_run, stage_state
 from .report import translation_markdown
 from .runconfig import TranslationRunConfig
-from .train import load_tokenizer, seq2seq_config, train_translation
+from .train import load_tokenizer, seq2seq_config, train_translation, translation_stage
 
 console = Console()
 
 
-def run_once(config: TranslationRunConfig, run_dir: Path) -> dict:
-    """Train and evaluate one (encoding, seed); a finished run is read back, a killed one
-    resumes from its last checkpoint."""
-    if (run_dir / "metrics.json").is_file():
+def run_once(config: TranslationRunConfig, run_dir: Path, overwrite: bool = False) -> dict:
+    """Train and evaluate one (encoding, seed); a run finished with the same settings is read
+    back, a killed one resumes from its last checkpoint (lab/runs/stages.py); one of other
+    settings is refused, or with overwrite deleted and recomputed."""
+    state = stage_state(translation_stage(config, run_dir), overwrite)
+    if state == FINISHED:
         return json.loads((run_dir / "metrics.json").read_text())
-    resume = bool(checkpoints(run_dir / "checkpoints"))
-    return train_translation(config, run_dir, resume=resume)
+    return train_translation(config, run_dir, resume=state == RESUME)
 
 
 def check_before_training(config: TranslationRunConfig) -> None:
@@ -49,21 +51,32 @@ def with_encoding(config: TranslationRunConfig, encoding: str) -> TranslationRun
     return replace(config, model=replace(config.model, encoding=encoding))
 
 
-def compare_translation(config: TranslationRunConfig, output: Path, preset: str) -> dict:
+def run_configs(config: TranslationRunConfig, output: Path):
+    """(encoding, seed, its config, its run directory) of every run of the comparison."""
+    for encoding in config.encodings:
+        for seed in config.seeds:
+            run_config = with_encoding(config, encoding)
+            run_config = replace(run_config, train=replace(run_config.train, seed=seed))
+            yield encoding, seed, run_config, output / encoding / f"seed{seed}"
+
+
+def compare_translation(
+    config: TranslationRunConfig, output: Path, preset: str, overwrite: bool = False
+) -> dict:
+    """Every (encoding, seed) run in output/<encoding>/seed<seed>, then the report.
+    overwrite: discard runs written with other settings instead of refusing them."""
     output = Path(output)
-    output.mkdir(parents=True, exist_ok=True)
     check_before_training(config)
-    (output / "config.yaml").write_text(to_yaml(config))
+    runs = list(run_configs(config, output))
+    for _, _, run_config, run_dir in runs:  # refused (or discarded) before anything trains
+        stage_state(translation_stage(run_config, run_dir), overwrite)
+    output.mkdir(parents=True, exist_ok=True)
+    write_atomic(output / "config.yaml", to_yaml(config))
     start = time.perf_counter()
     results: dict[str, dict[int, dict]] = {}
-    runs = [(e, s) for e in config.encodings for s in config.seeds]
-    for index, (encoding, seed) in enumerate(runs, start=1):
+    for index, (encoding, seed, run_config, run_dir) in enumerate(runs, start=1):
         console.rule(f"[{index}/{len(runs)}] {encoding}, seed {seed}")
-        run_config = with_encoding(config, encoding)
-        run_config = replace(run_config, train=replace(run_config.train, seed=seed))
-        results.setdefault(encoding, {})[seed] = run_once(
-            run_config, output / encoding / f"seed{seed}"
-        )
+        results.setdefault(encoding, {})[seed] = run_once(run_config, run_dir, overwrite)
     context = run_context(
         preset,
         time.perf_counter() - start,
@@ -71,10 +84,9 @@ def compare_translation(config: TranslationRunConfig, output: Path, preset: str)
         beam_size=config.decode.beam_size,
         length_penalty=config.decode.length_penalty,
     )
-    (output / "results.json").write_text(
-        json.dumps({"context": context, "results": results}, indent=2)
-    )
     markdown = translation_markdown(results, context)
-    (output / "results.md").write_text(markdown)
+    save_run(
+        output, {"results.json": {"context": context, "results": results}, "results.md": markdown}
+    )
     print(markdown)
     return results

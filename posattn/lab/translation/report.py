@@ -1,10 +1,13 @@
 """The translation comparison table (DIET Table 4 shape), honest about seed noise: medians over
 seeds with [min-max], and a winner named only where its worst seed beats every other's best
-(the rule of lab/report.py)."""
+(the rule of lab/runs/verdicts.py)."""
 
 from __future__ import annotations
 
 import statistics
+
+from ..runs.tables import markdown_table as table
+from ..runs.verdicts import Spread, verdict_lines
 
 METRICS = (("bleu", "BLEU"), ("chrf", "chrF"))
 
@@ -27,7 +30,7 @@ def spread(values: list[float], digits: int = 2) -> str:
 def markdown_table(results: dict) -> str:
     header = ["encoding", "params", "dev loss", "test BLEU (beam)", "test chrF (beam)"]
     header += ["test BLEU (greedy)", "train s"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     for encoding, runs in results.items():
         first = next(iter(runs.values()))
         row = [
@@ -39,28 +42,14 @@ def markdown_table(results: dict) -> str:
             spread(test_scores(runs, "greedy", "bleu")),
             f"{statistics.median(r['train_seconds'] for r in runs.values()):.0f}",
         ]
-        lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines)
+        rows.append(row)
+    return table(header, rows)
 
 
 def verdict(label: str, scores: dict[str, list[float]], higher_is_better: bool) -> list[str]:
     """A best (or worst) encoding is named only where its spread overlaps no other's."""
-    sign = 1 if higher_is_better else -1
-    signed = {e: [sign * v for v in values] for e, values in scores.items()}
-    ranked = sorted(signed, key=lambda e: statistics.median(signed[e]), reverse=True)
-    top, bottom = ranked[0], ranked[-1]
-    best = "highest" if higher_is_better else "lowest"
-    others = ranked[1:]
-    if others and all(min(signed[top]) > max(signed[e]) for e in others):
-        lines = [f"- {label}: `{top}` is best on every seed (its spread overlaps no other)."]
-    else:
-        lines = [f"- {label}: {best} median `{top}`, but seed spreads overlap: no clear winner."]
-    rest = ranked[:-1]
-    if len(rest) > 1 and all(max(signed[bottom]) < min(signed[e]) for e in rest):
-        lines.append(
-            f"- {label}: `{bottom}` is worst on every seed (its spread overlaps no other)."
-        )
-    return lines
+    spreads = {e: Spread.of(values) for e, values in scores.items()}
+    return verdict_lines(label, spreads, higher_is_better, worst=True)
 
 
 def verdicts(results: dict) -> list[str]:

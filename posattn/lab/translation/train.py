@@ -4,7 +4,6 @@ greedy and beam search on the dev and test pairs."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -14,8 +13,9 @@ from transformers import DataCollatorForSeq2Seq, TrainingArguments
 from ...data.parallel import load_parallel, parallel_dir
 from ...data.translation_tokenizer import load_translation_tokenizer
 from ...models.seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig
-from ..runs.config import to_yaml
-from ..runs.trainer import AtomicCheckpointTrainer, last_checkpoint, step_training_arguments
+from ..runs.fingerprint import run_settings
+from ..runs.stages import Stage, save_run, start_stage
+from ..runs.trainer import AtomicCheckpointTrainer, step_training_arguments
 from .data import encode_pairs, sample
 from .evaluate import evaluate_model
 from .runconfig import TranslationRunConfig, encoding_options
@@ -83,14 +83,23 @@ def training_arguments(config: TranslationRunConfig, output: Path) -> TrainingAr
     )
 
 
+def translation_stage(config: TranslationRunConfig, output: Path) -> Stage:
+    """One (encoding, seed) run: fixed by the model, data, train (with the seed) and decode
+    sections (metrics.json holds the decoded scores)."""
+    settings = run_settings(
+        model=config.model, data=config.data, train=config.train, decode=config.decode
+    )
+    return Stage(Path(output), settings, marker="metrics.json")
+
+
 def train_translation(
     config: TranslationRunConfig, output: Path, resume: bool = False, evaluate: bool = True
 ) -> dict:
     """Train one model; evaluate it on dev and test; write model/, config.yaml, metrics.json."""
     output = Path(output)
-    checkpoint = str(last_checkpoint(output / "checkpoints")) if resume else None
     tokenizer = load_tokenizer(config)
     model_config = seq2seq_config(config, tokenizer)
+    checkpoint = start_stage(translation_stage(config, output), resume)
     max_len, too_long = config.model.max_len, config.data.too_long
     train = encode_pairs(tokenizer, load_pairs(config, "train"), max_len, too_long, "train pair")
     dev_pairs = load_pairs(config, "dev")
@@ -128,9 +137,5 @@ def train_translation(
         metrics["evaluation"] = {
             split: evaluate_split(model, tokenizer, config, split) for split in config.decode.splits
         }
-    if trainer.is_world_process_zero():
-        trainer.save_model(str(output / "model"))
-        tokenizer.save_pretrained(str(output / "model"))
-        (output / "config.yaml").write_text(to_yaml(config))
-        (output / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    save_run(output, {"metrics.json": metrics}, config, trainer, tokenizer)
     return metrics

@@ -1,0 +1,145 @@
+"""Stages of a run and their fingerprints: what lets a rerun reuse or resume only results of
+the same settings.
+
+A stage (a model's pretraining, its fine-tuning, one translation run) is a directory whose
+result is fixed by some config sections. Its fingerprint is a stable hash of those sections as
+canonical JSON plus the posattn version; `start_stage` records it in the directory's stage.json
+({fingerprint, settings}) before the first step, and `save_run` writes the stage's outputs,
+its marker file last. On a rerun `stage_state` decides:
+
+    same fingerprint, marker written      -> "finished": the outputs are reused, nothing trains
+    same fingerprint, checkpoints, no marker -> "resume": training continues from the last one
+    outputs of other (or unknown) settings -> refused with a PosAttnConfigError that names the
+                                              differing keys (old -> new), unless overwrite,
+                                              which deletes the stage so it is computed afresh
+
+Refusing (rather than quietly recomputing) keeps a comparison's directory from holding results
+of two settings and never throws away hours of training without being asked to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...data.manifest import write_atomic
+from ...errors import PosAttnConfigError
+from .config import to_yaml
+from .fingerprint import differences, fingerprint
+from .trainer import checkpoints, last_checkpoint
+
+STAGE_FILE = "stage.json"
+FRESH, RESUME, FINISHED = "fresh", "resume", "finished"
+
+
+def is_main_process() -> bool:
+    """Rank 0 under torchrun (RANK), or a single process: the one that writes shared files."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A stage's directory, its settings and the file it writes last (its marker)."""
+
+    directory: Path
+    settings: dict
+    marker: str
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.settings)
+
+    def record(self) -> dict | None:
+        """The stage.json found in the directory; None where missing or damaged."""
+        path = self.directory / STAGE_FILE
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return None
+        return record if isinstance(record, dict) else None
+
+    def matches(self, record: dict | None) -> bool:
+        return record is not None and record.get("fingerprint") == self.fingerprint
+
+
+def mismatch_error(stage: Stage, record: dict | None, remedy: str) -> PosAttnConfigError:
+    where = str(stage.directory)
+    if record is None:
+        return PosAttnConfigError(
+            f"{where} holds outputs without a {STAGE_FILE} (written by an older posattn, or "
+            f"damaged): their settings are unknown. {remedy}"
+        )
+    changed = differences(record.get("settings", {}), stage.settings)
+    listed = "; ".join(changed) or "fingerprint differs"
+    return PosAttnConfigError(f"{where} holds results of other settings ({listed}). {remedy}")
+
+
+def stage_state(stage: Stage, overwrite: bool = False) -> str:
+    """FINISHED, RESUME or FRESH for a stage about to run (see the module docstring); with
+    overwrite, a stage of other settings is deleted and FRESH."""
+    directory = stage.directory
+    if not directory.is_dir() or not any(directory.iterdir()):
+        return FRESH
+    record = stage.record()
+    if not stage.matches(record):
+        if not overwrite:
+            raise mismatch_error(
+                stage,
+                record,
+                "Pass a new --output to keep both, or --overwrite to discard these outputs.",
+            )
+        shutil.rmtree(directory, ignore_errors=True)  # every rank may try: none must fail
+        return FRESH
+    if (directory / stage.marker).is_file():
+        return FINISHED
+    if checkpoints(directory / "checkpoints"):
+        return RESUME
+    return FRESH
+
+
+def start_stage(stage: Stage, resume: bool = False) -> str | None:
+    """Before a stage's first step: with resume, the path of its last checkpoint, which must
+    have been written with the same settings; records stage.json; returns the checkpoint (None
+    for a fresh start)."""
+    checkpoint = None
+    if resume:
+        checkpoint = str(last_checkpoint(stage.directory / "checkpoints"))
+        record = stage.record()
+        if not stage.matches(record):
+            raise mismatch_error(
+                stage, record, "Resume with the settings of that run, or start a new --output."
+            )
+    if is_main_process():
+        record = {"fingerprint": stage.fingerprint, "settings": stage.settings}
+        write_atomic(stage.directory / STAGE_FILE, json.dumps(record, indent=2) + "\n")
+    return checkpoint
+
+
+def save_run(
+    output: Path,
+    files: dict[str, Any],
+    config: Any = None,
+    trainer: Any = None,
+    tokenizer: Any = None,
+) -> None:
+    """Write a run's outputs on the main process: with a trainer, its model (and tokenizer)
+    into output/model; with a config, config.yaml; then `files` in their order, each
+    atomically (str: as text, else as indented JSON). Put the stage's marker last: it is
+    written only once everything else is in place."""
+    output = Path(output)
+    main = trainer.is_world_process_zero() if trainer is not None else is_main_process()
+    if not main:
+        return
+    if trainer is not None:
+        trainer.save_model(str(output / "model"))
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(output / "model"))
+    if config is not None:
+        write_atomic(output / "config.yaml", to_yaml(config))
+    for name, content in files.items():
+        text = content if isinstance(content, str) else json.dumps(content, indent=2)
+        write_atomic(output / name, text)

@@ -1,0 +1,43 @@
+"""Markdown tables of every lab report, written one way: `| a | b |` rows under a `|---|---|`
+rule (or `:---`, `---:`, `:---:` where a column is aligned)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+ALIGNMENTS = {None: "---", "left": ":---", "right": "---:", "center": ":---:"}
+
+
+def table_row(cells: Iterable[object]) -> str:
+    return "| " + " | ".join(str(cell) for cell in cells) + " |"
+
+
+def table_lines(
+    header: Sequence[object],
+    rows: Iterable[Sequence[object]],
+    align: Sequence[str | None] | None = None,
+) -> list[str]:
+    """The lines of a markdown table: the header, the rule, one line per row. Cells are
+    written with str(); align: one of None, "left", "right", "center" per column."""
+    align = list(align) if align is not None else [None] * len(header)
+    if len(align) != len(header):
+        raise ValueError(f"{len(align)} alignments for {len(header)} columns")
+    unknown = [a for a in align if a not in ALIGNMENTS]
+    if unknown:
+        raise ValueError(f"alignment {unknown[0]!r}: one of None, 'left', 'right', 'center'")
+    rule = "|" + "".join(ALIGNMENTS[a] + "|" for a in align)
+    lines = [table_row(header), rule]
+    for row in rows:
+        if len(row) != len(header):
+            raise ValueError(f"a row of {len(row)} cells under {len(header)} columns: {row}")
+        lines.append(table_row(row))
+    return lines
+
+
+def markdown_table(
+    header: Sequence[object],
+    rows: Iterable[Sequence[object]],
+    align: Sequence[str | None] | None = None,
+) -> str:
+    """`table_lines` joined by newlines (no trailing newline)."""
+    return "\n".join(table_lines(header, rows, align))

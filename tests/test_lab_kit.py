@@ -1,0 +1,87 @@
+"""The lab's shared kit (lab/runs/): markdown tables, the verdict rule, run fingerprints."""
+
+from __future__ import annotations
+
+import pytest
+
+from posattn.lab.runs.tables import markdown_table, table_lines
+
+
+def test_markdown_table_writes_header_rule_and_rows():
+    text = markdown_table(["encoding", "n"], [["`learned`", 3], ["`t5`", 1.5]])
+    assert text == "| encoding | n |\n|---|---|\n| `learned` | 3 |\n| `t5` | 1.5 |"
+    assert table_lines(["a"], []) == ["| a |", "|---|"]
+
+
+def test_markdown_table_aligns_columns_and_rejects_ragged_rows():
+    lines = table_lines(["a", "b", "c", "d"], [], align=[None, "left", "right", "center"])
+    assert lines[1] == "|---|:---|---:|:---:|"
+    with pytest.raises(ValueError, match="3 cells under 2 columns"):
+        table_lines(["a", "b"], [[1, 2, 3]])
+    with pytest.raises(ValueError, match="alignment"):
+        table_lines(["a"], [], align=["middle"])
+
+
+def test_verdict_names_a_clear_winner_only_without_overlap():
+    from posattn.lab.runs.verdicts import Spread, clear_best, clear_worst, verdict_lines
+
+    apart = {"a": Spread.of([80, 81, 82]), "b": Spread.of([70, 75, 79]), "c": Spread.of([60, 61])}
+    assert clear_best(apart) == "a" and clear_worst(apart) == "c"
+    assert verdict_lines("sentiment", apart, worst=True) == [
+        "- sentiment: `a` is best on every seed (its spread overlaps no other).",
+        "- sentiment: `c` is worst on every seed (its spread overlaps no other).",
+    ]
+    # b's best seed ties a's worst: overlapping spreads name no winner, only the highest median
+    overlap = {"a": Spread.of([79, 81, 82]), "b": Spread.of([70, 75, 79])}
+    assert clear_best(overlap) is None
+    assert verdict_lines("topic", overlap) == [
+        "- topic: highest median `a`, but seed spreads overlap: no clear winner."
+    ]
+    # lower is better (a loss): the clear worst is the highest loss, among three or more only
+    losses = {"a": Spread.of([2.0, 2.1]), "b": Spread.of([1.0, 1.2]), "c": Spread.of([1.1, 1.3])}
+    assert clear_best(losses, higher_is_better=False) is None  # b and c overlap
+    assert clear_worst(losses, higher_is_better=False) == "a"
+    assert verdict_lines("dev loss", losses, higher_is_better=False, worst=True) == [
+        "- dev loss: lowest median `b`, but seed spreads overlap: no clear winner.",
+        "- dev loss: `a` is worst on every seed (its spread overlaps no other).",
+    ]
+    assert clear_worst({"a": Spread.of([1]), "b": Spread.of([2])}) is None
+    assert clear_best({"only": Spread.of([1, 2])}) is None
+
+
+def test_fingerprint_is_stable_and_names_what_differs():
+    from posattn.lab.runs.config import StepSection
+    from posattn.lab.runs.fingerprint import differences, fingerprint, run_settings
+
+    a = run_settings(pretrain=StepSection(), model={"b": 1, "a": [1, 2]})
+    assert fingerprint(a) == fingerprint(
+        run_settings(model={"a": [1, 2], "b": 1}, pretrain=StepSection())
+    )
+    b = run_settings(pretrain=StepSection(steps=7), model={"b": 1, "a": [1, 2]})
+    assert fingerprint(a) != fingerprint(b) and a["posattn"]
+    assert differences(a, b) == ["pretrain.steps: 300 -> 7"]
+    assert differences({"x": 1}, {"y": 1}) == ["x: 1 -> (absent)", "y: (absent) -> 1"]
+
+
+def test_a_stage_resumes_or_is_reused_only_with_its_own_settings(tmp_path):
+    from posattn import PosAttnConfigError
+    from posattn.lab.runs.fingerprint import run_settings
+    from posattn.lab.runs.stages import FINISHED, FRESH, RESUME, Stage, stage_state, start_stage
+
+    old = Stage(tmp_path / "stage", run_settings(train={"steps": 10}), marker="metrics.json")
+    new = Stage(old.directory, run_settings(train={"steps": 20}), marker="metrics.json")
+    assert stage_state(old) == FRESH
+    assert start_stage(old) is None and old.record()["fingerprint"] == old.fingerprint
+    (old.directory / "checkpoints" / "checkpoint-5").mkdir(parents=True)
+    assert stage_state(old) == RESUME
+    assert start_stage(old, resume=True).endswith("checkpoint-5")
+    for attempt in (lambda: stage_state(new), lambda: start_stage(new, resume=True)):
+        with pytest.raises(PosAttnConfigError, match=r"train\.steps: 10 -> 20"):
+            attempt()
+    (old.directory / "metrics.json").write_text("{}")
+    assert stage_state(old) == FINISHED
+    assert stage_state(new, overwrite=True) == FRESH and not old.directory.exists()
+    # outputs without a stage.json (an older posattn) cannot be told apart: refused too
+    (old.directory / "checkpoints" / "checkpoint-5").mkdir(parents=True)
+    with pytest.raises(PosAttnConfigError, match=r"settings are unknown.*--overwrite"):
+        stage_state(old)
