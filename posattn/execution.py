@@ -83,7 +83,7 @@ def validate(choices: dict[str, Any]) -> None:
         if name not in NAMES:
             raise invalid(name, value, f"not an execution choice; expected one of {NAMES}")
         if name == "kernel":
-            from .kernels import KERNELS  # the live registry (user kernels included)
+            from .kernels.registry import KERNELS  # the live registry, user kernels included
 
             require_choice("kernel", value, tuple(KERNELS))
         elif name in ("fold", "skew"):
