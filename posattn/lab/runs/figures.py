@@ -8,7 +8,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402 - after the backend is chosen
+import matplotlib.pyplot as plt  # after the backend is chosen
 
 __all__ = ["plt", "save_figure"]
 
