@@ -19,7 +19,7 @@ from ..runs.trainer import (
     TENSORBOARD,
     AtomicCheckpointTrainer,
     EpochToDataset,
-    last_checkpoint,
+    last_intact_checkpoint,
     step_training_arguments,
     tensorboard_logs,
 )
@@ -70,7 +70,7 @@ def pretrain(config: RunConfig, output: Path, tokenizer, corpus, resume: bool = 
     corpus: an object with .paragraphs(split) for "train" and "validation".
     """
     output = Path(output)
-    checkpoint = str(last_checkpoint(output / "checkpoints")) if resume else None
+    checkpoint = str(last_intact_checkpoint(output / "checkpoints")) if resume else None
     model_cfg = model_config(config, tokenizer)
     seq_len = config.model.max_len
     train_blocks = packed_blocks(

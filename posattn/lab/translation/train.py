@@ -15,7 +15,7 @@ from ...data.parallel import load_parallel, parallel_dir
 from ...data.translation_tokenizer import load_translation_tokenizer
 from ...models.seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig
 from ..runs.config import to_yaml
-from ..runs.trainer import AtomicCheckpointTrainer, last_checkpoint, step_training_arguments
+from ..runs.trainer import AtomicCheckpointTrainer, last_intact_checkpoint, step_training_arguments
 from .data import encode_pairs, sample
 from .evaluate import evaluate_model
 from .runconfig import TranslationRunConfig, encoding_options
@@ -88,7 +88,7 @@ def train_translation(
 ) -> dict:
     """Train one model; evaluate it on dev and test; write model/, config.yaml, metrics.json."""
     output = Path(output)
-    checkpoint = str(last_checkpoint(output / "checkpoints")) if resume else None
+    checkpoint = str(last_intact_checkpoint(output / "checkpoints")) if resume else None
     tokenizer = load_tokenizer(config)
     model_config = seq2seq_config(config, tokenizer)
     max_len, too_long = config.model.max_len, config.data.too_long
