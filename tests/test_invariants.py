@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import layer_logits, tiny_encoder
+from conftest import layer_logits, settings_of, tiny_encoder
 
 from posattn.encodings import ENCODINGS
 
@@ -14,6 +14,21 @@ from posattn.encodings import ENCODINGS
 def no_grad():
     with torch.no_grad():
         yield
+
+
+@pytest.mark.parametrize("encoding", list(ENCODINGS))
+def test_appending_padding_leaves_real_positions_unchanged(encoding):
+    """Right-padding a batch to a longer length never changes the outputs at real tokens:
+    the padded keys are invisible to every encoding (Linformer's projections included)."""
+    causal, _ = settings_of(encoding)[0]
+    model = tiny_encoder(encoding, causal=causal, segments="input")
+    ids = torch.randint(1, 40, (2, 9), generator=torch.Generator().manual_seed(4))
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    mask[1, 6:] = False
+    padded_ids = torch.cat([ids, torch.zeros(2, 5, dtype=torch.long)], dim=1)
+    padded_mask = torch.cat([mask, torch.zeros(2, 5, dtype=torch.bool)], dim=1)
+    out, padded = model(ids, mask), model(padded_ids, padded_mask)
+    torch.testing.assert_close(padded[:, :9][mask], out[mask], atol=1e-10, rtol=1e-10)
 
 
 @pytest.mark.parametrize(

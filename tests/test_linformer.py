@@ -35,8 +35,8 @@ def projected_attention(model, x, layer, keep=None):
                 for j in range(kk):
                     logits[b, h, i, j] = q[b, h, i] @ projected_keys[j] / math.sqrt(D_H)
                     if encoding.name == "diet-abs-lin":
-                        pk = e @ encoding.key[h, :n]  # E P_K: k x d_p
-                        logits[b, h, i, j] += encoding.query[h, i] @ pk[j]
+                        # P_K has its own k rows (P_K in R^{k x d_p} as printed)
+                        logits[b, h, i, j] += encoding.query[h, i] @ encoding.key[h, j]
     out = torch.softmax(logits, -1) @ (f @ v)
     return logits, out
 

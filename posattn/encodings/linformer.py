@@ -59,14 +59,15 @@ class SequenceProjection(PositionalEncoding):
         e, f = self.projections(layer, seq_len)
         return e.to(k.dtype) @ k, f.to(v.dtype) @ v
 
-    def layer_bias(self, layer: int, seq_len: int):
+    def position_bias(self, seq_len: int) -> Tensor | None:
         return None
 
     def layer_terms(self, seq_len, device, dtype):
+        bias = self.position_bias(seq_len)
         return [
             LayerTerms(
                 scale=self.content_scale(),
-                bias=self.layer_bias(layer, seq_len),
+                bias=bias,
                 project_kv=partial(self._project, layer, seq_len),
             )
             for layer in range(self.dims.num_layers)
@@ -108,13 +109,16 @@ class DietAbsLinOptions(LinformerOptions):
 
 
 class DietAbsLin(SequenceProjection):
-    """[diet-abs-lin] DIET-ABS inside Linformer, DIET Eq. 4:
+    """[diet-abs-lin] DIET-ABS inside Linformer, DIET Eq. 4 as printed:
 
-    A_ij = (X_i W_Q)((E X)_j W_K)^T / sqrt(d_h) + (P_Q (E P_K)^T)_ij,   i <= n, j <= k,
+    A_ij = (X_i W_Q)((E X)_j W_K)^T / sqrt(d_h) + (P_Q P_K^T)_ij,   i <= n, j <= k,
 
-    P_Q, P_K in R^{max_len x d_p} per head, shared across layers (DIET-ABS's default); the
-    position term is projected by the same E as the keys, so it is n x k like the content
-    term. No input positions; segments stay at the input (as in DIET). Bidirectional only.
+    P_Q in R^{max_len x d_p} and P_K in R^{k x d_p} per head, shared across layers (DIET-ABS's
+    default): P_K is a table of its own with one row per projected key, not E applied to a
+    per-token table, so the position term is n x k like the content term and does not depend
+    on how many (padded) tokens the batch has. Padded keys are zeroed before E, so appending
+    pads leaves real positions unchanged. No input positions; segments stay at the input (as
+    in DIET). Bidirectional only.
     """
 
     name = "diet-abs-lin"
@@ -122,15 +126,14 @@ class DietAbsLin(SequenceProjection):
     paper = "Chen et al. 2021 (DIET)"
     equation = "DIET Eq. 4"
     places = (Place.LOGIT_BIAS, Place.SEQUENCE_PROJECTION)
-    cost = "per layer, E k, F v and a rank-d_p [H,n,k] bias: linear in n"
+    cost = "per layer, E k and F v; one rank-d_p [H,n,k] bias for all layers: linear in n"
 
     def __init__(self, dims: ModelDims, options: DietAbsLinOptions) -> None:
         super().__init__(dims, options)
         rank = options.rank or dims.head_dim
         self.query = normal_parameter(dims.num_heads, dims.max_len, rank, std=dims.init_std)
-        self.key = normal_parameter(dims.num_heads, dims.max_len, rank, std=dims.init_std)
+        self.key = normal_parameter(dims.num_heads, options.k, rank, std=dims.init_std)
 
-    def layer_bias(self, layer: int, seq_len: int) -> Tensor:
-        e, _ = self.projections(layer, seq_len)
-        projected_keys = e @ self.key[:, :seq_len]  # [H, k, d_p]
-        return (self.query[:, :seq_len] @ projected_keys.transpose(-1, -2)).unsqueeze(0)
+    def position_bias(self, seq_len: int) -> Tensor:
+        """P_Q P_K^T: [1, H, n, k], the same in every layer."""
+        return (self.query[:, :seq_len] @ self.key.transpose(-1, -2)).unsqueeze(0)

@@ -8,6 +8,7 @@ import argparse
 def run_inspect(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from ..runs.lock import run_lock
     from .run import InspectSettings, inspect_model
 
     settings = InspectSettings(
@@ -19,7 +20,8 @@ def run_inspect(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
     )
     output = Path(args.output or f"runs/inspect-{Path(args.path).resolve().name}")
-    inspect_model(args.path, output, settings)
+    with run_lock(output, "posattn inspect"):
+        inspect_model(args.path, output, settings)
     print((output / "inspect.md").read_text())
     print(f"figures and inspect.json in {output}")
     return 0

@@ -6,6 +6,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
+from ..runs.lock import run_lock
 from ..runs.options import add_run_options, finish_distributed
 from .runconfig import RunConfig, load_run_config
 
@@ -29,8 +30,9 @@ def run_pretrain(args: argparse.Namespace) -> int:
     config = run_config(args)
     data = data_for(config)
     output = Path(args.output or f"runs/pretrain-{config.model.encoding}")
-    pretrain(config, output, data.tokenizer(), data, resume=args.resume)
-    finish_distributed()
+    with run_lock(output, "posattn pretrain"):
+        pretrain(config, output, data.tokenizer(), data, resume=args.resume)
+        finish_distributed()
     return 0
 
 
@@ -40,9 +42,9 @@ def run_finetune(args: argparse.Namespace) -> int:
     config = run_config(args)
     data = data_for(config)
     output = Path(args.output or Path(args.pretrained).parent / "finetune")
-    output.mkdir(parents=True, exist_ok=True)
-    finetune(Path(args.pretrained), config, output, data.tokenizer(), data)
-    finish_distributed()
+    with run_lock(output, "posattn finetune"):
+        finetune(Path(args.pretrained), config, output, data.tokenizer(), data)
+        finish_distributed()
     return 0
 
 
@@ -57,8 +59,9 @@ def run_compare(args: argparse.Namespace) -> int:
     data = data_for(config)
     output = Path(args.output or f"runs/compare-{args.preset or 'custom'}")
     overwrite = getattr(args, "overwrite", False)
-    compare(config, output, data.tokenizer(), data, data, args.preset or "custom", overwrite)
-    finish_distributed()
+    with run_lock(output, "posattn compare --task pretraining"):
+        compare(config, output, data.tokenizer(), data, data, args.preset or "custom", overwrite)
+        finish_distributed()
     return 0
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
+from ..runs import ranges as r
 from ..runs.config import ModelSection, StepSection, merge_config, preset_file
 
 
@@ -14,12 +16,17 @@ class DataSection:
     data_dir: str | None = None  # None: POSATTN_DATA_DIR or the user cache
     max_train_paragraphs: int | None = None  # cap the corpus for quick runs
 
+    RANGES: ClassVar[dict[str, r.Range]] = {"max_train_paragraphs": r.POSITIVE_OR_NULL}
+
 
 @dataclass
 class PretrainSection(StepSection):
     """Masked-LM pretraining as in TUPE Sec. 4.1 / DIET Sec. 4, in miniature."""
 
     mlm_probability: float = 0.15
+
+    # 0 would mask nothing: no token to predict, a loss of NaN
+    RANGES: ClassVar[dict[str, r.Range]] = {"mlm_probability": r.OPEN_PROBABILITY}
 
 
 @dataclass
@@ -37,6 +44,15 @@ class FinetuneSection:
     weight_decay: float = 0.01
     max_train_examples: int | None = 2000
     max_eval_examples: int | None = 1000
+
+    RANGES: ClassVar[dict[str, r.Range]] = {
+        **dict.fromkeys(("epochs", "batch_size", "max_len"), r.AT_LEAST_1),
+        "seeds": r.SEEDS,
+        "learning_rates": r.LEARNING_RATES,
+        "warmup_ratio": r.FRACTION,
+        "weight_decay": r.NON_NEGATIVE,
+        **dict.fromkeys(("max_train_examples", "max_eval_examples"), r.POSITIVE_OR_NULL),
+    }
 
 
 @dataclass

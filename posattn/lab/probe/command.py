@@ -36,10 +36,13 @@ def settings_from(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..runs.lock import run_lock
     from .grid import run_probe
 
     settings = settings_from(args)
-    run_probe(settings, Path(args.output or f"runs/probe-{args.preset}"))
+    output = Path(args.output or f"runs/probe-{args.preset}")
+    with run_lock(output, "posattn probe"):
+        run_probe(settings, output)
     return 0
 
 

@@ -8,12 +8,13 @@ import difflib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
 from ...errors import PosAttnConfigError, invalid
+from . import ranges as r
 
 
 @dataclass
@@ -33,6 +34,11 @@ class ModelSection:
     segments: str = "input"
     kernel: str = "auto"
 
+    RANGES: ClassVar[dict[str, r.Range]] = {
+        **dict.fromkeys(("d_model", "num_layers", "num_heads", "ffn_dim", "max_len"), r.AT_LEAST_1),
+        **dict.fromkeys(("dropout", "attention_dropout"), r.PROBABILITY),
+    }
+
 
 @dataclass
 class StepSection:
@@ -51,6 +57,17 @@ class StepSection:
     eval_batches: int = 20
     logging_steps: int = 10
     seed: int = 0
+
+    RANGES: ClassVar[dict[str, r.Range]] = {
+        **dict.fromkeys(("steps", "batch_size", "eval_batches"), r.AT_LEAST_1),
+        **dict.fromkeys(("eval_steps", "save_steps", "logging_steps"), r.AT_LEAST_1),
+        "learning_rate": r.POSITIVE,
+        "adam_epsilon": r.POSITIVE,
+        "warmup_ratio": r.FRACTION,
+        "weight_decay": r.NON_NEGATIVE,
+        "max_grad_norm": r.NON_NEGATIVE,
+        "seed": r.SEED,
+    }
 
 
 def _known_keys(node: Any, prefix: str = "") -> list[str]:
@@ -98,7 +115,9 @@ def merge_config(
             raise _unknown_key_error(error, schema) from None
         except ValidationError as error:
             raise PosAttnConfigError(f"config value rejected: {error}") from None
-    return OmegaConf.to_object(merged)
+    config = OmegaConf.to_object(merged)
+    r.check_ranges(config)  # every numeric setting in its declared range (runs/ranges.py)
+    return config
 
 
 def preset_file(package: str, name: str, presets: tuple[str, ...]) -> Path:

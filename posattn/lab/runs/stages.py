@@ -30,7 +30,7 @@ from ...data.manifest import write_atomic
 from ...errors import PosAttnConfigError
 from .config import to_yaml
 from .fingerprint import differences, fingerprint
-from .trainer import checkpoints, last_checkpoint
+from .trainer import checkpoints, last_intact_checkpoint
 
 STAGE_FILE = "stage.json"
 FRESH, RESUME, FINISHED = "fresh", "resume", "finished"
@@ -107,7 +107,7 @@ def start_stage(stage: Stage, resume: bool = False) -> str | None:
     for a fresh start)."""
     checkpoint = None
     if resume:
-        checkpoint = str(last_checkpoint(stage.directory / "checkpoints"))
+        checkpoint = str(last_intact_checkpoint(stage.directory / "checkpoints"))
         record = stage.record()
         if not stage.matches(record):
             raise mismatch_error(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,7 +15,8 @@ import torch.distributed as dist
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.utils import logging as transformers_logging
 
-from ...errors import invalid, require
+from ...errors import PosAttnConfigError, invalid, require
+from .integrity import checkpoint_problems, write_checksums
 
 STAGING = ".staging"
 TENSORBOARD = "tensorboard"
@@ -23,8 +25,9 @@ CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
 class AtomicCheckpointTrainer(Trainer):
-    """Writes each checkpoint into a staging folder, then renames it into place: a run killed
-    while saving leaves the previous checkpoints intact and no half-written one."""
+    """Writes each checkpoint into a staging folder, adds the sha256 of each of its files
+    (checksums.json), then renames it into place: a run killed while saving leaves the
+    previous checkpoints intact and no half-written one."""
 
     _staging_dir: str | None = None
 
@@ -46,6 +49,7 @@ class AtomicCheckpointTrainer(Trainer):
         if self.args.should_save:
             name = f"checkpoint-{self.state.global_step}"
             target = os.path.join(run_dir, name)
+            write_checksums(Path(staging) / name)
             if os.path.exists(target):
                 shutil.rmtree(target)
             os.replace(os.path.join(staging, name), target)
@@ -77,6 +81,29 @@ def last_checkpoint(run_dir: Path) -> Path:
             "a run directory that holds a checkpoint (checkpoint-N); none was found",
         )
     return found[-1]
+
+
+def last_intact_checkpoint(run_dir: Path) -> Path:
+    """The newest checkpoint whose files match their checksums (last_checkpoint's error when
+    there is none at all): each damaged newer one is reported by a warning naming the file;
+    a PosAttnConfigError when every checkpoint is damaged."""
+    last_checkpoint(run_dir)  # none at all: its error
+    found = checkpoints(run_dir)
+    damaged = []
+    for checkpoint in reversed(found):
+        problems = checkpoint_problems(checkpoint)
+        if not problems:
+            if damaged:
+                warnings.warn(f"resuming from {checkpoint}", stacklevel=2)
+            return checkpoint
+        path, problem = problems[0]
+        damaged.append(f"{path}: {problem}")
+        warnings.warn(f"damaged checkpoint {checkpoint}: {path} ({problem})", stacklevel=2)
+    raise PosAttnConfigError(
+        f"--resume: no intact checkpoint in {run_dir}: every one is damaged ("
+        + "; ".join(damaged)
+        + "); remove them, or start the run again in a new --output"
+    )
 
 
 class EpochToDataset(TrainerCallback):

@@ -7,6 +7,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from ..runs.lock import run_lock
 from ..runs.options import add_run_options, finish_distributed
 from .runconfig import TranslationRunConfig, load_translation_config
 
@@ -32,7 +33,8 @@ def run_train(args: argparse.Namespace) -> int:
 
     config = run_config(args)
     output = Path(args.output or f"runs/translate-{config.data.pairs}-{config.model.encoding}")
-    metrics = train_translation(config, output, resume=args.resume)
+    with run_lock(output, "posattn translate train"):
+        metrics = train_translation(config, output, resume=args.resume)
     for split, scores in metrics.get("evaluation", {}).items():
         print(f"{split}: " + summary(scores))
     finish_distributed()
@@ -105,6 +107,7 @@ def run_compare(args: argparse.Namespace) -> int:
     if args.encodings:
         config = replace(config, encodings=[e.strip() for e in args.encodings.split(",")])
     output = Path(args.output or f"runs/compare-translation-{preset}")
-    compare_translation(config, output, preset, overwrite=getattr(args, "overwrite", False))
-    finish_distributed()
+    with run_lock(output, "posattn compare --task translation"):
+        compare_translation(config, output, preset, overwrite=getattr(args, "overwrite", False))
+        finish_distributed()
     return 0

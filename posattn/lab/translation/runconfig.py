@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ...errors import invalid
+from ..runs import ranges as r
 from ..runs.config import ModelSection, StepSection, merge_config, preset_file
 
 # Options an encoding needs in an encoder-decoder: RoPE's pair layout is never implicit, and
@@ -32,6 +33,8 @@ class TranslationModelSection(ModelSection):
     encoding: str = "sinusoidal"
     segments: str = "none"
 
+    RANGES: ClassVar[dict[str, r.Range]] = {"num_decoder_layers": r.AT_LEAST_1}
+
 
 @dataclass
 class TranslationDataSection:
@@ -46,6 +49,10 @@ class TranslationDataSection:
     max_eval_pairs: int | None = 400
     too_long: str = "drop"
 
+    RANGES: ClassVar[dict[str, r.Range]] = {
+        **dict.fromkeys(("max_train_pairs", "max_eval_pairs"), r.POSITIVE_OR_NULL)
+    }
+
 
 @dataclass
 class TranslationTrainSection(StepSection):
@@ -59,6 +66,8 @@ class TranslationTrainSection(StepSection):
     eval_batches: int = 10
     logging_steps: int = 50
 
+    RANGES: ClassVar[dict[str, r.Range]] = {"label_smoothing": r.PROBABILITY}
+
 
 @dataclass
 class DecodeSection:
@@ -70,6 +79,10 @@ class DecodeSection:
     length_penalty: float = 0.6
     max_new_tokens: int = 128
     batch_size: int = 32
+
+    RANGES: ClassVar[dict[str, r.Range]] = {
+        **dict.fromkeys(("beam_size", "max_new_tokens", "batch_size"), r.AT_LEAST_1)
+    }
 
 
 @dataclass
@@ -83,6 +96,8 @@ class TranslationRunConfig:
         default_factory=lambda: ["sinusoidal", "shaw", "diet-rel", "t5", "tupe-r", "diet-abs"]
     )
     seeds: list[int] = field(default_factory=lambda: [0, 1])
+
+    RANGES: ClassVar[dict[str, r.Range]] = {"seeds": r.SEEDS}
 
 
 TRANSLATION_PRESETS = ("smoke", "quick")

@@ -1,0 +1,113 @@
+"""A run directory is written by one command at a time: its lock names the holder, a dead
+holder's lock is taken over, and the lock goes away when the command ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from lab_fixtures import build_tiny_data
+
+from posattn import PosAttnConfigError
+from posattn.cli import entry, main
+from posattn.lab.runs.lock import LOCK_FILE, RunLock, lock_path, run_lock
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return build_tiny_data(tmp_path_factory.mktemp("data"))
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited and been reaped."""
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_a_second_acquire_is_refused_naming_the_holder(tmp_path):
+    with RunLock(tmp_path / "run", "posattn pretrain"):
+        holder = json.loads(lock_path(tmp_path / "run").read_text())
+        assert holder["pid"] == os.getpid() and holder["host"] == socket.gethostname()
+        assert holder["command"] == "posattn pretrain" and holder["since"] <= time.time()
+        since = time.strftime("%Y-%m-%d %H:%M", time.localtime(holder["since"]))
+        with pytest.raises(PosAttnConfigError) as refused:
+            RunLock(tmp_path / "run", "posattn compare").acquire()
+        message = str(refused.value)
+        assert f"pid {os.getpid()}" in message and "'posattn pretrain'" in message
+        assert f"since {since}" in message and str(tmp_path / "run") in message
+    assert not lock_path(tmp_path / "run").exists()
+
+
+def test_release_removes_the_lock_also_after_an_exception(tmp_path):
+    with pytest.raises(RuntimeError), run_lock(tmp_path, "posattn probe"):
+        assert (tmp_path / LOCK_FILE).is_file()
+        raise RuntimeError("the run failed")
+    assert not (tmp_path / LOCK_FILE).exists()
+    with run_lock(tmp_path, "posattn probe"):  # free again
+        pass
+
+
+def test_a_stale_lock_is_taken_over_with_a_warning(tmp_path):
+    stale = {"pid": dead_pid(), "host": socket.gethostname(), "command": "posattn pretrain",
+             "since": time.time() - 60, "token": "old"}  # fmt: skip
+    lock_path(tmp_path).write_text(json.dumps(stale))
+    with pytest.warns(UserWarning, match=rf"stale lock.*pid {stale['pid']}.*no longer running"):
+        lock = RunLock(tmp_path, "posattn pretrain").acquire()
+    assert json.loads(lock_path(tmp_path).read_text())["pid"] == os.getpid()
+    lock.release()
+    assert not lock_path(tmp_path).exists()
+
+
+def test_a_lock_from_another_host_is_never_taken_over(tmp_path):
+    other = {"pid": dead_pid(), "host": "elsewhere.invalid", "command": "posattn probe",
+             "since": time.time()}  # fmt: skip
+    lock_path(tmp_path).write_text(json.dumps(other))
+    with pytest.raises(PosAttnConfigError, match=r"on elsewhere\.invalid"):
+        RunLock(tmp_path, "posattn probe").acquire()
+
+
+def test_release_leaves_a_lock_that_is_no_longer_ours(tmp_path):
+    lock = RunLock(tmp_path, "posattn pretrain").acquire()
+    lock_path(tmp_path).write_text(json.dumps({"pid": 1, "token": "someone else"}))
+    lock.release()
+    assert lock_path(tmp_path).exists()
+
+
+def test_only_rank_0_takes_the_lock_under_torchrun(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    with run_lock(tmp_path, "posattn pretrain") as lock:
+        assert lock is None and not lock_path(tmp_path).exists()
+    monkeypatch.setenv("RANK", "0")
+    with run_lock(tmp_path, "posattn pretrain") as lock:
+        assert lock is not None and lock_path(tmp_path).exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["pretrain", "--preset", "smoke"],
+        ["compare", "--preset", "smoke"],
+        ["compare", "--task", "translation", "--preset", "smoke"],
+        ["translate", "train", "--preset", "smoke"],
+        ["probe", "--preset", "smoke"],
+        ["inspect", "missing-model"],
+        ["finetune", "missing-model", "--preset", "smoke"],
+    ],
+)
+def test_commands_refuse_a_locked_run_directory(argv, data_dir, tmp_path, capsys):
+    output = tmp_path / "run"
+    argv = [*argv, "--output", str(output)]
+    if argv[0] != "probe":
+        argv += ["--data-dir", str(data_dir)]
+    with RunLock(output, "posattn pretrain"):
+        with pytest.raises(PosAttnConfigError, match=rf"locked by pid {os.getpid()}"):
+            main(argv)
+        assert entry(argv) == 2
+        assert "is locked by pid" in capsys.readouterr().err
+        assert sorted(p.name for p in output.iterdir()) == [LOCK_FILE]  # nothing written

@@ -1,0 +1,111 @@
+"""Every numeric run setting is checked against its declared range when a config is merged,
+before a command runs anything: one line naming the key, the value and the range."""
+
+from __future__ import annotations
+
+import pytest
+
+from posattn import PosAttnConfigError
+from posattn.cli import entry, main
+from posattn.lab.pretraining.runconfig import PRESETS, load_run_config
+from posattn.lab.runs.ranges import AT_LEAST_1, FRACTION, POSITIVE_OR_NULL, PROBABILITY, SEEDS
+from posattn.lab.translation.runconfig import TRANSLATION_PRESETS, load_translation_config
+
+PRETRAINING = [
+    ("pretrain.steps=-5", "pretrain.steps=-5", "integer >= 1"),
+    ("pretrain.steps=0", "pretrain.steps=0", "integer >= 1"),
+    ("pretrain.batch_size=0", "pretrain.batch_size=0", "integer >= 1"),
+    ("finetune.batch_size=-1", "finetune.batch_size=-1", "integer >= 1"),
+    ("pretrain.learning_rate=0", "pretrain.learning_rate=0.0", "number > 0"),
+    ("pretrain.learning_rate=-1e-3", "pretrain.learning_rate=-0.001", "number > 0"),
+    ("pretrain.warmup_ratio=1.5", "pretrain.warmup_ratio=1.5", r"\[0, 1\]"),
+    ("finetune.warmup_ratio=-0.1", "finetune.warmup_ratio=-0.1", r"\[0, 1\]"),
+    ("pretrain.weight_decay=-0.01", "pretrain.weight_decay=-0.01", ">= 0"),
+    ("pretrain.mlm_probability=1.0", "pretrain.mlm_probability=1.0", r"\(0, 1\)"),
+    ("pretrain.eval_steps=0", "pretrain.eval_steps=0", ">= 1"),
+    ("pretrain.save_steps=0", "pretrain.save_steps=0", ">= 1"),
+    ("pretrain.logging_steps=-1", "pretrain.logging_steps=-1", ">= 1"),
+    ("finetune.epochs=0", "finetune.epochs=0", ">= 1"),
+    ("pretrain.seed=-1", "pretrain.seed=-1", ">= 0"),
+    ("finetune.seeds=[]", r"finetune.seeds=\[\]", "non-empty list"),
+    ("finetune.seeds=[0,-2]", r"finetune.seeds=\[0, -2\]", "non-empty list of integers >= 0"),
+    ("finetune.learning_rates=[]", r"finetune.learning_rates=\[\]", "non-empty list"),
+    ("finetune.learning_rates=[1e-3,0]", "finetune.learning_rates=", "numbers > 0"),
+    ("finetune.max_train_examples=0", "finetune.max_train_examples=0", ">= 1 or null"),
+    ("data.max_train_paragraphs=-3", "data.max_train_paragraphs=-3", ">= 1 or null"),
+    ("model.d_model=0", "model.d_model=0", ">= 1"),
+    ("model.num_heads=-4", "model.num_heads=-4", ">= 1"),
+    ("model.dropout=1.0", "model.dropout=1.0", r"\[0, 1\)"),
+    ("model.attention_dropout=-0.1", "model.attention_dropout=-0.1", r"\[0, 1\)"),
+    ("pretrain.learning_rate=nan", "pretrain.learning_rate=nan", "number > 0"),
+]
+
+
+@pytest.mark.parametrize(("override", "key", "allowed"), PRETRAINING)
+@pytest.mark.parametrize("command", ["pretrain", "finetune", "compare"])
+def test_pretraining_commands_refuse_out_of_range_settings(
+    command, override, key, allowed, tmp_path
+):
+    output = tmp_path / "run"
+    args = {"pretrain": ["pretrain"], "finetune": ["finetune", str(tmp_path / "model")]}
+    argv = [*args.get(command, [command]), "--preset", "smoke", "--output", str(output), override]
+    with pytest.raises(PosAttnConfigError, match=f"^{key}.*not allowed: expected .*{allowed}"):
+        main(argv)
+    assert not output.exists()  # refused before anything ran
+
+
+TRANSLATION = [
+    ("train.steps=-5", "train.steps=-5", ">= 1"),
+    ("train.label_smoothing=1", "train.label_smoothing=1.0", r"\[0, 1\)"),
+    ("decode.beam_size=0", "decode.beam_size=0", ">= 1"),
+    ("decode.max_new_tokens=0", "decode.max_new_tokens=0", ">= 1"),
+    ("data.max_eval_pairs=0", "data.max_eval_pairs=0", ">= 1 or null"),
+    ("model.num_decoder_layers=0", "model.num_decoder_layers=0", ">= 1"),
+    ("seeds=[]", r"seeds=\[\]", "non-empty list"),
+]
+
+
+@pytest.mark.parametrize(("override", "key", "allowed"), TRANSLATION)
+@pytest.mark.parametrize("command", [["translate", "train"], ["compare", "--task", "translation"]])
+def test_translation_commands_refuse_out_of_range_settings(
+    command, override, key, allowed, tmp_path
+):
+    output = tmp_path / "run"
+    argv = [*command, "--preset", "smoke", "--output", str(output), override]
+    with pytest.raises(PosAttnConfigError, match=f"^{key}.*not allowed: expected .*{allowed}"):
+        main(argv)
+    assert not output.exists()
+
+
+def test_the_console_command_reports_one_line_and_exits_2(tmp_path, capsys):
+    output = tmp_path / "run"
+    status = entry(["pretrain", "--preset", "smoke", "--output", str(output), "pretrain.steps=-5"])
+    assert status == 2
+    error = capsys.readouterr().err
+    assert error == "posattn: error: pretrain.steps=-5 is not allowed: expected an integer >= 1\n"
+    assert not output.exists()
+
+
+def test_a_yaml_file_is_checked_like_an_override(tmp_path):
+    file = tmp_path / "run.yaml"
+    file.write_text("finetune:\n  epochs: 0\n")
+    with pytest.raises(PosAttnConfigError, match=r"finetune\.epochs=0"):
+        load_run_config("smoke", file)
+
+
+def test_every_preset_is_in_range():
+    for name in PRESETS:
+        load_run_config(name)
+    for name in TRANSLATION_PRESETS:
+        load_translation_config(name)
+
+
+def test_ranges_describe_themselves_and_admit_their_edges():
+    assert AT_LEAST_1.admits(1) and not AT_LEAST_1.admits(0) and not AT_LEAST_1.admits(1.5)
+    assert not AT_LEAST_1.admits(True)  # a bool is not a count
+    assert FRACTION.admits(0.0) and FRACTION.admits(1.0) and not FRACTION.admits(1.01)
+    assert PROBABILITY.admits(0.0) and not PROBABILITY.admits(1.0)
+    assert POSITIVE_OR_NULL.admits(None) and not AT_LEAST_1.admits(None)
+    assert SEEDS.admits([0, 3]) and not SEEDS.admits([]) and not SEEDS.admits([1, -1])
+    assert PROBABILITY.describe() == "a number in [0, 1)"
+    assert POSITIVE_OR_NULL.describe() == "an integer >= 1 or null"
