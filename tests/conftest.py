@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
 import torch
@@ -112,3 +113,19 @@ def word_level_tokenizer(words: list[str]):
 def hidden():
     torch.manual_seed(1)
     return torch.randn(2, 9, 24)
+
+
+@pytest.fixture(scope="session")
+def tiny_data_dir(tmp_path_factory) -> Path:
+    """A prepared data directory of generated text and tasks (lab_fixtures), built once."""
+    from lab_fixtures import build_tiny_data
+
+    return build_tiny_data(tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture
+def float32_default():
+    """Lab runs train in float32 (the suite's default dtype is float64 for the references)."""
+    torch.set_default_dtype(torch.float32)
+    yield
+    torch.set_default_dtype(torch.float64)

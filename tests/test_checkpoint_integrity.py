@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from lab_fixtures import build_tiny_data
 from safetensors.torch import save_file
 
 from posattn import PosAttnConfigError
@@ -18,16 +17,14 @@ from posattn.lab.runs.integrity import CHECKSUMS, checkpoint_problems, safetenso
 from posattn.lab.runs.trainer import checkpoints, last_intact_checkpoint
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    return build_tiny_data(tmp_path_factory.mktemp("data"))
+@pytest.fixture
+def data_dir(tiny_data_dir) -> Path:
+    return tiny_data_dir
 
 
 @pytest.fixture(autouse=True)
-def float32():
-    torch.set_default_dtype(torch.float32)
+def float32(float32_default):
     yield
-    torch.set_default_dtype(torch.float64)
 
 
 def pretrain(data_dir: Path, output: Path, *extra: str) -> None:

@@ -14,23 +14,20 @@ from pathlib import Path
 
 import pytest
 import torch
-from lab_fixtures import build_tiny_data
 from safetensors.torch import load_file
 
 from posattn import PosAttnConfigError
 from posattn.cli import main
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    return build_tiny_data(tmp_path_factory.mktemp("data"))
+@pytest.fixture
+def data_dir(tiny_data_dir) -> Path:
+    return tiny_data_dir
 
 
 @pytest.fixture(autouse=True)
-def float32():
-    torch.set_default_dtype(torch.float32)
+def float32(float32_default):
     yield
-    torch.set_default_dtype(torch.float64)
 
 
 def posattn_command(*args: str) -> list[str]:

@@ -11,16 +11,15 @@ import sys
 import time
 
 import pytest
-from lab_fixtures import build_tiny_data
 
 from posattn import PosAttnConfigError
 from posattn.cli import entry, main
 from posattn.lab.runs.lock import LOCK_FILE, RunLock, lock_path, run_lock
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return build_tiny_data(tmp_path_factory.mktemp("data"))
+@pytest.fixture
+def data_dir(tiny_data_dir):
+    return tiny_data_dir
 
 
 def dead_pid() -> int:
