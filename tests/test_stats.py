@@ -1,0 +1,161 @@
+"""lab/runs/statistics.py: the t quantile against tabulated values, intervals and paired tests
+against hand computations on tiny constructed inputs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from posattn.lab.runs.statistics import (
+    mean_interval,
+    paired_bootstrap,
+    paired_bootstrap_tasks,
+    paired_permutation,
+    regularized_incomplete_beta,
+    sign_flip_p_value,
+    t_cdf,
+    t_quantile,
+)
+
+
+@pytest.mark.parametrize(
+    ("p", "dof", "expected"),
+    [
+        (0.975, 1, 12.7062),
+        (0.975, 2, 4.3027),
+        (0.975, 4, 2.7764),
+        (0.975, 9, 2.2622),
+        (0.975, 30, 2.0423),
+        (0.95, 5, 2.0150),
+        (0.995, 3, 5.8409),
+        (0.975, 1e6, 1.9600),
+    ],
+)
+def test_t_quantile_matches_the_printed_tables(p, dof, expected):
+    assert t_quantile(p, dof) == pytest.approx(expected, abs=5e-5)
+    assert t_quantile(1 - p, dof) == pytest.approx(-expected, abs=5e-5)
+
+
+def test_t_distribution_closed_forms():
+    # dof 1 is Cauchy: F(t) = 1/2 + atan(t)/pi; dof 2: F(t) = 1/2 + t / (2 sqrt(2 + t^2))
+    for t in (-3.0, -0.5, 0.0, 0.7, 4.0):
+        assert t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-12)
+        assert t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * math.sqrt(2 + t * t)), abs=1e-12)
+    # I_x(1, 1) = x; I_x(a, 1) = x^a; I_x(2, 2) = 3x^2 - 2x^3
+    assert regularized_incomplete_beta(1, 1, 0.3) == pytest.approx(0.3, abs=1e-14)
+    assert regularized_incomplete_beta(2.5, 1, 0.4) == pytest.approx(0.4**2.5, abs=1e-14)
+    assert regularized_incomplete_beta(2, 2, 0.8) == pytest.approx(3 * 0.64 - 2 * 0.512, abs=1e-13)
+    assert t_quantile(0.5, 3) == 0.0
+    with pytest.raises(ValueError, match="p=1"):
+        t_quantile(1, 3)
+
+
+def test_mean_interval_by_hand():
+    # values 1, 2, 3: mean 2, s = 1, half width t(0.975, 2) / sqrt(3) = 4.302653 / 1.732051
+    interval = mean_interval([1.0, 2.0, 3.0])
+    half = 4.302652729911275 / math.sqrt(3)
+    assert interval.mean == 2.0 and interval.n == 3
+    assert interval.low == pytest.approx(2 - half, abs=1e-9)
+    assert interval.high == pytest.approx(2 + half, abs=1e-9)
+    assert interval.to_dict() == {"mean": 2.0, "interval": [interval.low, interval.high], "runs": 3}
+    # equal values: a zero-width interval; one value: no interval
+    same = mean_interval([0.7] * 5)
+    assert (same.mean, same.low, same.high) == pytest.approx((0.7, 0.7, 0.7), abs=1e-15)
+    one = mean_interval([4.0])
+    assert (one.mean, one.low, one.high, one.n) == (4.0, None, None, 1)
+    assert one.to_dict() == {"mean": 4.0, "interval": None, "runs": 1}
+    # 90%: t(0.95, 4) = 2.1318; values 0, 0, 0, 0, 5: mean 1, s = sqrt(5)
+    ninety = mean_interval([0, 0, 0, 0, 5], confidence=0.9)
+    assert ninety.high - 1 == pytest.approx(2.1318 * math.sqrt(5) / math.sqrt(5), abs=1e-4)
+    with pytest.raises(ValueError):
+        mean_interval([])
+
+
+def test_paired_bootstrap_all_equal_gives_zero_difference_and_p_one():
+    rng = np.random.default_rng(3)
+    a = (rng.random((3, 40)) > 0.5).astype(float)
+    result = paired_bootstrap(a, a.copy(), resamples=2000)
+    assert (result.difference, result.low, result.high, result.p_value) == (0.0, 0.0, 0.0, 1.0)
+    assert result.runs == 3
+
+
+def test_paired_bootstrap_constant_shift_gives_the_shift_and_a_zero_width_interval():
+    rng = np.random.default_rng(4)
+    b = rng.integers(0, 2, size=(4, 25)).astype(float)
+    result = paired_bootstrap(b + 1.0, b, resamples=2000)
+    assert result.difference == 1.0
+    assert result.low == pytest.approx(1.0, abs=1e-12)
+    assert result.high == pytest.approx(1.0, abs=1e-12)
+    assert result.p_value == pytest.approx(2 / 2001)  # every replicate above 0: the floor
+
+
+def test_paired_bootstrap_by_hand_on_one_run_of_two_examples():
+    # one run, differences (1, 0) on two examples: replicates are the mean of two draws from
+    # {1, 0}: 1 (prob 1/4), 0.5 (1/2), 0 (1/4); the difference is 0.5
+    result = paired_bootstrap([[1.0, 1.0]], [[0.0, 1.0]], resamples=10000, seed=7)
+    assert result.difference == 0.5
+    assert (result.low, result.high) == (0.0, 1.0)
+    # P*(<= 0) ~ 1/4, so p ~ 2 * 1/4 = 0.5
+    assert result.p_value == pytest.approx(0.5, abs=0.03)
+
+
+def test_paired_bootstrap_is_reproducible_and_resamples_runs():
+    rng = np.random.default_rng(5)
+    a = rng.random((5, 200))
+    b = a - 0.05 + 0.02 * rng.standard_normal((5, 1))  # a run effect: seeds disagree a bit
+    first, second = paired_bootstrap(a, b), paired_bootstrap(a, b)
+    assert first == second
+    assert first.low < 0.05 < first.high and first.low > 0
+    assert first.difference == pytest.approx(float((a - b).mean()))
+    # resampling runs: the interval is at least as wide as the spread of the run means allows
+    run_means = (a - b).mean(axis=1)
+    assert first.high - first.low > 0.5 * (run_means.std() / math.sqrt(5))
+
+
+def test_paired_bootstrap_over_tasks_averages_task_differences():
+    # task 1: shift 1 on 3 examples; task 2: shift 0 on 5 examples: the average is 0.5
+    a = [np.ones((2, 3)), np.zeros((2, 5))]
+    b = [np.zeros((2, 3)), np.zeros((2, 5))]
+    result = paired_bootstrap_tasks(a, b, resamples=1000)
+    assert result.difference == 0.5
+    assert result.low == pytest.approx(0.5) and result.high == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="same runs"):
+        uneven = [np.ones((2, 3)), np.ones((3, 3))]
+        paired_bootstrap_tasks(uneven, uneven)
+    with pytest.raises(ValueError, match="one shape"):
+        paired_bootstrap(np.ones((2, 3)), np.ones((2, 4)))
+
+
+def test_exact_sign_flip_by_hand():
+    # three seeds all positive: only all-plus and all-minus reach |sum| = 6, so p = 2/8
+    assert sign_flip_p_value([1.0, 2.0, 3.0]) == 0.25
+    # (1, -1, 3): sums of s.d over 8 sign vectors: +-3, +-1, +-5, +-3 -> |.| >= 3 in 6 of 8
+    assert sign_flip_p_value([1.0, -1.0, 3.0]) == 0.75
+    assert sign_flip_p_value([0.0, 0.0, 0.0]) == 1.0
+    assert sign_flip_p_value([0.4]) == 1.0
+    # five seeds all positive: 2 / 32
+    assert sign_flip_p_value([0.1, 0.2, 0.3, 0.4, 0.5]) == 2 / 32
+
+
+def test_paired_permutation_difference_interval_and_p():
+    a, b = [3.0, 4.0, 5.0], [2.0, 2.0, 2.0]  # differences 1, 2, 3
+    result = paired_permutation(a, b)
+    half = 4.302652729911275 / math.sqrt(3)
+    assert result.difference == 2.0 and result.p_value == 0.25 and result.runs == 3
+    assert (result.low, result.high) == pytest.approx((2 - half, 2 + half), abs=1e-9)
+    equal = paired_permutation([1.0, 2.0], [1.0, 2.0])
+    assert (equal.difference, equal.low, equal.high, equal.p_value) == (0.0, 0.0, 0.0, 1.0)
+    shift = paired_permutation([1.5, 2.5, 0.5, 4.5], [1.0, 2.0, 0.0, 4.0])
+    assert (shift.difference, shift.low, shift.high) == (0.5, 0.5, 0.5)
+    assert shift.p_value == 2 / 16
+    one = paired_permutation([2.0], [1.0])
+    assert (one.difference, one.bounds, one.p_value) == (1.0, None, 1.0)
+
+
+def test_sign_flip_beyond_the_exact_limit_is_a_seeded_monte_carlo():
+    d = np.linspace(0.1, 2.0, 20)  # all positive: the exact p would be 2 / 2^20
+    p = sign_flip_p_value(d)
+    assert p == sign_flip_p_value(d)
+    assert p == pytest.approx(1 / (65536 + 1), abs=3 / 65537)
