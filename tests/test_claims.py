@@ -1,0 +1,337 @@
+"""lab/runs/claims.py: every verdict rule on constructed measurements (holds, does not hold,
+inconclusive, not tested), with the intervals computed by hand, and DIET Theorem 1's ranks."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from posattn.lab.runs.claims import (
+    FAILS,
+    HOLDS,
+    INCONCLUSIVE,
+    Claim,
+    Measurements,
+    about_equal,
+    better,
+    chain,
+    default_claims,
+    evaluate_claims,
+    rank_theorem,
+    steps_fraction,
+)
+
+T2 = 4.302652729911275  # t(0.975, 2)
+
+
+def runs(scores, per_example=None):
+    return [
+        {
+            "seed": seed,
+            "score": score,
+            "per_example": None if per_example is None else per_example[i],
+        }
+        for i, (seed, score) in enumerate(enumerate(scores))
+    ]
+
+
+def measured(tasks: dict, kinds: dict | None = None, **extra) -> Measurements:
+    """tasks: {task: {encoding: [score per seed]}}."""
+    downstream = {t: {e: runs(s) for e, s in encodings.items()} for t, encodings in tasks.items()}
+    return Measurements(downstream, kinds or {t: "single" for t in tasks}, **extra)
+
+
+def result(claim_evaluator, m: Measurements) -> dict:
+    return Claim("c", "paper", "statement", "measure", claim_evaluator).evaluated(m)
+
+
+def by_id(m: Measurements) -> dict:
+    return {r["id"]: r for r in evaluate_claims(m)}
+
+
+# --- directional ------------------------------------------------------------------------------
+
+
+def test_directional_holds_with_the_hand_computed_t_interval():
+    # differences per seed 1.0, 0.8, 1.4: mean 16/15, s = sqrt(0.0933...) = 0.30551
+    m = measured({"sst2": {"tupe-r": [85.0, 86.0, 87.5], "tupe-a": [84.0, 85.2, 86.1]}})
+    r = result(better("tupe-r", "tupe-a"), m)
+    half = T2 * math.sqrt(((1 - 16 / 15) ** 2 + (0.8 - 16 / 15) ** 2 + (1.4 - 16 / 15) ** 2) / 2)
+    half /= math.sqrt(3)
+    difference = r["values"]["difference"]
+    assert r["verdict"] == HOLDS and "lies above 0" in r["reason"]
+    assert difference["difference"] == pytest.approx(16 / 15)
+    assert difference["interval"] == pytest.approx([16 / 15 - half, 16 / 15 + half])
+    assert difference["p_value"] == 0.25 and difference["runs"] == 3
+    assert difference["method"].startswith("sign-flip")
+    assert r["values"]["a_score"]["mean"] == pytest.approx(86.16666666)
+    assert r["values"]["tasks"] == ["sst2"] and r["values"]["seeds"] == [0, 1, 2]
+
+
+def test_directional_does_not_hold_is_inconclusive_and_not_tested():
+    m = measured({"sst2": {"tupe-r": [85.0, 86.0, 87.5], "tupe-a": [84.0, 85.2, 86.1]}})
+    reverse = result(better("tupe-a", "tupe-r"), m)
+    assert reverse["verdict"] == FAILS and "lies below 0" in reverse["reason"]
+    noisy = measured({"sst2": {"tupe-r": [85.0, 84.0, 86.5], "tupe-a": [84.0, 85.0, 86.0]}})
+    open_ = result(better("tupe-r", "tupe-a"), noisy)
+    assert open_["verdict"] == INCONCLUSIVE and "contains 0" in open_["reason"]
+    missing = result(better("tupe-r", "bert-r"), m)
+    assert missing["verdict"] == INCONCLUSIVE
+    assert (
+        missing["reason"] == "not tested by this run: needs encodings `bert-r` on downstream tasks"
+    )
+
+
+def test_directional_one_seed_has_no_interval():
+    m = measured({"sst2": {"tupe-r": [90.0], "tupe-a": [80.0]}})
+    r = result(better("tupe-r", "tupe-a"), m)
+    assert r["verdict"] == INCONCLUSIVE and "no interval" in r["reason"]
+    assert r["values"]["difference"]["interval"] is None
+
+
+def test_directional_averages_tasks_and_pairs_by_seed():
+    # seeds 0, 1, 2 on task x; only 1, 2 on task y for b: seeds 1 and 2 are used
+    m = Measurements(
+        {
+            "x": {"a": runs([1.0, 2.0, 3.0]), "b": runs([0.0, 1.0, 2.0])},
+            "y": {"a": runs([5.0, 6.0, 7.0]), "b": runs([9.0, 3.0, 4.0])[1:]},
+        },
+        {"x": "single", "y": "pair"},
+    )
+    r = result(better("a", "b"), m)
+    # seed 1: (2 + 6)/2 - (1 + 3)/2 = 2; seed 2: (3 + 7)/2 - (2 + 4)/2 = 2: zero-width at 2
+    assert r["values"]["seeds"] == [1, 2]
+    assert r["values"]["difference"]["interval"] == [2.0, 2.0]
+    assert r["verdict"] == HOLDS
+    only_single = result(better("a", "b", "single"), m)
+    assert only_single["values"]["tasks"] == ["x"]
+    assert only_single["values"]["difference"]["interval"] == [1.0, 1.0]
+
+
+def test_directional_uses_the_paired_bootstrap_where_per_example_scores_exist():
+    a_examples = [[100.0, 100.0, 0.0, 100.0], [100.0, 0.0, 100.0, 100.0]]
+    b_examples = [[0.0, 100.0, 0.0, 100.0], [0.0, 0.0, 100.0, 100.0]]  # a: +100 on example 0
+    m = Measurements(
+        {
+            "mrpc": {
+                "tupe-a": runs([75.0, 75.0], a_examples),
+                "tupe-a/tie-cls": runs([50.0, 50.0], b_examples),
+            }
+        },
+        {"mrpc": "single"},
+    )
+    r = result(better("tupe-a", "tupe-a/tie-cls", "single"), m)
+    difference = r["values"]["difference"]
+    assert difference["method"] == "paired bootstrap over runs and examples"
+    assert difference["difference"] == 25.0
+    # replicates: 100 x (share of example 0 among 4 draws): from 0 (prob (3/4)^4) to 100
+    assert difference["interval"][0] == 0.0 and difference["interval"][1] >= 50.0
+    assert r["verdict"] == INCONCLUSIVE
+    # per-example scores that do not average to the score: the seed-level test instead
+    m.downstream["mrpc"]["tupe-a"][0]["score"] = 80.0
+    fallback = result(better("tupe-a", "tupe-a/tie-cls", "single"), m)
+    assert fallback["values"]["difference"]["method"].startswith("sign-flip")
+
+
+# --- equivalence ------------------------------------------------------------------------------
+
+
+def test_equivalence_holds_fails_and_is_inconclusive_against_the_margin():
+    base = [85.0, 86.0, 84.0]
+    close = {"x": {"diet-abs": [85.1, 85.9, 84.05], "diet-rel": base}}
+    r = result(about_equal("diet-abs", "diet-rel", margin=1.0), measured(close))
+    assert r["verdict"] == HOLDS and "within +-1" in r["reason"] and r["values"]["margin"] == 1.0
+    far = {"x": {"diet-abs": [88.0, 89.2, 86.9], "diet-rel": base}}
+    r = result(about_equal("diet-abs", "diet-rel"), measured(far))
+    assert r["verdict"] == FAILS and "outside +-1" in r["reason"]
+    # differences 0.5, 1.5, 0.2: the interval crosses +1
+    crossing = {"x": {"diet-abs": [85.5, 87.5, 84.2], "diet-rel": base}}
+    r = result(about_equal("diet-abs", "diet-rel"), measured(crossing))
+    assert r["verdict"] == INCONCLUSIVE and "crosses the margin" in r["reason"]
+    # a wider margin turns it into holds: differences mean 0.7333, half T2 * s / sqrt(3)
+    s = math.sqrt(((0.5 - 2.2 / 3) ** 2 + (1.5 - 2.2 / 3) ** 2 + (0.2 - 2.2 / 3) ** 2) / 2)
+    high = 2.2 / 3 + T2 * s / math.sqrt(3)
+    assert high == pytest.approx(2.4243, abs=1e-4)
+    assert r["values"]["difference"]["interval"][1] == pytest.approx(high)
+    r = result(about_equal("diet-abs", "diet-rel", margin=2.5), measured(crossing))
+    assert r["verdict"] == HOLDS
+
+
+def test_equivalence_margin_is_in_points_of_the_score_scale():
+    # fractions: point = 0.01, so a margin of 1 point is 0.01
+    close = {"x": {"diet-abs": [0.851, 0.859, 0.8405], "diet-rel": [0.85, 0.86, 0.84]}}
+    r = result(about_equal("diet-abs", "diet-rel"), measured(close, point=0.01))
+    assert r["verdict"] == HOLDS
+    r = result(about_equal("diet-abs", "diet-rel"), measured(close, point=1e-4))
+    assert r["verdict"] == INCONCLUSIVE  # the same numbers, 1 point = 0.0001: crosses it
+
+
+def test_sharing_claim_takes_the_default_name_or_the_explicit_variant():
+    tasks = {"x": {"diet-abs": [85.0, 86.0, 84.0], "diet-abs/share-none": [85.1, 85.9, 84.05]}}
+    claim = by_id(measured(tasks))["diet-abs-sharing"]
+    assert claim["verdict"] == HOLDS and claim["values"]["a"] == "diet-abs"
+    tasks["x"]["diet-abs/share-layer"] = [80.0, 81.0, 79.0]
+    claim = by_id(measured(tasks))["diet-abs-sharing"]
+    assert claim["verdict"] == FAILS and claim["values"]["a"] == "diet-abs/share-layer"
+    claim = by_id(measured({"x": {"diet-abs": [85.0, 86.0]}}))["diet-abs-sharing"]
+    assert claim["reason"] == (
+        "not tested by this run: needs encodings `diet-abs/share-none` on downstream tasks"
+    )
+
+
+# --- task kinds -------------------------------------------------------------------------------
+
+
+def test_untied_cls_claim_uses_single_sentence_tasks_only():
+    m = measured(
+        {
+            "sst2": {"tupe-a": [90.0, 91.0, 92.0], "tupe-a/tie-cls": [89.0, 90.0, 91.0]},
+            "mnli": {"tupe-a": [70.0, 71.0, 72.0], "tupe-a/tie-cls": [80.0, 81.0, 82.0]},
+        },
+        {"sst2": "single", "mnli": "pair"},
+    )
+    claim = by_id(m)["tupe-untie-cls"]
+    assert claim["verdict"] == HOLDS and claim["values"]["tasks"] == ["sst2"]
+    assert claim["values"]["difference"]["interval"] == [1.0, 1.0]
+    only_pairs = measured(
+        {"mnli": {"tupe-a": [1.0, 2.0], "tupe-a/tie-cls": [0.0, 1.0]}}, {"mnli": "pair"}
+    )
+    assert by_id(only_pairs)["tupe-untie-cls"]["reason"] == (
+        "not tested by this run: needs single-sentence tasks (none measured)"
+    )
+
+
+def test_segment_claims_compare_attention_with_input_segments_on_pair_tasks():
+    tasks = {
+        "mnli": {"diet-rel/segments-attention": [80.0, 81.0, 82.5], "diet-rel": [79.0, 80.0, 81.0]},
+        "sst2": {"diet-rel/segments-attention": [10.0, 10.0, 10.0], "diet-rel": [90.0, 90.0, 90.0]},
+    }
+    claims = by_id(measured(tasks, {"mnli": "pair", "sst2": "single"}))
+    rel = claims["diet-segments:diet-rel"]
+    assert rel["verdict"] == HOLDS and rel["values"]["tasks"] == ["mnli"]
+    assert rel["values"]["b"] == "diet-rel"
+    assert claims["diet-segments:diet-abs"]["reason"] == (
+        "not tested by this run: needs encodings `diet-abs/segments-attention`, "
+        "`diet-abs/segments-input or diet-abs` on sentence-pair tasks"
+    )
+    # an explicit input variant wins over the plain name
+    tasks["mnli"]["diet-rel/segments-input"] = [85.0, 86.0, 87.0]
+    rel = by_id(measured(tasks, {"mnli": "pair", "sst2": "single"}))["diet-segments:diet-rel"]
+    assert rel["values"]["b"] == "diet-rel/segments-input" and rel["verdict"] == FAILS
+
+
+# --- the chain --------------------------------------------------------------------------------
+
+ORDER = {"tupe-r": [86.0, 87.0, 88.0], "tupe-a": [85.0, 86.0, 87.0]}
+ORDER |= {"bert-r": [84.0, 85.0, 86.0], "learned": [83.0, 84.0, 85.0]}
+
+
+def test_tupe_order_chain_holds_only_when_every_pair_holds():
+    claims = by_id(measured({"x": dict(ORDER)}))
+    assert claims["tupe-order"]["verdict"] == HOLDS
+    assert claims["tupe-order"]["values"] == {
+        "tupe-order:tupe-r>tupe-a": HOLDS,
+        "tupe-order:tupe-a>bert-r": HOLDS,
+        "tupe-order:bert-r>learned": HOLDS,
+    }
+    swapped = dict(ORDER, **{"bert-r": [82.0, 83.0, 84.0]})  # BERT-R below BERT-A
+    claims = by_id(measured({"x": swapped}))
+    assert claims["tupe-order"]["verdict"] == FAILS
+    assert claims["tupe-order"]["reason"] == "does not hold: tupe-order:bert-r>learned"
+    noisy = dict(ORDER, **{"tupe-r": [86.0, 85.0, 88.0]})
+    claims = by_id(measured({"x": noisy}))
+    assert claims["tupe-order"]["verdict"] == INCONCLUSIVE
+    assert claims["tupe-order"]["reason"] == "inconclusive: tupe-order:tupe-r>tupe-a"
+    partial = {k: v for k, v in ORDER.items() if k != "bert-r"}
+    claims = by_id(measured({"x": partial}))
+    assert claims["tupe-order"]["verdict"] == INCONCLUSIVE
+    assert claims["tupe-order"]["reason"] == (
+        "not tested by this run: needs encodings `bert-r` on downstream tasks"
+    )
+
+
+def test_chain_of_custom_parts():
+    parts = [
+        Claim("p", "x", "s", "m", better("a", "b")),
+        Claim("q", "x", "s", "m", better("b", "c")),
+    ]
+    m = measured({"t": {"a": [3.0, 4.0], "b": [2.0, 3.0], "c": [1.0, 2.0]}})
+    assert result(chain(parts), m)["verdict"] == HOLDS
+
+
+# --- the 30% claim ----------------------------------------------------------------------------
+
+LEARNED = [[0, 10.0], [100, 5.0], [200, 4.0], [1000, 3.0]]
+
+
+def tupe_curve(reach_step: int) -> list[list[float]]:
+    return [[0, 10.0], [reach_step - 10, 3.5], [reach_step, 3.0], [1000, 2.5]]
+
+
+def fraction_result(reach_steps, curves=None) -> dict:
+    curves = curves or [tupe_curve(s) for s in reach_steps]
+    m = Measurements(mlm_curves={"tupe-a": curves, "learned": [LEARNED] * len(curves)})
+    return result(steps_fraction("tupe-a"), m)
+
+
+def test_steps_fraction_holds_with_the_hand_computed_interval():
+    # fractions 0.20, 0.21, 0.22: mean 0.21, s = 0.01, upper 0.21 + T2 * 0.01 / sqrt(3)
+    r = fraction_result([200, 210, 220])
+    assert r["values"]["fractions"] == [0.2, 0.21, 0.22]
+    assert r["values"]["fraction"]["interval"][1] == pytest.approx(0.21 + T2 * 0.01 / math.sqrt(3))
+    assert r["verdict"] == HOLDS
+
+
+def test_steps_fraction_fails_is_inconclusive_never_reached_and_not_tested():
+    assert fraction_result([600, 620, 640])["verdict"] == FAILS
+    # fractions 0.2, 0.25, 0.3: upper bound 0.25 + T2 * 0.05 / sqrt(3) = 0.374 > 0.3 > lower
+    open_ = fraction_result([200, 250, 300])
+    assert open_["verdict"] == INCONCLUSIVE and "contains 0.3" in open_["reason"]
+    never = fraction_result(None, [tupe_curve(200), [[0, 10.0], [1000, 3.2]]])
+    assert never["verdict"] == FAILS and never["values"]["fractions"] == [0.2, None]
+    assert "never reached" in never["reason"] and "fraction > 1" in never["reason"]
+    short = fraction_result(None, [tupe_curve(200), [[0, 10.0], [100, 3.2]]])
+    assert short["verdict"] == INCONCLUSIVE and "stops before" in short["reason"]
+    assert fraction_result([200])["verdict"] == INCONCLUSIVE  # one seed: no interval
+    missing = result(steps_fraction("tupe-r"), Measurements(mlm_curves={"learned": [LEARNED]}))
+    assert missing["verdict"] == INCONCLUSIVE
+    assert missing["reason"] == "not tested by this run: needs MLM validation curves of `tupe-r`"
+
+
+# --- DIET Theorem 1 ---------------------------------------------------------------------------
+
+
+def test_rank_theorem_holds_with_exact_ranks():
+    r = result(rank_theorem(), Measurements())
+    assert r["verdict"] == HOLDS
+    assert r["values"]["rank_A_a"] == [4] * 5  # random draws reach the bound d_h exactly
+    assert r["values"]["rank_A_r"] == 12  # d_h + d_p
+    other = result(rank_theorem(n=24, d=20, head_dim=6, rank=10, trials=2, seed=3), Measurements())
+    assert other["values"]["rank_A_a"] == [6, 6] and other["values"]["rank_A_r"] == 16
+    with pytest.raises(ValueError, match="d_h < d_p < d"):
+        rank_theorem(n=10, d=12, head_dim=4, rank=8)
+
+
+# --- the table --------------------------------------------------------------------------------
+
+
+def test_default_claims_have_unique_ids_and_every_result_field():
+    claims = default_claims()
+    assert len({c.id for c in claims}) == len(claims) == 14
+    results = evaluate_claims(Measurements())
+    assert [r["id"] for r in results] == [c.id for c in claims]
+    for r in results:
+        assert set(r) == {"id", "paper", "statement", "measure", "values", "verdict", "reason"}
+        if r["id"] != "diet-theorem1":
+            assert r["verdict"] == INCONCLUSIVE
+            assert r["reason"].startswith("not tested by this run: needs ")
+
+
+def test_measurements_are_checked():
+    with pytest.raises(ValueError, match="task_kinds"):
+        Measurements(task_kinds={"x": "triple"})
+    with pytest.raises(ValueError, match="'seed' and 'score'"):
+        Measurements(downstream={"x": {"a": [{"score": 1.0}]}})
+    with pytest.raises(ValueError, match="point"):
+        Measurements(point=0)
