@@ -3,6 +3,7 @@ inconclusive, not tested), with the intervals computed by hand, and DIET Theorem
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -335,3 +336,76 @@ def test_measurements_are_checked():
         Measurements(downstream={"x": {"a": [{"score": 1.0}]}})
     with pytest.raises(ValueError, match="point"):
         Measurements(point=0)
+
+
+# --- results.json, markdown, figure, report ---------------------------------------------------
+
+
+def compare_like_run(root):
+    """A run directory as a comparison writes it: results.json with claims, downstream and
+    baselines, and the downstream figure."""
+    from posattn.lab.runs.results import plot_downstream, results_json
+
+    m = measured(
+        {"sst2": dict(ORDER), "mnli": {"learned": [70.0]}},
+        {"sst2": "single", "mnli": "pair"},
+        baselines={"sst2": {"majority": 50.0, "bag_of_words": 78.0, "random_init": 60.0}},
+    )
+    root.mkdir()
+    output = results_json(m)
+    (root / "results.json").write_text(json.dumps(output))
+    plot_downstream(output, root / "downstream.png")
+    return root, output
+
+
+def test_results_json_shape_and_downstream_intervals(tmp_path):
+    run, output = compare_like_run(tmp_path / "compare")
+    assert set(output) == {"claims", "downstream", "baselines"}
+    learned = output["downstream"]["sst2"]["learned"]
+    half = T2 * 1.0 / math.sqrt(3)  # 83, 84, 85: s = 1
+    assert learned["mean"] == 84.0 and learned["runs"] == 3
+    assert learned["interval"] == pytest.approx([84 - half, 84 + half])
+    assert output["downstream"]["mnli"]["learned"] == {"mean": 70.0, "interval": None, "runs": 1}
+    assert output["baselines"]["sst2"]["bag_of_words"] == 78.0
+    verdicts = {c["id"]: c["verdict"] for c in output["claims"]}
+    assert verdicts["tupe-order"] == HOLDS and verdicts["diet-theorem1"] == HOLDS
+    assert (run / "downstream.png").stat().st_size > 1000
+
+
+def test_claims_markdown_table():
+    from posattn.lab.runs.results import claims_markdown
+
+    text = claims_markdown(
+        [
+            {"id": "a", "paper": "P", "statement": "x | y", "verdict": HOLDS, "reason": "r"},
+            {"id": "b", "paper": "P", "statement": "s", "verdict": INCONCLUSIVE, "reason": "q"},
+        ]
+    )
+    lines = text.splitlines()
+    assert lines[0] == "## Claims"
+    assert lines[2].startswith("2 claims: 1 holds, 0 does not hold, 1 inconclusive.")
+    assert lines[4] == "| claim | paper | statement | verdict | reason |"
+    assert lines[6] == "| `a` | P | x \\| y | **holds** | r |"
+
+
+def test_report_shows_the_claims_table(tmp_path):
+    from posattn.cli import main
+
+    run, output = compare_like_run(tmp_path / "compare")
+    assert main(["report", str(run)]) == 0
+    page = (run / "report.html").read_text()
+    assert '<section class="claims">' in page and "<h2>Claims</h2>" in page
+    assert "<td><code>tupe-order</code></td>" in page
+    assert page.count("<strong>holds</strong>") == sum(
+        c["verdict"] == HOLDS for c in output["claims"]
+    )
+    # the flattened JSON table names the claims instead of repeating them
+    assert "<td>claims</td><td>14 claims: see the Claims section</td>" in page
+    assert "<td>downstream.sst2.learned.mean</td><td>84</td>" in page
+    text = (run / "report.md").read_text()
+    assert "| `diet-theorem1` | DIET (Chen et al., EMNLP 2021) |" in text
+    assert text.index("## Claims") < text.index("## Figures")
+    # a run whose own markdown has the claims section: not repeated from results.json
+    (run / "results.md").write_text("## Claims\n\n| claim |\n|---|\n| x |\n")
+    assert main(["report", str(run)]) == 0
+    assert '<section class="claims">' not in (run / "report.html").read_text()

@@ -1,7 +1,8 @@
-"""The report page: the run's markdown rendered (tables included), its figures, and its JSON
-summaries flattened into key / value tables. Written as report.html and report.md inside the
-run directory, so images are referenced relatively and the page reads offline; `embed=True`
-inlines them instead (one self-contained HTML file)."""
+"""The report page: the claims table where a results.json has `claims` (lab/runs/claims.py),
+the run's markdown rendered (tables included), its figures, and its JSON summaries flattened
+into key / value tables (a `claims` list left out there: it has its own section). Written as
+report.html and report.md inside the run directory, so images are referenced relatively and the
+page reads offline; `embed=True` inlines them instead (one self-contained HTML file)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import markdown as markdown_lib
 
+from ..runs.results import claims_markdown
 from ..runs.tables import table_lines
 from .collect import RunContents
 
@@ -58,11 +60,48 @@ def scalar(value) -> str:
     return str(value)
 
 
+def read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+
+
+def evaluated_claims(value) -> list[dict] | None:
+    """A results.json's `claims` list (dicts with at least id, statement and verdict)."""
+    if not isinstance(value, dict) or not isinstance(value.get("claims"), list):
+        return None
+    claims = value["claims"]
+    needed = {"id", "statement", "verdict"}
+    if claims and all(isinstance(c, dict) and needed <= set(c) for c in claims):
+        return claims
+    return None
+
+
+def claims_sections(contents: RunContents) -> list[tuple[Path, str]]:
+    """(path, markdown) of the claims of every JSON summary that has them; none where the
+    run's own markdown already carries a `## Claims` section."""
+    own = (line.strip() for path in contents.markdown for line in path.read_text().splitlines())
+    if "## Claims" in own:
+        return []
+    sections = []
+    for path in contents.json:
+        claims = evaluated_claims(read_json(path))
+        if claims is not None:
+            full = [{"paper": "", "reason": "", **c} for c in claims]
+            sections.append((path, claims_markdown(full)))
+    return sections
+
+
 def json_rows(path: Path) -> tuple[list[tuple[str, str]], int]:
     try:
-        rows = flatten(json.loads(path.read_text()))
+        value = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         rows = [("(unreadable)", str(error))]
+    else:
+        if (claims := evaluated_claims(value)) is not None:
+            value = {**value, "claims": f"{len(claims)} claims: see the Claims section"}
+        rows = flatten(value)
     return rows[:MAX_ROWS], max(0, len(rows) - MAX_ROWS)
 
 
@@ -79,6 +118,13 @@ def html_page(contents: RunContents, embed: bool) -> str:
         f"<h1>{html.escape(title)}</h1>",
         f'<p class="path">Run directory {html.escape(str(root.resolve()))}</p>',
     ]
+    for path, text in claims_sections(contents):
+        parts.append(
+            f'<section class="claims"><p class="path">'
+            f"{html.escape(path.relative_to(root).as_posix())}</p>"
+        )
+        parts.append(markdown_lib.markdown(text, extensions=["tables"]))
+        parts.append("</section>")
     for path in contents.markdown:
         parts.append(
             f'<section><p class="path">{html.escape(path.relative_to(root).as_posix())}</p>'
@@ -122,6 +168,8 @@ def markdown_cell(text: str) -> str:
 def markdown_page(contents: RunContents) -> str:
     root = contents.root
     parts = [f"# posattn report: {root.resolve().name}", ""]
+    for path, text in claims_sections(contents):
+        parts += [f"<!-- {path.relative_to(root).as_posix()} -->", text, ""]
     for path in contents.markdown:
         parts += [f"<!-- {path.relative_to(root).as_posix()} -->", path.read_text().rstrip(), ""]
     if contents.figures:
