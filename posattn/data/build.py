@@ -35,7 +35,7 @@ from .parallel_files import write_parallel
 from .progress import Reporter
 from .sources import CORPUS_SOURCES, SOURCES
 from .splits import CORPUS_FRACTIONS, TASK_FRACTIONS
-from .task_builders import BUILDERS, deduplicate, label_counts, split_items, text_key
+from .task_builders import BUILDERS, RULES, deduplicate, label_counts, split_items, text_key
 from .task_files import read_examples, write_examples
 from .tasks import TASKS, TaskSpec
 from .text import word_count
@@ -315,7 +315,8 @@ def build_task(
         inputs = {str(path): sha256_file(path)}
     else:
         inputs = {name: manifest["sources"][name]["sha256"] for name in spec.sources}
-    fp = fingerprint("task", spec.to_json(), inputs, TASK_FRACTIONS)
+    rules = RULES.get(spec.name) if path is None else None
+    fp = fingerprint("task", spec.to_json(), inputs, TASK_FRACTIONS, *([rules] if rules else []))
     steps = manifest.setdefault("tasks", {})
     if step_is_current(steps, spec.name, fp, layout.root):
         reporter.log(f"task {spec.name}: up to date")
@@ -337,6 +338,7 @@ def build_task(
         "from": str(path) if path is not None else list(spec.sources),
         "examples": {split: len(splits[split]) for split in SPLITS},
         "labels": label_counts(splits),
+        **({"rules": rules} if rules else {}),
     }
 
 

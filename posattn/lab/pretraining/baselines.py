@@ -1,0 +1,116 @@
+"""What a fine-tuned encoding must beat: the majority label, a bag of words, and the same model
+fine-tuned from random weights (no pretraining).
+
+The accuracies are fractions in [0, 1] on the very records the fine-tuning scores: with a cap,
+`fixed_subset` picks the same training and test examples as `finetune.encode`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from ...models import PosAttnForMaskedLM
+from .pretrain import model_config
+from .runconfig import FinetuneSection, RunConfig
+from .subset import fixed_subset
+
+WORD = re.compile(r"\w+")
+BOW_C = 1.0  # the logistic regression's inverse L2 strength (scikit-learn's default)
+BOW_MAX_ITER = 2000
+
+
+def majority_label(records: Sequence[dict]) -> int:
+    """The most frequent label; a tie goes to the smallest label id."""
+    counts = Counter(int(r["label"]) for r in records)
+    return max(sorted(counts), key=counts.__getitem__)
+
+
+def accuracy(predicted: Sequence[int], records: Sequence[dict]) -> float:
+    if not records:
+        raise ValueError("no test records to score")
+    right = sum(int(p) == int(r["label"]) for p, r in zip(predicted, records, strict=True))
+    return right / len(records)
+
+
+def majority_baseline(
+    train_records: Sequence[dict],
+    test_records: Sequence[dict],
+    *,
+    train_limit: int | None = None,
+    test_limit: int | None = None,
+) -> float:
+    """Test accuracy of always answering the training set's majority label. The limits are
+    the fine-tuning caps (max_train_examples, max_eval_examples), applied by fixed_subset."""
+    train = fixed_subset(list(train_records), train_limit)
+    test = fixed_subset(list(test_records), test_limit)
+    label = majority_label(train)
+    return accuracy([label] * len(test), test)
+
+
+def bag_of_words(record: dict) -> list[str]:
+    """Lower-cased word features; the second segment's words are prefixed apart from the
+    first's ("a:word", "b:word"), so a pair task keeps which segment a word came from."""
+    features = [f"a:{w}" for w in WORD.findall(record["text"].lower())]
+    if record.get("text_pair") is not None:
+        features += [f"b:{w}" for w in WORD.findall(record["text_pair"].lower())]
+    return features
+
+
+def bag_of_words_baseline(
+    train_records: Sequence[dict],
+    test_records: Sequence[dict],
+    seed: int = 0,
+    *,
+    train_limit: int | None = None,
+    test_limit: int | None = None,
+) -> float:
+    """Test accuracy of a TF-IDF bag of words (unigrams, sublinear counts) and an
+    L2-regularised logistic regression (lbfgs, deterministic) fitted on the training records.
+    Word order is invisible to it, so on the word-order task it is at chance."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    train = fixed_subset(list(train_records), train_limit)
+    test = fixed_subset(list(test_records), test_limit)
+    labels = [int(r["label"]) for r in train]
+    if len(set(labels)) < 2:  # nothing to fit: every answer is the one label seen
+        return majority_baseline(train, test)
+    vectorizer = TfidfVectorizer(analyzer=bag_of_words, sublinear_tf=True)
+    features = vectorizer.fit_transform(train)
+    model = LogisticRegression(C=BOW_C, max_iter=BOW_MAX_ITER, random_state=seed)
+    model.fit(features, labels)
+    return accuracy(model.predict(vectorizer.transform(test)).tolist(), test)
+
+
+def task_baselines(tasks, task: str, finetune: FinetuneSection, seed: int = 0) -> dict:
+    """Majority and bag-of-words test accuracy of one task under a fine-tuning section's caps:
+    training on its max_train_examples, scored on its max_eval_examples of the test split,
+    as `finetune` does. `tasks`: an object with .records(task, split) (PreparedData)."""
+    train, test = tasks.records(task, "train"), tasks.records(task, "test")
+    limits = {"train_limit": finetune.max_train_examples, "test_limit": finetune.max_eval_examples}
+    return {
+        "majority": majority_baseline(train, test, **limits),
+        "bag_of_words": bag_of_words_baseline(train, test, seed, **limits),
+        "train_examples": len(fixed_subset(train, limits["train_limit"])),
+        "test_examples": len(fixed_subset(test, limits["test_limit"])),
+    }
+
+
+def random_init_model_dir(config: RunConfig, tokenizer, output: Path, seed: int = 0) -> Path:
+    """Write a randomly initialised PosAttnForMaskedLM of the run's model section and the
+    tokenizer into `output`, as pretraining writes its model: fine-tuning from this directory
+    is the "random initialisation" baseline. The weights depend only on the config and `seed`
+    (drawn under a forked RNG, so the caller's random state is left as it was); they are
+    saved in float32 whatever the default dtype."""
+    output = Path(output)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = PosAttnForMaskedLM(model_config(config, tokenizer)).float()
+    model.save_pretrained(str(output))
+    tokenizer.save_pretrained(str(output))
+    return output
