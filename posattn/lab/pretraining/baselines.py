@@ -13,9 +13,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
 from ...models import PosAttnForMaskedLM
-from .pretrain import model_config
+from ..runs.stages import save_run, start_stage
+from .pretrain import model_config, pretrain_stage
 from .runconfig import FinetuneSection, RunConfig
 from .subset import fixed_subset
 
@@ -114,3 +116,22 @@ def random_init_model_dir(config: RunConfig, tokenizer, output: Path, seed: int 
     model.save_pretrained(str(output))
     tokenizer.save_pretrained(str(output))
     return output
+
+
+def save_initial_model(config: RunConfig, output: Path, tokenizer) -> dict:
+    """The "random initialisation" arm: the run's model built with pretrain.seed and not
+    trained, saved where a pretraining saves its model (output/model) with its metrics.json,
+    so that fine-tuning starts from it exactly as from a pretrained one."""
+    output = Path(output)
+    start_stage(pretrain_stage(config, output))
+    model_dir = random_init_model_dir(config, tokenizer, output / "model", config.pretrain.seed)
+    parameters = sum(t.numel() for t in load_file(model_dir / "model.safetensors").values())
+    metrics = {
+        "encoding": config.model.encoding,
+        "steps": 0,
+        "eval_loss": [],
+        "final_eval_loss": None,
+        "parameters": parameters,
+    }
+    save_run(output, {"metrics.json": metrics}, config)
+    return metrics

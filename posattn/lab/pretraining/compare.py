@@ -1,11 +1,28 @@
-"""`posattn compare`, the main job: pretrain one model per encoding on the same data and
-budget, fine-tune each on the tasks, and report them side by side."""
+"""`posattn compare`, the main job: every arm (an encoding, or one of the papers' ablations, or
+random initialisation) pretrained on the same data and budget once per pretraining seed, each
+model fine-tuned on every task with every fine-tuning seed, then the papers' claims tested on
+the results with seeds and intervals.
+
+The work is a set of independent cells, each a directory with its settings fingerprint
+(lab/runs/stages.py):
+
+    ARM/seedP/pretrain         masked-LM pretraining of ARM with seed P (random-init: none)
+    ARM/seedP/finetune/TASK    fine-tuning that model on TASK, every seed x learning rate
+
+A cell finished with the same settings is reused, a killed one resumes, one of other settings
+is refused (or recomputed with --overwrite). `compare.workers` processes run the cells side by
+side, pretraining first, one torch thread each: on a small model that is faster than one
+process with several threads.
+"""
 
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import time
-from dataclasses import replace
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -14,74 +31,146 @@ from rich.console import Console
 from ...data.manifest import write_atomic
 from ...encodings import build_encoding
 from ...errors import invalid
-from ...models import PosAttnForMaskedLM
 from ..runs.config import to_yaml
 from ..runs.context import run_context
-from ..runs.stages import FINISHED, RESUME, save_run, stage_state
-from ..runs.timing import step_times
+from ..runs.sources import PreparedData
+from ..runs.stages import FINISHED, RESUME, Stage, stage_state
+from .arms import RANDOM_INIT, arm_config, check_arms
+from .baselines import save_initial_model
 from .finetune import finetune, finetune_stage
-from .plots import plot_task_scores, plot_validation_loss
 from .pretrain import model_config, pretrain, pretrain_stage
-from .report import results_markdown
 from .runconfig import RunConfig
 
 console = Console()
 
 
-def run_encoding(
-    config: RunConfig, run_dir: Path, tokenizer, corpus, tasks, overwrite: bool = False
-) -> dict:
-    """Pretrain, fine-tune and time one encoding. A stage finished with the same settings is
-    reused and a killed one resumes (lab/runs/stages.py); one of other settings is refused,
-    or with overwrite deleted and recomputed."""
-    pretrain_dir, finetune_dir = run_dir / "pretrain", run_dir / "finetune"
-    state = stage_state(pretrain_stage(config, pretrain_dir), overwrite)
+@dataclass(frozen=True)
+class Cell:
+    """One unit of work: the pretraining of (arm, seed), or its fine-tuning on one task."""
+
+    arm: str
+    seed: int
+    task: str | None = None
+
+    @property
+    def name(self) -> str:
+        what = "pretrain" if self.task is None else f"finetune {self.task}"
+        return f"{self.arm}, seed {self.seed}: {what}"
+
+    def directory(self, output: Path) -> Path:
+        base = Path(output) / self.arm.replace("/", "+") / f"seed{self.seed}"
+        return base / "pretrain" if self.task is None else base / "finetune" / self.task
+
+    def pretraining(self) -> Cell:
+        return Cell(self.arm, self.seed)
+
+    def config(self, config: RunConfig) -> RunConfig:
+        """The run config of this cell: its arm's model, its seed, its one task."""
+        cell_config = arm_config(config, self.arm)
+        cell_config = replace(cell_config, pretrain=replace(cell_config.pretrain, seed=self.seed))
+        if self.task is None:
+            return cell_config
+        return replace(cell_config, finetune=replace(cell_config.finetune, tasks=[self.task]))
+
+    def stage(self, config: RunConfig, output: Path) -> Stage:
+        build = pretrain_stage if self.task is None else finetune_stage
+        return build(self.config(config), self.directory(output))
+
+
+def cells_of(config: RunConfig) -> tuple[list[Cell], list[Cell]]:
+    """(pretraining cells, fine-tuning cells) of a comparison."""
+    seeds = config.compare.pretrain_seeds
+    pretraining = [Cell(arm, seed) for arm in config.encodings for seed in seeds]
+    tuning = [
+        Cell(cell.arm, cell.seed, task) for cell in pretraining for task in config.finetune.tasks
+    ]
+    return pretraining, tuning
+
+
+def run_cell(config: RunConfig, cell: Cell, output: Path, overwrite: bool = False) -> str:
+    """Compute one cell unless it is finished with the same settings; returns its name."""
+    stage = cell.stage(config, output)
+    state = stage_state(stage, overwrite)
     if state == FINISHED:
-        pretrained = json.loads((pretrain_dir / "metrics.json").read_text())
+        return cell.name
+    data = PreparedData(config.data.data_dir)
+    tokenizer = data.tokenizer()
+    cell_config = cell.config(config)
+    directory = cell.directory(output)
+    if cell.task is not None:
+        model_dir = cell.pretraining().directory(output) / "model"
+        directory.mkdir(parents=True, exist_ok=True)
+        finetune(model_dir, cell_config, directory, tokenizer, data)
+    elif cell.arm == RANDOM_INIT:
+        save_initial_model(cell_config, directory, tokenizer)
     else:
-        pretrained = pretrain(config, pretrain_dir, tokenizer, corpus, resume=state == RESUME)
-    model_dir = pretrain_dir / "model"
-    if stage_state(finetune_stage(config, finetune_dir), overwrite) == FINISHED:
-        tuned = json.loads((finetune_dir / "finetune.json").read_text())
-    else:
-        finetune_dir.mkdir(parents=True, exist_ok=True)
-        tuned = finetune(model_dir, config, finetune_dir, tokenizer, tasks)
-    model = PosAttnForMaskedLM.from_pretrained(model_dir)
-    timing = step_times(model, config.pretrain.batch_size, config.model.max_len)
-    return {"pretrain": pretrained, "finetune": tuned, "timing": timing}
+        pretrain(cell_config, directory, tokenizer, data, resume=state == RESUME)
+    return cell.name
+
+
+def one_thread_worker() -> None:
+    """A worker process: one torch thread (two small models on two cores beat one model on
+    both) and no progress bars interleaving with the other workers'."""
+    torch.set_num_threads(1)
+    os.environ["TQDM_DISABLE"] = "1"
+
+
+def run_cells(
+    config: RunConfig, cells: list[Cell], output: Path, overwrite: bool, workers: int
+) -> None:
+    if workers <= 1 or len(cells) <= 1:
+        for index, cell in enumerate(cells, start=1):
+            console.rule(f"[{index}/{len(cells)}] {cell.name}")
+            run_cell(config, cell, output, overwrite)
+        return
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=one_thread_worker) as pool:
+        futures = [pool.submit(run_cell, config, cell, output, overwrite) for cell in cells]
+        for index, future in enumerate(futures, start=1):
+            console.print(f"[{index}/{len(cells)}] done: {future.result()}")
 
 
 def check_before_training(config: RunConfig, tokenizer, tasks) -> None:
-    """Every encoding against the model and every task name, before the first step trains."""
-    for encoding in config.encodings:
-        model = model_config(with_encoding(config, encoding), tokenizer)
+    """Every arm against the model and every task name, before the first step trains."""
+    check_arms(config.encodings)
+    for arm in config.encodings:
+        model = model_config(arm_config(config, arm), tokenizer)
         with torch.device("meta"):
-            table = build_encoding(encoding, model.dims, model.encoding_options).max_positions
+            encoding = build_encoding(model.encoding, model.dims, model.encoding_options)
+        table = encoding.max_positions
         if table is not None and config.finetune.max_len > table:
             raise invalid(
                 "finetune.max_len",
                 config.finetune.max_len,
-                f"at most model.max_len={table}: encoding {encoding!r} has a position table",
+                f"at most model.max_len={table}: arm {arm!r} has a position table",
             )
     for task in config.finetune.tasks:
         tasks.spec(task)
 
 
-def with_encoding(config: RunConfig, encoding: str) -> RunConfig:
-    return replace(config, model=replace(config.model, encoding=encoding))
-
-
 def check_stages(config: RunConfig, output: Path, overwrite: bool) -> None:
-    """Every stage already in `output` against this run's settings, before anything trains:
+    """Every cell already in `output` against this run's settings, before anything trains:
     one of other settings fails here (or, with overwrite, is deleted here)."""
-    for encoding in config.encodings:
-        run_dir = output / encoding
-        stage_state(
-            pretrain_stage(with_encoding(config, encoding), run_dir / "pretrain"), overwrite
-        )
-        stage_state(
-            finetune_stage(with_encoding(config, encoding), run_dir / "finetune"), overwrite
-        )
+    pretraining, tuning = cells_of(config)
+    for cell in [*pretraining, *tuning]:
+        stage_state(cell.stage(config, output), overwrite)
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def collect_results(config: RunConfig, output: Path) -> dict:
+    """Per arm: each pretraining seed's metrics and, per task, each seed's fine-tuning."""
+    results: dict = {}
+    pretraining, tuning = cells_of(config)
+    for cell in pretraining:
+        arm = results.setdefault(cell.arm, {"pretrain": {}, "finetune": {}})
+        arm["pretrain"][str(cell.seed)] = read_json(cell.directory(output) / "metrics.json")
+    for cell in tuning:
+        tuned = read_json(cell.directory(output) / "finetune.json")[cell.task]
+        results[cell.arm]["finetune"].setdefault(cell.task, {})[str(cell.seed)] = tuned
+    return results
 
 
 def compare(
@@ -93,27 +182,25 @@ def compare(
     preset: str,
     overwrite: bool = False,
 ) -> dict:
-    """Every encoding's stages in output/<encoding>/{pretrain,finetune}, then the report.
-    overwrite: discard stages written with other settings instead of refusing them."""
+    """Every cell in output/, then results.json, results.md and the figures.
+    overwrite: discard cells written with other settings instead of refusing them."""
+    from .summary import write_summary  # the report side: statistics, claims, figures
+
     output = Path(output)
     check_before_training(config, tokenizer, tasks)
     check_stages(config, output, overwrite)
     output.mkdir(parents=True, exist_ok=True)
     write_atomic(output / "config.yaml", to_yaml(config))
     start = time.perf_counter()
-    results = {}
-    for index, encoding in enumerate(config.encodings, start=1):
-        console.rule(f"[{index}/{len(config.encodings)}] {encoding}")
-        results[encoding] = run_encoding(
-            with_encoding(config, encoding), output / encoding, tokenizer, corpus, tasks, overwrite
-        )
-    context = run_context(preset, time.perf_counter() - start)
-    tasks_list = list(config.finetune.tasks)
-    markdown = results_markdown(results, tasks_list, context)
-    save_run(
-        output, {"results.json": {"context": context, "results": results}, "results.md": markdown}
+    workers = 1 if int(os.environ.get("WORLD_SIZE", "1")) > 1 else config.compare.workers
+    for cells in cells_of(config):
+        run_cells(config, cells, output, overwrite, workers)
+    results = collect_results(config, output)
+    context = run_context(
+        preset,
+        time.perf_counter() - start,
+        workers=workers,
+        pretrain_seeds=list(config.compare.pretrain_seeds),
+        finetune_seeds=list(config.finetune.seeds),
     )
-    plot_validation_loss(results, output / "validation_loss.png")
-    plot_task_scores(results, tasks_list, output / "task_scores.png")
-    print(markdown)
-    return results
+    return write_summary(config, output, results, context, tasks)

@@ -49,9 +49,22 @@ def encode(tokenizer, records: list[dict], max_len: int, limit: int | None) -> L
     return ListDataset(features)
 
 
-def accuracy(prediction) -> dict:
-    logits, labels = prediction
-    return {"accuracy": float((np.argmax(logits, axis=-1) == labels).mean())}
+class EvaluationRecord:
+    """compute_metrics that also keeps each evaluation's per-example correctness, in the order
+    the Trainer evaluates: dev, then test, at the end of every epoch. A paired comparison of two
+    encodings needs which test examples each got right, not only how many."""
+
+    def __init__(self) -> None:
+        self.correct: list[list[int]] = []
+
+    def __call__(self, prediction) -> dict:
+        logits, labels = prediction
+        right = np.argmax(logits, axis=-1) == labels
+        self.correct.append(right.astype(int).tolist())
+        return {"accuracy": float(right.mean())}
+
+    def test_correct(self, epoch_index: int) -> list[int]:
+        return self.correct[2 * epoch_index + 1]
 
 
 def finetune_once(
@@ -64,7 +77,8 @@ def finetune_once(
     seed: int,
     output: Path,
 ) -> dict:
-    """One fine-tuning run; the dev-best epoch's dev and test accuracy (DIET Sec. 4)."""
+    """One fine-tuning run; the dev-best epoch's dev and test accuracy (DIET Sec. 4) and which
+    test examples it got right."""
     f = config.finetune
     torch.manual_seed(seed)
     # The MLM head is dropped and the classifier is new: expected, so not reported.
@@ -87,6 +101,7 @@ def finetune_once(
         use_cpu=not torch.cuda.is_available(),
         disable_tqdm=True,
     )
+    record = EvaluationRecord()
     with tensorboard_logs(output / TENSORBOARD):
         trainer = AtomicCheckpointTrainer(
             model=model,
@@ -94,14 +109,19 @@ def finetune_once(
             train_dataset=splits["train"],
             eval_dataset={"dev": splits["dev"], "test": splits["test"]},
             data_collator=DataCollatorWithPadding(tokenizer),
-            compute_metrics=accuracy,
+            compute_metrics=record,
         )
     trainer.train()
     history = trainer.state.log_history
     dev = [e["eval_dev_accuracy"] for e in history if "eval_dev_accuracy" in e]
     test = [e["eval_test_accuracy"] for e in history if "eval_test_accuracy" in e]
     best = int(np.argmax(dev))
-    return {"dev": dev[best], "test": test[best], "epoch": best + 1}
+    return {
+        "dev": dev[best],
+        "test": test[best],
+        "epoch": best + 1,
+        "test_correct": record.test_correct(best),
+    }
 
 
 def summarise(runs: dict[float, list[dict]]) -> dict:

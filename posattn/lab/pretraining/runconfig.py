@@ -56,11 +56,26 @@ class FinetuneSection:
 
 
 @dataclass
+class CompareSection:
+    """How `compare` spreads and repeats its cells: every arm is pretrained once per seed in
+    pretrain_seeds (pretrain.seed is then ignored) and each pretrained model is fine-tuned with
+    every finetune seed; workers: processes that run independent cells side by side, one torch
+    thread each (1: everything in this process)."""
+
+    pretrain_seeds: list[int] = field(default_factory=lambda: [0])
+    workers: int = 1
+
+    RANGES: ClassVar[dict[str, r.Range]] = {"pretrain_seeds": r.SEEDS, "workers": r.AT_LEAST_1}
+
+
+@dataclass
 class RunConfig:
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
     pretrain: PretrainSection = field(default_factory=PretrainSection)
     finetune: FinetuneSection = field(default_factory=FinetuneSection)
+    compare: CompareSection = field(default_factory=CompareSection)
+    # Arms of a comparison: encodings, ablations ("tupe-a/tie-cls") and "random-init" (arms.py)
     encodings: list[str] = field(default_factory=lambda: ["learned", "tupe-r", "diet-abs"])
 
 

@@ -1,0 +1,68 @@
+"""The arms of a comparison: an encoding, or an encoding with one ablation of the papers.
+
+An arm is named `ENCODING` or `ENCODING/VARIANT` (`tupe-a/tie-cls`, `learned/segments-attention`,
+`diet-abs/share-none`); `random-init` is the `learned` architecture fine-tuned without any
+pretraining, the floor every pretrained arm must clear. The variants are the papers' ablations:
+
+    tie-cls             TUPE-A without the untied [CLS] (TUPE Sec. 4.2, untie_cls=False)
+    segments-attention  segment ids inside attention (DIET Eq. 2)
+    segments-input      segment embeddings at the input (BERT)
+    share-none          DIET-ABS / DIET-REL tables per layer (DIET Sec. 4.4)
+    share-layer         shared across layers, per head
+    share-head          shared across heads, per layer
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ...encodings import ENCODINGS
+from ...errors import invalid, require_choice
+from .runconfig import RunConfig
+
+RANDOM_INIT = "random-init"
+VARIANTS: dict[str, dict[str, Any]] = {
+    "tie-cls": {"encoding_options": {"untie_cls": False}},
+    "segments-attention": {"segments": "attention"},
+    "segments-input": {"segments": "input"},
+    "share-none": {"encoding_options": {"sharing": "none"}},
+    "share-layer": {"encoding_options": {"sharing": "layer"}},
+    "share-head": {"encoding_options": {"sharing": "head"}},
+}
+
+
+def split_arm(arm: str) -> tuple[str, str | None]:
+    """("tupe-a", "tie-cls") of "tupe-a/tie-cls"; the encoding and variant are checked."""
+    if arm == RANDOM_INIT:
+        return "learned", None
+    encoding, _, variant = arm.partition("/")
+    require_choice("encodings", encoding, (*ENCODINGS, RANDOM_INIT))
+    if variant:
+        require_choice(f"variant of {encoding!r}", variant, tuple(VARIANTS))
+    return encoding, variant or None
+
+
+def arm_config(config: RunConfig, arm: str) -> RunConfig:
+    """The run config of one arm: the model section with its encoding and variant applied."""
+    encoding, variant = split_arm(arm)
+    changes = VARIANTS.get(variant, {}) if variant else {}
+    options = {**config.model.encoding_options, **changes.get("encoding_options", {})}
+    model = replace(
+        config.model,
+        encoding=encoding,
+        encoding_options=options,
+        segments=changes.get("segments", config.model.segments),
+    )
+    return replace(config, model=model)
+
+
+def pretrained_arms(arms: list[str]) -> list[str]:
+    return [arm for arm in arms if arm != RANDOM_INIT]
+
+
+def check_arms(arms: list[str]) -> None:
+    if len(set(arms)) != len(arms):
+        raise invalid("encodings", arms, "a list without repeated names")
+    for arm in arms:
+        split_arm(arm)

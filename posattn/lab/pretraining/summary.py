@@ -1,0 +1,171 @@
+"""What a comparison concludes: per task each arm's test accuracy (%) over every (pretraining
+seed, fine-tuning seed) run with a mean and a 95% interval, the baselines on the same examples,
+the MLM validation curves, and the papers' claims tested on them (lab/runs/claims.py). Written
+as results.json (top-level `claims`, `downstream`, `baselines`, `results`), results.md and
+figures (validation_loss.png, downstream.png).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..runs.claims import Measurements, evaluate_claims
+from ..runs.figures import plt, save_figure
+from ..runs.results import claims_markdown, downstream_summary, plot_downstream
+from ..runs.stages import save_run
+from ..runs.statistics import mean_interval
+from ..runs.tables import markdown_table
+from .arms import RANDOM_INIT
+from .baselines import task_baselines
+from .runconfig import RunConfig
+
+
+def downstream_runs(results: dict, task: str) -> dict[str, list[dict]]:
+    """Per arm, every fine-tuning run of `task` at its pretrained model's best learning rate,
+    as test accuracy in %, with which test examples it got right (0 or 100 each); runs of two
+    arms pair by their seed "PRETRAIN-FINETUNE"."""
+    runs = {}
+    for arm, result in results.items():
+        arm_runs = []
+        for pretrain_seed, tuned in result["finetune"][task].items():
+            best = tuned["runs"][str(tuned["learning_rate"])]
+            for finetune_seed, run in enumerate(best):
+                correct = run.get("test_correct")
+                arm_runs.append(
+                    {
+                        "seed": f"{pretrain_seed}-{finetune_seed}",
+                        "score": 100 * run["test"],
+                        "per_example": None if correct is None else [100 * c for c in correct],
+                    }
+                )
+        runs[arm] = arm_runs
+    return runs
+
+
+def mlm_curves(results: dict) -> dict[str, list[list[list[float]]]]:
+    """Per pretrained arm, each pretraining seed's validation curve [[step, loss], ...]."""
+    return {
+        arm: [metrics["eval_loss"] for metrics in result["pretrain"].values()]
+        for arm, result in results.items()
+        if arm != RANDOM_INIT
+    }
+
+
+def baselines(config: RunConfig, tasks_source, downstream: dict) -> dict:
+    """Per task, in %: the majority class and bag-of-words logistic regression trained on the
+    training examples the fine-tuning sees and scored on its test examples, and random
+    initialisation's mean (None where the run has no random-init arm)."""
+    table = {}
+    for task in config.finetune.tasks:
+        scores = task_baselines(tasks_source, task, config.finetune)
+        table[task] = {
+            "majority": 100 * scores["majority"],
+            "bag_of_words": 100 * scores["bag_of_words"],
+            "random_init": downstream[task].get(RANDOM_INIT, {}).get("mean"),
+        }
+    return table
+
+
+def loss_cell(result: dict) -> str:
+    finals = [m["final_eval_loss"] for m in result["pretrain"].values()]
+    if any(final is None for final in finals):
+        return "-"
+    interval = mean_interval(finals)
+    if interval.low is None:
+        return f"{interval.mean:.3f}"
+    return f"{interval.mean:.3f} [{interval.low:.3f}, {interval.high:.3f}]"
+
+
+def score_cell(summary: dict | None) -> str:
+    if summary is None:
+        return "-"
+    if summary["interval"] is None:
+        return f"{summary['mean']:.1f}"
+    low, high = summary["interval"]
+    return f"{summary['mean']:.1f} [{low:.1f}, {high:.1f}]"
+
+
+def results_table(results: dict, downstream: dict, tasks: list[str]) -> str:
+    header = ["arm", "params", "MLM val loss", *tasks]
+    rows = []
+    for arm, result in results.items():
+        parameters = next(iter(result["pretrain"].values()))["parameters"]
+        cells = [score_cell(downstream[task].get(arm)) for task in tasks]
+        rows.append([f"`{arm}`", f"{parameters / 1e6:.2f}M", loss_cell(result), *cells])
+    return markdown_table(header, rows)
+
+
+def baselines_table(table: dict, tasks: list[str]) -> str:
+    def percent(value):
+        return "-" if value is None else f"{value:.1f}"
+
+    rows = [
+        [name.replace("_", " "), *(percent(table[task][name]) for task in tasks)]
+        for name in ("majority", "bag_of_words", "random_init")
+    ]
+    return markdown_table(["baseline", *tasks], rows)
+
+
+def results_markdown(config, results, downstream, table, claims, context) -> str:
+    tasks = list(config.finetune.tasks)
+    runs = len(context["pretrain_seeds"]) * len(context["finetune_seeds"])
+    parts = [
+        "# posattn compare",
+        "",
+        f"Preset `{context['preset']}`, {context['machine']}, {context['workers']} worker(s). "
+        f"Test accuracy (%): mean over {runs} runs (pretraining seeds "
+        f"{context['pretrain_seeds']} x fine-tuning seeds {context['finetune_seeds']}) at each "
+        "model's best learning rate, [95% interval of the mean]; MLM validation loss: mean over "
+        "pretraining seeds [95% interval]. Speed is measured by `posattn bench`, paired.",
+        "",
+        results_table(results, downstream, tasks),
+        "",
+        "## Baselines (same training and test examples)",
+        "",
+        baselines_table(table, tasks),
+        "",
+        claims_markdown(claims),
+        "",
+        f"Wall time: {context['wall_seconds'] / 60:.1f} min.",
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def plot_validation_loss(curves: dict, path: Path) -> Path:
+    """MLM validation loss against step: a colour per arm, a line per pretraining seed."""
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for index, (arm, seeds) in enumerate(curves.items()):
+        for seed_index, curve in enumerate(seed for seed in seeds if seed):
+            steps, losses = zip(*curve, strict=True)
+            label = arm if seed_index == 0 else None
+            axis.plot(steps, losses, color=colours[index % len(colours)], alpha=0.8, label=label)
+    axis.set(xlabel="pretraining step", ylabel="MLM validation loss", title="a line per seed")
+    axis.legend(fontsize=7)
+    axis.grid(alpha=0.3)
+    return save_figure(figure, path)
+
+
+def write_summary(config: RunConfig, output: Path, results: dict, context: dict, tasks) -> dict:
+    task_names = list(config.finetune.tasks)
+    runs = {task: downstream_runs(results, task) for task in task_names}
+    kinds = {task: "pair" if tasks.spec(task).pair else "single" for task in task_names}
+    downstream = downstream_summary(Measurements(downstream=runs))["downstream"]
+    table = baselines(config, tasks, downstream)
+    measurements = Measurements(
+        downstream=runs, task_kinds=kinds, mlm_curves=mlm_curves(results), baselines=table
+    )
+    claims = evaluate_claims(measurements)
+    markdown = results_markdown(config, results, downstream, table, claims, context)
+    summary = {
+        "context": context,
+        "claims": claims,
+        "downstream": downstream,
+        "baselines": table,
+        "results": results,
+    }
+    save_run(output, {"results.json": summary, "results.md": markdown})
+    plot_validation_loss(measurements.mlm_curves, output / "validation_loss.png")
+    plot_downstream({"downstream": downstream, "baselines": table}, output / "downstream.png")
+    print(markdown)
+    return summary
