@@ -38,7 +38,7 @@ from ..runs.stages import FINISHED, RESUME, Stage, stage_state
 from .arms import RANDOM_INIT, arm_config, check_arms
 from .baselines import save_initial_model
 from .finetune import finetune, finetune_stage
-from .pretrain import model_config, pretrain, pretrain_stage
+from .pretrain import QUIET_PROGRESS, model_config, pretrain, pretrain_stage
 from .runconfig import RunConfig
 
 console = Console()
@@ -112,7 +112,7 @@ def one_thread_worker() -> None:
     """A worker process: one torch thread (two small models on two cores beat one model on
     both) and no progress bars interleaving with the other workers'."""
     torch.set_num_threads(1)
-    os.environ["TQDM_DISABLE"] = "1"
+    os.environ[QUIET_PROGRESS] = "1"
 
 
 def run_cells(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -23,6 +24,8 @@ from ..runs.trainer import (
     tensorboard_logs,
 )
 from .runconfig import RunConfig
+
+QUIET_PROGRESS = "POSATTN_QUIET_PROGRESS"
 
 
 def model_config(config: RunConfig, tokenizer, **extra) -> PosAttnConfig:
@@ -59,7 +62,8 @@ def training_arguments(config: RunConfig, output: Path) -> TrainingArguments:
         output,
         dataloader_drop_last=True,
         report_to=["tensorboard"],  # local event files in the run dir
-        disable_tqdm=False,
+        # a compare worker runs beside others: its bar would interleave with theirs
+        disable_tqdm=os.environ.get(QUIET_PROGRESS) == "1",
     )
 
 

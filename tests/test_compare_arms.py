@@ -1,0 +1,55 @@
+"""The arms of a comparison: an encoding, one of the papers' ablations, or random-init."""
+
+import pytest
+
+from posattn import PosAttnConfigError
+from posattn.lab.pretraining.arms import arm_config, check_arms, split_arm
+from posattn.lab.pretraining.compare import Cell, cells_of
+from posattn.lab.pretraining.runconfig import load_run_config
+
+
+@pytest.fixture
+def config():
+    return load_run_config("smoke", None, ["model.encoding_options={cls_index: 0}"])
+
+
+def test_an_ablation_changes_only_what_it_names(config):
+    tied = arm_config(config, "tupe-a/tie-cls").model
+    assert (tied.encoding, tied.encoding_options) == (
+        "tupe-a",
+        {"cls_index": 0, "untie_cls": False},
+    )
+    assert tied.segments == config.model.segments
+    inside = arm_config(config, "diet-rel/segments-attention").model
+    assert (inside.encoding, inside.segments) == ("diet-rel", "attention")
+    unshared = arm_config(config, "diet-abs/share-none").model
+    assert unshared.encoding_options["sharing"] == "none"
+    assert arm_config(config, "random-init").model.encoding == "learned"
+
+
+@pytest.mark.parametrize(
+    ("arms", "fragment"),
+    [
+        (["tupe-a/untie"], "variant of 'tupe-a'"),
+        (["tupe-z"], "encodings"),
+        (["learned", "learned"], "without repeated names"),
+    ],
+)
+def test_bad_arms_are_refused_by_name(arms, fragment):
+    with pytest.raises(PosAttnConfigError) as error:
+        check_arms(arms)
+    assert fragment in str(error.value)
+
+
+def test_cells_cover_every_arm_seed_and_task(config):
+    config.encodings = ["learned", "tupe-a/tie-cls"]
+    config.compare.pretrain_seeds = [0, 3]
+    config.finetune.tasks = ["sentiment", "topic"]
+    pretraining, tuning = cells_of(config)
+    assert pretraining == [Cell(a, s) for a in config.encodings for s in (0, 3)]
+    assert len(tuning) == 8 and Cell("tupe-a/tie-cls", 3, "topic") in tuning
+    cell = Cell("tupe-a/tie-cls", 3, "topic")
+    assert cell.directory("out").as_posix() == "out/tupe-a+tie-cls/seed3/finetune/topic"
+    cell_config = cell.config(config)
+    assert cell_config.pretrain.seed == 3 and cell_config.finetune.tasks == ["topic"]
+    assert split_arm("tupe-a/tie-cls") == ("tupe-a", "tie-cls")
