@@ -19,6 +19,7 @@ from posattn.lab.runs.claims import (
     chain,
     default_claims,
     evaluate_claims,
+    lower_final_loss,
     rank_theorem,
     steps_fraction,
 )
@@ -300,6 +301,27 @@ def test_steps_fraction_fails_is_inconclusive_never_reached_and_not_tested():
     assert missing["reason"] == "not tested by this run: needs MLM validation curves of `tupe-r`"
 
 
+def loss_result(base_finals, finals) -> dict:
+    curves = {
+        "learned": [[[100, 7.0], [500, final]] for final in base_finals],
+        "tupe-r": [[[100, 7.0], [500, final]] for final in finals],
+    }
+    return result(lower_final_loss("tupe-r"), Measurements(mlm_curves=curves))
+
+
+def test_lower_final_loss_is_paired_by_seed_with_the_hand_computed_interval():
+    # differences 0.10, 0.12, 0.14: mean 0.12, s = 0.02, interval 0.12 -+ T2 * 0.02 / sqrt(3)
+    r = loss_result([6.0, 6.1, 6.2], [5.9, 5.98, 6.06])
+    low, high = r["values"]["difference"]["interval"]
+    assert r["values"]["difference"]["difference"] == pytest.approx(0.12)
+    assert (low, high) == pytest.approx((0.12 - T2 * 0.02 / 3**0.5, 0.12 + T2 * 0.02 / 3**0.5))
+    assert r["verdict"] == HOLDS and "p = 0.25" in r["reason"]
+    assert loss_result([5.9, 5.98, 6.06], [6.0, 6.1, 6.2])["verdict"] == FAILS
+    assert loss_result([6.0, 6.1, 6.2], [6.1, 6.0, 6.25])["verdict"] == INCONCLUSIVE
+    missing = result(lower_final_loss("tupe-r"), Measurements(mlm_curves={}))
+    assert missing["verdict"] == INCONCLUSIVE and missing["reason"].startswith("not tested")
+
+
 # --- DIET Theorem 1 ---------------------------------------------------------------------------
 
 
@@ -319,7 +341,7 @@ def test_rank_theorem_holds_with_exact_ranks():
 
 def test_default_claims_have_unique_ids_and_every_result_field():
     claims = default_claims()
-    assert len({c.id for c in claims}) == len(claims) == 14
+    assert len({c.id for c in claims}) == len(claims) == 16
     results = evaluate_claims(Measurements())
     assert [r["id"] for r in results] == [c.id for c in claims]
     for r in results:
@@ -400,7 +422,7 @@ def test_report_shows_the_claims_table(tmp_path):
         c["verdict"] == HOLDS for c in output["claims"]
     )
     # the flattened JSON table names the claims instead of repeating them
-    assert "<td>claims</td><td>14 claims: see the Claims section</td>" in page
+    assert "<td>claims</td><td>16 claims: see the Claims section</td>" in page
     assert "<td>downstream.sst2.learned.mean</td><td>84</td>" in page
     text = (run / "report.md").read_text()
     assert "| `diet-theorem1` | DIET (Chen et al., EMNLP 2021) |" in text
