@@ -1,11 +1,13 @@
 """The arms of a comparison: an encoding, one of the papers' ablations, or random-init."""
 
+from dataclasses import asdict
+
 import pytest
 
-from posattn import PosAttnConfigError
+from posattn import PosAttnConfig, PosAttnConfigError
 from posattn.lab.pretraining.arms import arm_config, check_arms, split_arm
 from posattn.lab.pretraining.compare import Cell, cells_of
-from posattn.lab.pretraining.runconfig import load_run_config
+from posattn.lab.pretraining.runconfig import PRESETS, load_run_config
 
 
 @pytest.fixture
@@ -53,3 +55,12 @@ def test_cells_cover_every_arm_seed_and_task(config):
     cell_config = cell.config(config)
     assert cell_config.pretrain.seed == 3 and cell_config.finetune.tasks == ["topic"]
     assert split_arm("tupe-a/tie-cls") == ("tupe-a", "tie-cls")
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_arm_builds_a_model(preset):
+    config = load_run_config(preset)
+    check_arms(config.encodings)
+    for arm in config.encodings:
+        model = arm_config(config, arm).model
+        PosAttnConfig(vocab_size=100, **asdict(model))  # the encoding checks its options here

@@ -40,7 +40,7 @@ def test_unknown_key_names_the_closest_valid_one():
 def test_bad_values_and_presets_are_rejected():
     with pytest.raises(PosAttnConfigError, match=r"pretrain.steps"):
         load_run_config(overrides=["pretrain.steps=many"])
-    with pytest.raises(PosAttnConfigError, match=r"--preset='huge'.*smoke, quick, paper-mini"):
+    with pytest.raises(PosAttnConfigError, match=r"--preset='huge'.*smoke, quick, standard, paper"):
         load_run_config("huge")
 
 

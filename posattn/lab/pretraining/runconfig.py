@@ -79,7 +79,7 @@ class RunConfig:
     encodings: list[str] = field(default_factory=lambda: ["learned", "tupe-r", "diet-abs"])
 
 
-PRESETS = ("smoke", "quick", "paper-mini")
+PRESETS = ("smoke", "quick", "standard", "paper-mini")
 
 
 def preset_path(name: str) -> Path:
