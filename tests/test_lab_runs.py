@@ -81,6 +81,14 @@ def test_compare_smoke_writes_table_results_claims_and_plots(data_dir, tmp_path)
         baselines = summary["baselines"][task]
         assert 0 <= baselines["majority"] <= 100 and 0 <= baselines["bag_of_words"] <= 100
         assert baselines["random_init"] == summary["downstream"][task]["random-init"]["mean"]
+    paired = summary["paired_with_learned"]["tupe-r"]
+    losses = [
+        r["pretrain"]["0"]["final_eval_loss"] for r in (results["tupe-r"], results["learned"])
+    ]
+    assert paired["mlm_loss"]["difference"] == pytest.approx(losses[0] - losses[1])
+    for task in ("sentiment", "paraphrase"):
+        means = [summary["downstream"][task][arm]["mean"] for arm in ("tupe-r", "learned")]
+        assert paired["tasks"][task]["difference"] == pytest.approx(means[0] - means[1])
     verdicts = {claim["verdict"] for claim in summary["claims"]}
     assert verdicts <= {"holds", "does not hold", "inconclusive"} and summary["claims"]
     table = (output / "results.md").read_text()

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..runs.claims import Measurements, evaluate_claims
+from ..runs.claims import Measurements, evaluate_claims, paired_downstream
 from ..runs.figures import plt, save_figure
 from ..runs.results import claims_markdown, downstream_summary, plot_downstream
 from ..runs.stages import save_run
-from ..runs.statistics import mean_interval
+from ..runs.statistics import mean_interval, paired_permutation
 from ..runs.tables import markdown_table
 from .arms import RANDOM_INIT
 from .baselines import task_baselines
@@ -106,7 +106,57 @@ def baselines_table(table: dict, tasks: list[str]) -> str:
     return markdown_table(["baseline", *tasks], rows)
 
 
-def results_markdown(config, results, downstream, table, claims, context) -> str:
+BASELINE_ARM = "learned"
+
+
+def difference_text(comparison: dict | None, digits: int = 1) -> str:
+    """ "+1.2 [-0.3, +2.7]": a paired difference with its 95% interval (no interval: one pair)."""
+    if comparison is None:
+        return "-"
+    text = f"{comparison['difference']:+.{digits}f}"
+    if comparison["interval"] is not None:
+        low, high = comparison["interval"]
+        text += f" [{low:+.{digits}f}, {high:+.{digits}f}]"
+    return text
+
+
+def paired_with_baseline_arm(results: dict, measurements: Measurements) -> dict:
+    """Per arm other than BERT-A (`learned`): its final MLM validation loss minus BERT-A's,
+    paired by pretraining seed (t-interval, exact sign-flip p-value), and its score on each
+    task minus BERT-A's, paired by run (bootstrap over runs and test examples)."""
+    if BASELINE_ARM not in results:
+        return {}
+    paired = {}
+    base_losses = [m["final_eval_loss"] for m in results[BASELINE_ARM]["pretrain"].values()]
+    for arm, result in results.items():
+        if arm == BASELINE_ARM:
+            continue
+        losses = [m["final_eval_loss"] for m in result["pretrain"].values()]
+        loss = None
+        if None not in losses and len(losses) == len(base_losses):
+            loss = paired_permutation(losses, base_losses).to_dict()
+        tasks = {}
+        for task in measurements.downstream:
+            _, comparison = paired_downstream(measurements, arm, BASELINE_ARM, [task])
+            tasks[task] = None if comparison is None else comparison.to_dict()
+        paired[arm] = {"mlm_loss": loss, "tasks": tasks}
+    return paired
+
+
+def paired_table(paired: dict, tasks: list[str]) -> str:
+    header = ["arm - `learned`", "MLM val loss", *tasks]
+    rows = [
+        [
+            f"`{arm}`",
+            difference_text(values["mlm_loss"], digits=3),
+            *(difference_text(values["tasks"].get(task)) for task in tasks),
+        ]
+        for arm, values in paired.items()
+    ]
+    return markdown_table(header, rows)
+
+
+def results_markdown(config, results, downstream, table, claims, context, paired) -> str:
     tasks = list(config.finetune.tasks)
     runs = len(context["pretrain_seeds"]) * len(context["finetune_seeds"])
     parts = [
@@ -119,6 +169,15 @@ def results_markdown(config, results, downstream, table, claims, context) -> str
         "pretraining seeds [95% interval]. Speed is measured by `posattn bench`, paired.",
         "",
         results_table(results, downstream, tasks),
+        "",
+        "## Paired against BERT-A",
+        "",
+        "Each arm minus `learned`, paired by seed: MLM validation loss (lower is better) with "
+        "a t-interval over pretraining seeds; accuracy points per task with a bootstrap "
+        "interval over runs and test examples. An interval that excludes 0 is a difference "
+        "these seeds support.",
+        "",
+        paired_table(paired, tasks) if paired else "(no `learned` arm in this run)",
         "",
         "## Baselines (same training and test examples)",
         "",
@@ -156,12 +215,14 @@ def write_summary(config: RunConfig, output: Path, results: dict, context: dict,
         downstream=runs, task_kinds=kinds, mlm_curves=mlm_curves(results), baselines=table
     )
     claims = evaluate_claims(measurements)
-    markdown = results_markdown(config, results, downstream, table, claims, context)
+    paired = paired_with_baseline_arm(results, measurements)
+    markdown = results_markdown(config, results, downstream, table, claims, context, paired)
     summary = {
         "context": context,
         "claims": claims,
         "downstream": downstream,
         "baselines": table,
+        "paired_with_learned": paired,
         "results": results,
     }
     save_run(output, {"results.json": summary, "results.md": markdown})
