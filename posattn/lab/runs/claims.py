@@ -310,6 +310,11 @@ def about_equal(a, b, margin: float = 1.0, kind: str | None = None):
 # --- the 30% claim ----------------------------------------------------------------------------
 
 
+def curves_missing(m: Measurements, *names: str) -> Outcome:
+    absent = " and ".join(f"`{n}`" for n in names if not m.mlm_curves.get(n))
+    return Outcome({}, INCONCLUSIVE, f"{NOT_TESTED}MLM validation curves of {absent}")
+
+
 def first_step_reaching(curve: list[list[float]], target: float) -> float | None:
     for step, loss in sorted(curve, key=lambda point: point[0]):
         if loss <= target:
@@ -325,9 +330,7 @@ def steps_fraction(encoding: str, base: str = "learned", limit: float = 0.3):
     def evaluate(m: Measurements) -> Outcome:
         curves, base_curves = m.mlm_curves.get(encoding), m.mlm_curves.get(base)
         if not curves or not base_curves:
-            absent = [n for n in (encoding, base) if not m.mlm_curves.get(n)]
-            names = " and ".join(f"`{n}`" for n in absent)
-            return Outcome({}, INCONCLUSIVE, f"{NOT_TESTED}MLM validation curves of {names}")
+            return curves_missing(m, encoding, base)
         fractions, never = [], []
         for seed, (curve, base_curve) in enumerate(zip(curves, base_curves, strict=False)):
             base_step, target = sorted(base_curve, key=lambda point: point[0])[-1]
@@ -375,9 +378,7 @@ def lower_final_loss(encoding: str, base: str = "learned"):
     def evaluate(m: Measurements) -> Outcome:
         curves, base_curves = m.mlm_curves.get(encoding), m.mlm_curves.get(base)
         if not curves or not base_curves:
-            absent = [n for n in (encoding, base) if not m.mlm_curves.get(n)]
-            names = " and ".join(f"`{n}`" for n in absent)
-            return Outcome({}, INCONCLUSIVE, f"{NOT_TESTED}MLM validation curves of {names}")
+            return curves_missing(m, encoding, base)
         pairs = [
             (sorted(b)[-1][1], sorted(a)[-1][1])
             for a, b in zip(curves, base_curves, strict=False)

@@ -5,6 +5,7 @@ greedy and beam search on the dev and test pairs."""
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -34,21 +35,13 @@ def load_tokenizer(config: TranslationRunConfig):
 
 
 def seq2seq_config(config: TranslationRunConfig, tokenizer) -> PosAttnSeq2SeqConfig:
-    m = config.model
+    """The encoder-decoder of a run: every field of its model section, the encoding's
+    translation defaults under its options, the loss's smoothing and the tokenizer's ids."""
+    model = asdict(config.model)
+    model["encoding_options"] = encoding_options(model["encoding"], model["encoding_options"])
     return PosAttnSeq2SeqConfig(
         vocab_size=len(tokenizer),
-        d_model=m.d_model,
-        num_layers=m.num_layers,
-        num_decoder_layers=m.num_decoder_layers,
-        num_heads=m.num_heads,
-        ffn_dim=m.ffn_dim,
-        max_len=m.max_len,
-        dropout=m.dropout,
-        attention_dropout=m.attention_dropout,
-        norm=m.norm,
-        encoding=m.encoding,
-        encoding_options=encoding_options(m.encoding, dict(m.encoding_options)),
-        kernel=m.kernel,
+        **model,
         label_smoothing=config.train.label_smoothing,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
