@@ -7,7 +7,6 @@ import torch
 from conftest import word_level_tokenizer
 
 from posattn import PosAttnConfigError
-from posattn.lab.pretraining.report import verdicts
 from posattn.lab.pretraining.runconfig import PRESETS, load_run_config
 from posattn.lab.runs.mlm_data import MaskedBlocks, pack_paragraphs
 from posattn.lab.runs.trainer import last_checkpoint, prune_checkpoints
@@ -93,23 +92,3 @@ def test_last_checkpoint_and_pruning(tmp_path):
         "checkpoint-10",
         "checkpoint-40",
     ]
-
-
-def result(test_by_seed):
-    return {
-        "finetune": {
-            "t": {
-                "test_by_seed": test_by_seed,
-                "test_median": sorted(test_by_seed)[len(test_by_seed) // 2],
-                "test_min": min(test_by_seed),
-                "test_max": max(test_by_seed),
-            }
-        }
-    }
-
-
-def test_verdicts_name_a_winner_only_without_overlap():
-    clear = {"a": result([0.9, 0.92, 0.91]), "b": result([0.8, 0.85, 0.82])}
-    assert "`a` is best on every seed" in verdicts(clear, ["t"])[0]
-    overlap = {"a": result([0.9, 0.8, 0.91]), "b": result([0.85, 0.84, 0.86])}
-    assert "no clear winner" in verdicts(overlap, ["t"])[0]

@@ -21,7 +21,7 @@ from ...models import PosAttnForMaskedLM
 from ...models.config import PosAttnConfig
 from ..runs.context import machine
 from ..runs.tables import table_lines
-from ..runs.timing import step_functions
+from .timing import step_functions
 
 # Options that the benchmark needs to build each encoding (rotary layouts are never implicit).
 BENCH_OPTIONS = {"rope": {"layout": "half"}, "xpos": {"layout": "half"}}

@@ -1,39 +1,22 @@
-"""Figures of a comparison: validation-loss curves and task scores with their seed spread."""
+"""The pretraining figure of a comparison: MLM validation loss against step, every seed."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..runs.figures import plt
+from ..runs.figures import plt, save_figure
 
 
-def plot_validation_loss(results: dict, path: Path) -> Path:
+def plot_validation_loss(curves: dict, path: Path) -> Path:
+    """MLM validation loss against step: a colour per arm, a line per pretraining seed."""
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     figure, axis = plt.subplots(figsize=(6, 4))
-    for encoding, r in results.items():
-        steps, losses = zip(*r["pretrain"]["eval_loss"], strict=True)
-        axis.plot(steps, losses, marker="o", markersize=3, label=encoding)
-    axis.set(xlabel="pretraining step", ylabel="MLM validation loss", title="Masked-LM pretraining")
-    axis.legend()
+    for index, (arm, seeds) in enumerate(curves.items()):
+        for seed_index, curve in enumerate(seed for seed in seeds if seed):
+            steps, losses = zip(*curve, strict=True)
+            label = arm if seed_index == 0 else None
+            axis.plot(steps, losses, color=colours[index % len(colours)], alpha=0.8, label=label)
+    axis.set(xlabel="pretraining step", ylabel="MLM validation loss", title="a line per seed")
+    axis.legend(fontsize=7)
     axis.grid(alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
-
-
-def plot_task_scores(results: dict, tasks: list[str], path: Path) -> Path:
-    encodings = list(results)
-    figure, axes = plt.subplots(1, len(tasks), figsize=(3.2 * len(tasks), 3.6), squeeze=False)
-    for axis, task in zip(axes[0], tasks, strict=True):
-        for x, encoding in enumerate(encodings):
-            seeds = [100 * s for s in results[encoding]["finetune"][task]["test_by_seed"]]
-            median = 100 * results[encoding]["finetune"][task]["test_median"]
-            axis.scatter([x] * len(seeds), seeds, s=12, alpha=0.6)
-            axis.hlines(median, x - 0.3, x + 0.3, color="black")
-        axis.set_xticks(range(len(encodings)), encodings, rotation=45, ha="right")
-        axis.set(title=task, ylabel="test accuracy (%)")
-        axis.grid(axis="y", alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)

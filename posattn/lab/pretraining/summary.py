@@ -10,13 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..runs.claims import Measurements, evaluate_claims, paired_downstream
-from ..runs.figures import plt, save_figure
 from ..runs.results import claims_markdown, downstream_summary, plot_downstream
 from ..runs.stages import save_run
 from ..runs.statistics import mean_interval, paired_permutation
 from ..runs.tables import markdown_table
 from .arms import RANDOM_INIT
 from .baselines import task_baselines
+from .plots import plot_validation_loss
 from .runconfig import RunConfig
 
 
@@ -188,21 +188,6 @@ def results_markdown(config, results, downstream, table, claims, context, paired
         f"Wall time: {context['wall_seconds'] / 60:.1f} min.",
     ]
     return "\n".join(parts) + "\n"
-
-
-def plot_validation_loss(curves: dict, path: Path) -> Path:
-    """MLM validation loss against step: a colour per arm, a line per pretraining seed."""
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    figure, axis = plt.subplots(figsize=(6, 4))
-    for index, (arm, seeds) in enumerate(curves.items()):
-        for seed_index, curve in enumerate(seed for seed in seeds if seed):
-            steps, losses = zip(*curve, strict=True)
-            label = arm if seed_index == 0 else None
-            axis.plot(steps, losses, color=colours[index % len(colours)], alpha=0.8, label=label)
-    axis.set(xlabel="pretraining step", ylabel="MLM validation loss", title="a line per seed")
-    axis.legend(fontsize=7)
-    axis.grid(alpha=0.3)
-    return save_figure(figure, path)
 
 
 def write_summary(config: RunConfig, output: Path, results: dict, context: dict, tasks) -> dict:
