@@ -40,6 +40,7 @@ from .baselines import save_initial_model
 from .finetune import finetune, finetune_stage
 from .pretrain import QUIET_PROGRESS, model_config, pretrain, pretrain_stage
 from .runconfig import RunConfig
+from .summary import write_summary
 
 console = Console()
 
@@ -184,8 +185,6 @@ def compare(
 ) -> dict:
     """Every cell in output/, then results.json, results.md and the figures.
     overwrite: discard cells written with other settings instead of refusing them."""
-    from .summary import write_summary  # the report side: statistics, claims, figures
-
     output = Path(output)
     check_before_training(config, tokenizer, tasks)
     check_stages(config, output, overwrite)
