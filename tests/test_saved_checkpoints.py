@@ -37,3 +37,19 @@ def test_checkpoint_saved_before_the_move_loads_with_the_same_logits(name):
     torch.testing.assert_close(
         logits, torch.tensor(EXPECTED[name], dtype=torch.float32), rtol=1e-5, atol=1e-6
     )
+
+
+def test_an_old_causal_checkpoint_is_saved_again_under_todays_names(tmp_path):
+    from safetensors.torch import load_file
+
+    model = AutoModelForCausalLM.from_pretrained(SAVED / "causal-lm-t5")
+    model.save_pretrained(tmp_path)
+    names = set(load_file(tmp_path / "model.safetensors"))
+    assert "posattn.encoder.embeddings.word.weight" in names
+    assert not any(n.startswith("posattn.") and not n.startswith("posattn.encoder.") for n in names)
+    again, info = AutoModelForCausalLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    with torch.no_grad():
+        logits = again.eval()(input_ids=IDS).logits.flatten()[:12]
+    expected = torch.tensor(EXPECTED["causal-lm-t5"], dtype=torch.float32)
+    torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-6)
