@@ -20,16 +20,17 @@ from .plots import plot_validation_loss
 from .runconfig import RunConfig
 
 
-def downstream_runs(results: dict, task: str) -> dict[str, list[dict]]:
+def downstream_runs(results: dict, task: str, finetune_seeds: list[int]) -> dict[str, list[dict]]:
     """Per arm, every fine-tuning run of `task` at its pretrained model's best learning rate,
     as test accuracy in %, with which test examples it got right (0 or 100 each); runs of two
-    arms pair by their seed "PRETRAIN-FINETUNE"."""
+    arms pair by their seeds "PRETRAIN-FINETUNE" (fine-tuning runs come in finetune.seeds
+    order)."""
     runs = {}
     for arm, result in results.items():
         arm_runs = []
         for pretrain_seed, tuned in result["finetune"][task].items():
             best = tuned["runs"][str(tuned["learning_rate"])]
-            for finetune_seed, run in enumerate(best):
+            for finetune_seed, run in zip(finetune_seeds, best, strict=True):
                 correct = run.get("test_correct")
                 arm_runs.append(
                     {
@@ -192,7 +193,8 @@ def results_markdown(config, results, downstream, table, claims, context, paired
 
 def write_summary(config: RunConfig, output: Path, results: dict, context: dict, tasks) -> dict:
     task_names = list(config.finetune.tasks)
-    runs = {task: downstream_runs(results, task) for task in task_names}
+    seeds = list(config.finetune.seeds)
+    runs = {task: downstream_runs(results, task, seeds) for task in task_names}
     kinds = {task: "pair" if tasks.spec(task).pair else "single" for task in task_names}
     downstream = downstream_summary(Measurements(downstream=runs))["downstream"]
     table = baselines(config, tasks, downstream)
