@@ -17,6 +17,7 @@ process with several threads.
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import os
@@ -88,14 +89,21 @@ def cells_of(config: RunConfig) -> tuple[list[Cell], list[Cell]]:
     return pretraining, tuning
 
 
+@functools.cache
+def prepared_data(data_dir: str | None) -> tuple[PreparedData, object]:
+    """The data and tokenizer of a process, made once: the cells a worker runs then share
+    pretrain.packed_blocks' cache instead of packing the corpus again for every cell."""
+    data = PreparedData(data_dir)
+    return data, data.tokenizer()
+
+
 def run_cell(config: RunConfig, cell: Cell, output: Path, overwrite: bool = False) -> str:
     """Compute one cell unless it is finished with the same settings; returns its name."""
     stage = cell.stage(config, output)
     state = stage_state(stage, overwrite)
     if state == FINISHED:
         return cell.name
-    data = PreparedData(config.data.data_dir)
-    tokenizer = data.tokenizer()
+    data, tokenizer = prepared_data(config.data.data_dir)
     cell_config = cell.config(config)
     directory = cell.directory(output)
     if cell.task is not None:
