@@ -7,7 +7,7 @@ import torch
 from conftest import PROJECTED, settings_of, tiny_encoder
 
 from posattn import execution
-from posattn.encodings import ENCODINGS
+from posattn.encodings import ENCODINGS, ModelDims, build_encoding
 from posattn.errors import PosAttnConfigError
 from posattn.kernels import (
     KERNELS,
@@ -266,3 +266,29 @@ def test_shaw_values_run_eager_whatever_the_kernel(recording_kernel):
     assert not recording_kernel
     for out in outputs.values():
         torch.testing.assert_close(out, outputs["eager"], atol=0, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("encoding", "options"),
+    [
+        ("t5", {}),
+        ("t5", {"bidirectional": False}),
+        ("diet-rel", {"max_distance": 3}),
+        ("diet-rel", {"sharing": "none"}),
+        ("kerple", {"kernel": "power"}),
+        ("alibi", {}),
+    ],
+)
+def test_offset_bias_describes_the_same_bias_by_its_diagonals(encoding, options):
+    # A kernel that reads the table must see exactly the bias the eager path adds.
+    dims = ModelDims(d_model=12, num_heads=3, num_layers=2, max_len=16)
+    module = build_encoding(encoding, dims, options)
+    module.eval()
+    seq_len = 7
+    for terms in module.layer_terms(seq_len, "cpu", torch.float32):
+        table = terms.offset_bias
+        assert table.shape == (3, 2 * seq_len - 1)
+        i, j = torch.meshgrid(torch.arange(seq_len), torch.arange(seq_len), indexing="ij")
+        expected = table[:, j - i + seq_len - 1]
+        torch.testing.assert_close(terms.bias[0], expected, rtol=0, atol=0)
+        assert terms.query_rows(2).offset_bias is None

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from .base import LayerTerms, Place, PositionalEncoding
-from .relative import relative_positions
+from .relative import offsets, toeplitz
 
 
 def alibi_slopes(num_heads: int) -> Tensor:
@@ -45,7 +45,10 @@ class Alibi(PositionalEncoding):
 
     def layer_terms(self, seq_len, device, dtype):
         # -m |j - i| equals -m (i - j) wherever the causal mask lets a key through.
-        distance = relative_positions(seq_len, device).abs()
+        distance = offsets(seq_len, device).abs()
         slopes = alibi_slopes(self.dims.num_heads).to(device)
-        bias = (-slopes[:, None, None] * distance).to(dtype).unsqueeze(0)
-        return [LayerTerms(scale=self.content_scale(), bias=bias)] * self.dims.num_layers
+        by_offset = (-slopes[:, None] * distance).to(dtype)
+        terms = LayerTerms(
+            scale=self.content_scale(), bias=toeplitz(by_offset).unsqueeze(0), offset_bias=by_offset
+        )
+        return [terms] * self.dims.num_layers

@@ -83,6 +83,11 @@ class LayerTerms:
         the fused kernels fold into the dot product (`posattn.kernels.fold`) instead of adding
         [H, n, n] logits whose gradient SDPA cannot fuse. `bias` stays for the eager
         reference and for inspection.
+    offset_bias: [H, 2n-1] values per offset j - i (`relative.offsets` order) with
+        bias[..., h, i, j] == offset_bias[h, j - i + n - 1]: the same bias described by its
+        2n - 1 distinct values, for kernels that read a Toeplitz bias from its table instead of
+        an [H, n, n] tensor (and reduce its gradient along diagonals). Set only where `bias` is
+        exactly that Toeplitz matrix; `bias` stays for the eager reference.
     """
 
     scale: float
@@ -92,6 +97,7 @@ class LayerTerms:
     value_term: Callable[[Tensor], Tensor] | None = None
     project_kv: Callable[[Tensor, Tensor, Tensor | None], tuple[Tensor, Tensor]] | None = None
     bias_factors: tuple[Tensor, Tensor] | None = None
+    offset_bias: Tensor | None = None
 
     def query_rows(self, start: int) -> LayerTerms:
         """These terms, built for a length n, restricted to the query rows [start, n) over all n
@@ -100,7 +106,8 @@ class LayerTerms:
         bias -> bias[..., start:, :]. The callables are row-wise in the queries (query row i of
         their output depends on query row i only), so they run on the queries with `start`
         zero rows in front and the first `start` output rows are dropped: the result equals
-        rows [start, n) of the full computation at length n.
+        rows [start, n) of the full computation at length n. `offset_bias` is dropped: the
+        rows no longer start at query 0, so kernels read the sliced `bias` instead.
         """
         if start == 0:
             return self

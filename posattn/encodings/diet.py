@@ -139,8 +139,12 @@ class DietRelative(PositionalEncoding):
         return per_layer_terms(
             self.options.sharing,
             self.dims.num_layers,
-            lambda g: LayerTerms(scale=scale, bias=toeplitz(self.table[g][rows].T).unsqueeze(0)),
+            lambda g: self.toeplitz_terms(scale, self.table[g][rows].T),
         )
+
+    @staticmethod
+    def toeplitz_terms(scale: float, by_offset: Tensor) -> LayerTerms:
+        return LayerTerms(scale=scale, bias=toeplitz(by_offset).unsqueeze(0), offset_bias=by_offset)
 
 
 __all__ = ["DietAbsOptions", "DietAbsolute", "DietRelOptions", "DietRelative"]

@@ -72,5 +72,9 @@ class Kerple(PositionalEncoding):
             by_offset = -r1 * torch.log1p(r2 * distance)
         else:
             by_offset = -r1 * distance.pow(r2)
-        terms = LayerTerms(scale=self.content_scale(), bias=toeplitz(by_offset).unsqueeze(0))
+        terms = LayerTerms(
+            scale=self.content_scale(),
+            bias=toeplitz(by_offset).unsqueeze(0),
+            offset_bias=by_offset,
+        )
         return [terms] * self.dims.num_layers

@@ -84,9 +84,13 @@ class T5BiasTable(nn.Module):
         super().__init__()
         self.weight = normal_parameter(num_buckets, num_heads, std=std)
 
+    def by_offset(self, offset_buckets: Tensor) -> Tensor:
+        """[2n - 1] buckets of the offsets (`cached_buckets`) -> [H, 2n - 1] per offset."""
+        return self.weight[offset_buckets].T
+
     def forward(self, offset_buckets: Tensor) -> Tensor:
         """[2n - 1] buckets of the offsets (`cached_buckets`) -> the bias [1, H, n, n]."""
-        return toeplitz(self.weight[offset_buckets].T).unsqueeze(0)
+        return toeplitz(self.by_offset(offset_buckets)).unsqueeze(0)
 
 
 class T5Bias(PositionalEncoding):
@@ -114,8 +118,13 @@ class T5Bias(PositionalEncoding):
         return cached_buckets(seq_len, str(device), o.bidirectional, o.num_buckets, o.max_distance)
 
     def layer_terms(self, seq_len, device, dtype):
-        bias = self.relative(self.buckets(seq_len, device))
-        return [LayerTerms(scale=self.content_scale(), bias=bias)] * self.dims.num_layers
+        by_offset = self.relative.by_offset(self.buckets(seq_len, device))
+        terms = LayerTerms(
+            scale=self.content_scale(),
+            bias=toeplitz(by_offset).unsqueeze(0),
+            offset_bias=by_offset,
+        )
+        return [terms] * self.dims.num_layers
 
 
 class BertRelative(T5Bias):
