@@ -89,6 +89,7 @@ class Encoder(nn.Module):
     """
 
     layer_type: type[nn.Module] = EncoderLayer  # the decoder (decoder.py) swaps in its own
+    main_input_name = "input_ids"  # what transformers' generate reads from a model's .encoder
 
     def __init__(self, config: PosAttnConfig) -> None:
         super().__init__()
