@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.utils import logging
 
 from ..attention import MultiHeadAttention
 from ..encodings import LayerTerms, build_encoding
@@ -12,6 +14,8 @@ from ..errors import invalid, require
 from ..kernels import build_attention_mask
 from .config import PosAttnConfig
 from .segments import SegmentAttentionBias
+
+logger = logging.get_logger(__name__)
 
 
 class Embeddings(nn.Module):
@@ -52,7 +56,10 @@ class FeedForward(nn.Module):
         return self.dropout(self.down(F.gelu(self.up(x))))
 
 
-class EncoderLayer(nn.Module):
+class EncoderLayer(GradientCheckpointingLayer):
+    """One self-attention + feed-forward block; `model.gradient_checkpointing_enable()`
+    recomputes its activations in the backward pass (transformers' GradientCheckpointingLayer)."""
+
     def __init__(self, config: PosAttnConfig) -> None:
         super().__init__()
         self.pre_norm = config.norm == "pre"
@@ -192,6 +199,7 @@ class Encoder(nn.Module):
         """cache: None, or an object with `get_seq_length()` and `update(k, v, layer_index)`
         (transformers' `DynamicCache`); it then holds the past tokens and receives the new
         ones, attention_mask covers past + new tokens and segment_ids the new ones."""
+        cache = checked_cache(self, cache)
         past_length = 0 if cache is None else cache.get_seq_length()
         x, terms, mask, segment_bias = self.layer_inputs(
             input_ids, attention_mask, segment_ids, past_length
@@ -201,6 +209,30 @@ class Encoder(nn.Module):
         ):
             x = layer(x, layer_terms, mask, layer_segments, cache, index)
         return x if self.final_norm is None else self.final_norm(x)
+
+
+def checkpointing(stack: nn.Module) -> bool:
+    """The stack's layers recompute their activations in this (training) forward."""
+    return stack.training and any(
+        getattr(layer, "gradient_checkpointing", False) for layer in stack.layers
+    )
+
+
+def checked_cache(stack: nn.Module, cache):
+    """The cache to use: none while training with gradient checkpointing (the recomputed
+    forward would append the keys and values a second time), as transformers' models do. An
+    empty cache is left unused with a warning; one holding tokens is an error, since the
+    input ids are then only the new tokens."""
+    if cache is None or not checkpointing(stack):
+        return cache
+    if cache.get_seq_length():
+        raise invalid(
+            "past_key_values",
+            f"{cache.get_seq_length()} cached tokens",
+            "no cache while training with gradient checkpointing (model.eval() to decode)",
+        )
+    logger.warning_once("Gradient checkpointing in training: the key/value cache is not used.")
+    return None
 
 
 def init_weights(module: nn.Module, std: float) -> None:

@@ -38,6 +38,10 @@ class PosAttnPreTrainedModel(PreTrainedModel):
     base_model_prefix = "posattn"
     main_input_name = "input_ids"
     legacy_key_mapping: dict[str, str] | None = None
+    # `gradient_checkpointing_enable()` checkpoints every EncoderLayer / DecoderLayer.
+    supports_gradient_checkpointing = True
+    # The repeated blocks: device_map / FSDP auto-wrap never split one across devices.
+    _no_split_modules = ["EncoderLayer", "DecoderLayer"]  # noqa: RUF012
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
