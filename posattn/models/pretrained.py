@@ -14,6 +14,8 @@ from torch.nn import functional as F
 from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput
 
+from ..attention import MultiHeadAttention
+from .attn_implementation import attn_implementation_of, kernel_of
 from .config import PosAttnConfig
 from .encoder import Encoder, init_weights
 
@@ -42,6 +44,33 @@ class PosAttnPreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = True
     # The repeated blocks: device_map / FSDP auto-wrap never split one across devices.
     _no_split_modules = ["EncoderLayer", "DecoderLayer"]  # noqa: RUF012
+    # attn_implementation "sdpa" and "flex_attention" run posattn's SDPA and FlexAttention
+    # kernels (posattn.models.attn_implementation maps every name onto a kernel).
+    _supports_sdpa = True
+    _supports_flex_attn = True
+
+    def _check_and_adjust_attn_implementation(
+        self, attn_implementation: str | None, is_init_check: bool = False, **kwargs
+    ) -> str:
+        """The transformers name of the posattn kernel `attn_implementation` selects (None:
+        the config's kernel); an unknown name is a clear error."""
+        kernel = (
+            self.config.kernel if attn_implementation is None else kernel_of(attn_implementation)
+        )
+        if kernel == "flex":
+            self._flex_attn_can_dispatch(is_init_check)
+        return attn_implementation_of(kernel)
+
+    def set_attn_implementation(self, attn_implementation: str | dict, **kwargs) -> None:
+        """transformers' switch, applied to every attention module (posattn's kernels under
+        transformers' names: posattn.models.attn_implementation)."""
+        super().set_attn_implementation(attn_implementation, **kwargs)
+        kernel = self.config.kernel
+        for module in self.modules():
+            if isinstance(module, Encoder):
+                module.config.kernel = kernel  # an encoder-decoder's stacks have their own
+            elif isinstance(module, MultiHeadAttention):
+                module.set_kernel(kernel)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
