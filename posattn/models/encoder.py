@@ -163,7 +163,13 @@ class Encoder(nn.Module):
             if value is not None and tuple(value.shape) != shape:
                 what = "cached + new tokens" if name == "attention_mask" else "input_ids.shape"
                 raise invalid(f"{name}.shape", tuple(value.shape), f"must be {shape} ({what})")
-        if segment_ids is not None and segment_ids.numel():
+        if segment_ids is not None and segment_ids.numel() and torch.compiler.is_compiling():
+            # Reading the values out would break the graph: the check runs inside it.
+            in_range = (segment_ids >= 0) & (segment_ids < self.config.num_segments)
+            torch._assert_async(
+                in_range.all(), f"segment_ids must be in [0, {self.config.num_segments - 1}]"
+            )
+        elif segment_ids is not None and segment_ids.numel():
             low, high = int(segment_ids.min()), int(segment_ids.max())
             if low < 0 or high >= self.config.num_segments:
                 raise invalid(
