@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
 from posattn import PosAttnConfigError
@@ -74,6 +75,11 @@ def test_compare_smoke_writes_table_results_claims_and_plots(data_dir, tmp_path)
                 assert sum(correct) / len(correct) == pytest.approx(run["test"])
         model = output / arm / "seed0" / "pretrain" / "model" / "model.safetensors"
         assert model.is_file()
+        card = ModelCard.load(model.parent / "README.md")
+        encoding = "learned" if arm == "random-init" else arm.split("/")[0]
+        assert encoding in card.data.tags and card.data.library_name == "posattn"
+        if arm != "random-init":
+            assert f"| final_eval_loss | {pretrained['final_eval_loss']} |" in card.text
     for task in ("sentiment", "paraphrase"):
         downstream = summary["downstream"][task]["tupe-r"]
         low, high = downstream["interval"]
