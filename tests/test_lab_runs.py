@@ -73,6 +73,7 @@ def test_compare_smoke_writes_table_results_claims_and_plots(data_dir, tmp_path)
                 correct = run["test_correct"]
                 assert correct and set(correct) <= {0, 1}
                 assert sum(correct) / len(correct) == pytest.approx(run["test"])
+                assert -1 <= run["test_matthews"] <= 1 and 0 <= run["test_f1_macro"] <= 1
         model = output / arm / "seed0" / "pretrain" / "model" / "model.safetensors"
         assert model.is_file()
         card = ModelCard.load(model.parent / "README.md")
