@@ -20,6 +20,8 @@ from posattn import (
 )
 from posattn.errors import PosAttnConfigError
 
+pytestmark = pytest.mark.filterwarnings("ignore:`gradient_checkpointing_enable` is deprecated")
+
 
 def masked_lm(encoding: str, dropout: float) -> PosAttnForMaskedLM:
     config = tiny_config(encoding, dropout=dropout, attention_dropout=dropout)
@@ -100,7 +102,6 @@ CASES = [
 ]
 
 
-@pytest.mark.filterwarnings("ignore:`gradient_checkpointing_enable` is deprecated")
 @pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated")
 @pytest.mark.parametrize("dropout", [0.0, 0.2])
 @pytest.mark.parametrize(("kind", "build", "encoding"), CASES)
@@ -156,3 +157,11 @@ def test_a_cache_in_checkpointed_training_is_dropped_when_empty_else_refused():
     model.train()
     with pytest.raises(PosAttnConfigError, match="past_key_values"):
         model(ids[:, :1], past_key_values=filled)
+
+
+def test_reentrant_checkpointing_is_refused_with_the_reason():
+    model = masked_lm("tupe-r", 0.0)
+    with pytest.raises(PosAttnConfigError, match="use_reentrant"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    assert model.is_activation_checkpointing

@@ -15,6 +15,7 @@ from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput
 
 from ..attention import MultiHeadAttention
+from ..errors import invalid
 from .attn_implementation import attn_implementation_of, kernel_of
 from .config import PosAttnConfig
 from .encoder import Encoder, init_weights
@@ -44,6 +45,25 @@ class PosAttnPreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = True
     # The repeated blocks: device_map / FSDP auto-wrap never split one across devices.
     _no_split_modules = ["EncoderLayer", "DecoderLayer"]  # noqa: RUF012
+
+    def activation_checkpointing_enable(
+        self, activation_checkpointing_kwargs=None, every_n_layers: int = 1, offload: bool = False
+    ):
+        """transformers' switch (also reached by `gradient_checkpointing_enable`), with
+        torch's non-reentrant checkpoint only: a layer receives the positional terms its
+        layers share inside a `LayerTerms`, through which reentrant checkpointing cannot
+        differentiate (it would backward through the shared terms once per layer)."""
+        if (activation_checkpointing_kwargs or {}).get("use_reentrant", False):
+            raise invalid(
+                "use_reentrant",
+                True,
+                "False (transformers' default): positional terms shared by the layers need "
+                "non-reentrant checkpointing",
+            )
+        super().activation_checkpointing_enable(
+            activation_checkpointing_kwargs, every_n_layers=every_n_layers, offload=offload
+        )
+
     # attn_implementation "sdpa" and "flex_attention" run posattn's SDPA and FlexAttention
     # kernels (posattn.models.attn_implementation maps every name onto a kernel).
     _supports_sdpa = True
