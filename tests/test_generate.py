@@ -138,3 +138,33 @@ def test_causal_generate_with_cache_equals_without(encoding):
     plain = model.generate(prompt, use_cache=False, **kwargs)
     assert torch.equal(cached.sequences, plain.sequences)
     torch.testing.assert_close(torch.stack(cached.logits), torch.stack(plain.logits))
+
+
+def test_generate_translates_text_with_a_posattn_tokenizer_like_translate(tmp_path):
+    """transformers 5 has no translation pipeline: tokenizer -> generate -> batch_decode is
+    its replacement, and it gives `posattn translate`'s greedy output."""
+    from translation_fixtures import build_toy_translation
+
+    from posattn.data.translation_tokenizer import load_translation_tokenizer
+    from posattn.lab.translation.translate import translate
+
+    folder = build_toy_translation(tmp_path)
+    tokenizer = load_translation_tokenizer(folder / "translation/toy/tokenizer")
+    torch.manual_seed(0)
+    config = PosAttnSeq2SeqConfig(
+        vocab_size=len(tokenizer),
+        d_model=16,
+        num_layers=1,
+        num_heads=2,
+        ffn_dim=16,
+        max_len=32,
+        encoding="t5",
+        init_std=1.0,
+    )
+    model = PosAttnForSeq2SeqLM(config).eval()
+    sources = ["the cat sat", "the big dog ran under the tree"]
+    own, _ = translate(model, tokenizer, sources, SearchSettings(beam_size=1, max_new_tokens=8))
+    batch = tokenizer(sources, padding=True, return_tensors="pt")
+    ids = model.generate(**batch, max_new_tokens=8, do_sample=False)
+    assert tokenizer.batch_decode(ids, skip_special_tokens=True) == own
+    assert own[0] != own[1]

@@ -165,3 +165,13 @@ def test_reentrant_checkpointing_is_refused_with_the_reason():
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
     model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     assert model.is_activation_checkpointing
+
+
+def test_no_split_modules_name_the_repeated_layers_of_every_stack():
+    for model in (masked_lm("t5", 0.0), causal_lm("rope", 0.0), seq2seq("t5", 0.0)):
+        layers = {type(m).__name__ for m in model.modules() if hasattr(m, "ffn")}
+        assert layers and layers <= set(model._no_split_modules)
+    assert {type(m).__name__ for m in seq2seq("t5", 0.0).modules() if hasattr(m, "ffn")} == {
+        "EncoderLayer",
+        "DecoderLayer",
+    }
