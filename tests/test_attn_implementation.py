@@ -189,3 +189,14 @@ def test_posattn_kernels_in_a_causal_grouped_query_model(calls):
         got = llama("posattn-sdpa-lowmem")(ids).last_hidden_state
     assert calls == ["sdpa-lowmem"]
     torch.testing.assert_close(got, expected)
+
+
+def test_output_attentions_in_a_config_needs_eager_as_in_transformers():
+    """transformers refuses to switch a config to output_attentions beside a fused kernel; the
+    report being true, posattn's default (posattn-auto) is refused too, and eager accepted."""
+    config = PosAttnConfig(d_model=8, num_heads=2)
+    with pytest.raises(ValueError, match="posattn-auto"):
+        config.output_attentions = True
+    config = PosAttnConfig(d_model=8, num_heads=2, attn_implementation="eager")
+    config.output_attentions = True
+    assert config.kernel == "eager" and config.output_attentions
