@@ -391,3 +391,26 @@ def test_per_row_terms_run_in_every_kernel_with_equal_gradients(encoding, kernel
     torch.testing.assert_close(fused, eager, atol=1e-9, rtol=0)
     for fused_grad, eager_grad in zip(fused_grads, eager_grads, strict=True):
         torch.testing.assert_close(fused_grad, eager_grad, atol=1e-8, rtol=0)
+
+
+def test_a_cache_remembers_its_positions_and_later_tokens_take_the_defaults():
+    """After a forward at given positions, a call without position_ids puts its tokens at
+    transformers' default positions past, past + 1, ... while the cached keys keep theirs;
+    past the table it raises naming position_ids."""
+    from transformers import DynamicCache
+
+    model = random_lm("learned", segments="none", max_len=8)
+    ids = torch.randint(1, 40, (1, 8))
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(ids[:, :4], position_ids=torch.tensor([[3, 4, 5, 6]]), past_key_values=cache)
+        later = model(ids[:, 4:6], past_key_values=cache).logits
+        full = model(
+            ids[:, :6],
+            attention_mask=torch.ones(1, 6, dtype=torch.long),
+            position_ids=torch.tensor([[3, 4, 5, 6, 4, 5]]),
+        ).logits
+        torch.testing.assert_close(later, full[:, 4:6], atol=1e-9, rtol=0)
+        model(ids[:, 6:8], past_key_values=cache)  # at 6, 7
+        with pytest.raises(PosAttnConfigError, match=r"position_ids=.*\[8, 8\].*max_len=8"):
+            model(ids[:, :1], past_key_values=cache)
