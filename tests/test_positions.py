@@ -47,6 +47,11 @@ VARIANTS = [
     ("t5", {"bidirectional": False, "num_buckets": 4, "max_distance": 6}),
     ("diet-abs", {"sharing": "none", "rank": 2}),
     ("tupe-a", {"untie_cls": False}),
+    (
+        "rope",
+        {"scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}},
+    ),
+    ("xpos", {"scaling": {"rope_type": "dynamic", "factor": 2.0}}),
 ]
 
 

@@ -149,15 +149,21 @@ class Rope(PositionalEncoding):
         terms = LayerTerms(scale=self.content_scale(), transform_qk=transform)
         return [terms] * self.dims.num_layers
 
-    def angles_at(self, positions: Tensor) -> Tensor:
-        """[B, 1, n, d_rot/2] angles of the tokens at positions [B, n] (broadcast over heads)."""
+    def cos_sin_at(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """`cos_sin` of the tokens at positions [B, n]: [B, 1, n, d_rot/2] each (broadcast
+        over heads). A scaling rule that depends on the length (dynamic NTK, LongRoPE) takes
+        the largest position + 1, as transformers' rotary embeddings do with position_ids."""
         o = self.options
-        return rotary_angles(positions, self.rotary_dim, o.base, o.scale)[:, None]
+        if o.scaling is None:
+            angles = rotary_angles(positions, self.rotary_dim, o.base, o.scale)[:, None]
+            return angles.cos(), angles.sin()
+        inverse, factor = self.frequencies(int(positions.max()) + 1)
+        angles = (positions.double()[..., None] * inverse.to(positions.device))[:, None]
+        return angles.cos() * factor, angles.sin() * factor
 
     def layer_terms_at(self, positions, dtype):
         self.require_positions(positions)
-        angles = self.angles_at(positions)
-        transform = partial(self._rotate_qk, angles.cos(), angles.sin(), self.options.layout)
+        transform = partial(self._rotate_qk, *self.cos_sin_at(positions), self.options.layout)
         return [LayerTerms(scale=self.content_scale(), transform_qk=transform)] * (
             self.dims.num_layers
         )
@@ -214,11 +220,9 @@ class Xpos(Rope):
         # Centred per row as the default path centres on the length: (max + 1) // 2 is
         # n // 2 for positions 0..n-1. The centre cancels in every logit.
         centre = torch.div(positions.amax(-1, keepdim=True) + 1, 2, rounding_mode="floor")
-        angles = self.angles_at(positions)
         transform = partial(
             self._rotate_scaled,
-            angles.cos(),
-            angles.sin(),
+            *self.cos_sin_at(positions),
             self.decay_of(positions - centre)[:, None],
             self.options.layout,
         )
