@@ -153,8 +153,13 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel, GenerationMixin):
         shifted = torch.cat([start, labels[:, :-1]], dim=1)
         return shifted.masked_fill(shifted == -100, self.config.pad_token_id)
 
-    def encode(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
-        return self.encoder(input_ids, attention_mask)
+    def encode(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        position_ids: Tensor | None = None,
+    ) -> Tensor:
+        return self.encoder(input_ids, attention_mask, position_ids=position_ids)
 
     def decode(
         self,
@@ -163,11 +168,17 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel, GenerationMixin):
         memory_mask: Tensor | None,
         decoder_attention_mask: Tensor | None = None,
         cache=None,
+        decoder_position_ids: Tensor | None = None,
     ) -> Tensor:
         """Logits [B, n_tgt, vocab] of the next token after each decoder input position; with
         a `DynamicCache` of the earlier target tokens, decoder_input_ids are the new ones."""
         hidden = self.decoder(
-            decoder_input_ids, memory_kv, memory_mask, decoder_attention_mask, cache
+            decoder_input_ids,
+            memory_kv,
+            memory_mask,
+            decoder_attention_mask,
+            cache,
+            decoder_position_ids,
         )
         return self.lm_head(hidden)
 
@@ -183,13 +194,17 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel, GenerationMixin):
         use_cache: bool | None = None,
         return_dict: bool | None = None,
         num_items_in_batch: int | Tensor | None = None,
-        **kwargs,
+        position_ids: Tensor | None = None,
+        decoder_position_ids: Tensor | None = None,
     ) -> Seq2SeqLMOutput:
-        """past_key_values: an `EncoderDecoderCache` (what `generate` passes; created when
+        """position_ids / decoder_position_ids: [B, n] positions of the source / target tokens
+        (`posattn.models.positions`). Given encoder_outputs, the encoder has already placed
+        the source tokens (`generate` passes both), so position_ids have no further use.
+        past_key_values: an `EncoderDecoderCache` (what `generate` passes; created when
         use_cache=True and none is given) or a `DynamicCache` of the earlier target tokens;
         decoder_input_ids are then the new target tokens only."""
         if encoder_outputs is None:
-            memory = self.encode(input_ids, attention_mask)
+            memory = self.encode(input_ids, attention_mask, position_ids)
         else:
             memory = encoder_outputs[0]
         if decoder_input_ids is None:
@@ -204,7 +219,12 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel, GenerationMixin):
             else cached_memory_keys_values(self.decoder, both, memory)
         )
         logits = self.decode(
-            decoder_input_ids, memory_kv, attention_mask, decoder_attention_mask, self_cache
+            decoder_input_ids,
+            memory_kv,
+            attention_mask,
+            decoder_attention_mask,
+            self_cache,
+            decoder_position_ids=decoder_position_ids,
         )
         loss = None
         if labels is not None:
