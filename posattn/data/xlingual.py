@@ -3,7 +3,7 @@
 
     xlingual/info.json                       languages, page splits, counts, dropped blocks
     xlingual/corpus/{train,validation}.txt   every language's kept blocks of train / dev pages
-    xlingual/tokenizer/                      WordPiece on a language-balanced sample
+    xlingual/tokenizer/                      WordPiece on a language-balanced sample, accents kept
     xlingual/tasks/NAME/task.json            name, labels, pair
     xlingual/tasks/NAME/{train,dev}.jsonl    English only (zero-shot: no target labels)
     xlingual/tasks/NAME/test.LANG.jsonl      every language, the same items where translated
@@ -39,7 +39,7 @@ from .tasks import TaskSpec
 from .tokenizer import save_tokenizer, train_wordpiece
 
 # Bump when a rule of multilingual.py changes what is written: prepare rebuilds the set.
-XLINGUAL_VERSION = 1
+XLINGUAL_VERSION = 2
 DEFAULT_LANGUAGES = (
     "en-US",
     "de-DE",
@@ -100,7 +100,8 @@ def write_xlingual(book: Handbook, folder: Path, vocab_size: int = XLINGUAL_VOCA
     with tempfile.TemporaryDirectory() as scratch:
         sample = Path(scratch) / "sample.txt"
         sample.write_text("".join(line + "\n" for line in balanced_sample(train_lines)), "utf-8")
-        save_tokenizer(train_wordpiece([sample], vocab_size), folder / "tokenizer")
+        tokenizer = train_wordpiece([sample], vocab_size, keep_accents=True)
+        save_tokenizer(tokenizer, folder / "tokenizer")
     items = {"next-block": next_block_pairs(book, splits), "chapter": chapter_items(book)}
     examples: dict[str, dict[str, int]] = {}
     for name, spec in task_specs(book).items():
