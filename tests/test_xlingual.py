@@ -11,8 +11,10 @@ import pytest
 
 from posattn import PosAttnConfigError
 from posattn.cli import main
+from posattn.data.build import make_plan
+from posattn.data.handbook import HTML_DIR
 from posattn.data.multilingual import MIN_SCRIPT_SHARE, page_splits, translated_blocks, untranslated
-from posattn.data.xlingual import XlingualData
+from posattn.data.xlingual import XlingualData, read_handbook
 from tests.xlingual_fixtures import (
     BLOCKS_PER_PAGE,
     CHAPTERS,
@@ -206,3 +208,29 @@ def test_compare_xlingual_writes_every_output_and_reuses_its_cells(data_dir, tmp
     assert [marker.stat().st_mtime_ns, model.stat().st_mtime_ns] == stamps
     with pytest.raises(PosAttnConfigError, match=r"finetune\.epochs: 1 -> 2"):
         main([*args, "finetune.epochs=2"])
+    assert main(["report", str(output)]) == 0
+    assert 'src="xlingual.png"' in (output / "report.html").read_text()
+
+
+def test_the_multilingual_tokenizer_keeps_accents_and_kana(data_dir):
+    tokenizer = XlingualData(data_dir).tokenizer()
+    normalise = tokenizer.backend_tokenizer.normalizer.normalize_str
+    assert normalise("Über パッケージ Gestión") == "über パッケージ gestión"
+
+
+@pytest.mark.parametrize(
+    ("languages", "fragment"),
+    [(["de-DE", "fr-FR"], "with en-US"), (["en-US", "en-US"], "no repeats")],
+)
+def test_a_cross_lingual_set_needs_english_once(languages, fragment):
+    with pytest.raises(PosAttnConfigError, match=fragment):
+        make_plan([], None, None, 100, xlingual=languages)
+
+
+def test_an_unknown_handbook_language_is_refused_by_name(tmp_path):
+    html = tmp_path / HTML_DIR
+    for language in ("en-US", "de-DE"):
+        (html / language).mkdir(parents=True)
+    with pytest.raises(PosAttnConfigError, match="xx-XX") as error:
+        read_handbook(tmp_path, ["en-US", "xx-XX"])
+    assert "de-DE" in str(error.value)
