@@ -25,6 +25,7 @@ from .manifest import write_atomic
 from .multilingual import (
     ENGLISH,
     LABELS_NEXT,
+    SPLIT_ORDER,
     Handbook,
     balanced_sample,
     chapter_items,
@@ -107,14 +108,14 @@ def write_xlingual(book: Handbook, folder: Path, vocab_size: int = XLINGUAL_VOCA
     for name, spec in task_specs(book).items():
         task_dir = folder / "tasks" / name
         write_atomic(task_dir / "task.json", json.dumps(spec.to_json(), indent=2) + "\n")
-        by_split = {s: [i for i in items[name] if splits[i["a"][0]] == s] for s in splits.values()}
+        by_split = {s: [i for i in items[name] if splits[i["a"][0]] == s] for s in SPLIT_ORDER}
         counts = {}
         for split in ("train", "dev"):
-            rows = realise(by_split.get(split, []), kept[ENGLISH], ENGLISH, spec.pair)
+            rows = realise(by_split[split], kept[ENGLISH], ENGLISH, spec.pair)
             write_examples(task_dir / f"{split}.jsonl", rows)
             counts[split] = len(rows)
         for language in languages:
-            rows = realise(by_split.get("test", []), kept[language], language, spec.pair)
+            rows = realise(by_split["test"], kept[language], language, spec.pair)
             write_examples(task_dir / f"test.{language}.jsonl", rows)
             counts[f"test.{language}"] = len(rows)
         examples[name] = counts
