@@ -5,16 +5,20 @@ that writes every output and reuses its finished cells."""
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
-from posattn import PosAttnConfigError
+from posattn import PosAttnConfig, PosAttnConfigError
 from posattn.cli import main
 from posattn.data.build import make_plan
 from posattn.data.handbook import HTML_DIR
 from posattn.data.multilingual import MIN_SCRIPT_SHARE, page_splits, translated_blocks, untranslated
 from posattn.data.xlingual import XlingualData, read_handbook
+from posattn.lab.pretraining.arms import arm_config, check_arms
+from posattn.lab.pretraining.xlingual import PRESETS as XLINGUAL_PRESETS
+from posattn.lab.pretraining.xlingual import load_xlingual_config
 from tests.xlingual_fixtures import (
     BLOCKS_PER_PAGE,
     CHAPTERS,
@@ -234,3 +238,14 @@ def test_an_unknown_handbook_language_is_refused_by_name(tmp_path):
     with pytest.raises(PosAttnConfigError, match="xx-XX") as error:
         read_handbook(tmp_path, ["en-US", "xx-XX"])
     assert "de-DE" in str(error.value)
+
+
+@pytest.mark.parametrize("preset", XLINGUAL_PRESETS)
+def test_every_xlingual_preset_arm_builds_a_model_on_the_xlingual_tasks(preset):
+    config = load_xlingual_config(preset)
+    assert config.finetune.tasks == ["next-block", "chapter"]
+    check_arms(config.encodings)
+    for arm in config.encodings:
+        PosAttnConfig(vocab_size=100, **asdict(arm_config(config, arm).model))
+    with pytest.raises(PosAttnConfigError, match="one of 'smoke', 'quick'"):
+        load_xlingual_config("standard")
