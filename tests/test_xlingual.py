@@ -187,6 +187,8 @@ def test_compare_xlingual_writes_every_output_and_reuses_its_cells(data_dir, tmp
                 correct = run["test_correct"][language]
                 assert len(correct) == len(read_rows(test_file / f"test.{language}.jsonl"))
                 assert sum(correct) / len(correct) == pytest.approx(run["test"][language])
+                assert -1 <= run["test_matthews"][language] <= 1
+                assert 0 <= run["test_f1_macro"][language] <= 1
                 cell = summary["downstream"][f"{task}/{language}"][arm]
                 assert cell["mean"] == pytest.approx(100 * run["test"][language])
             transfer = summary["transfer"][task][arm]

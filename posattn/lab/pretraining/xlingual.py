@@ -121,6 +121,8 @@ def finetune_xlingual(
                         "epoch": once["epoch"],
                         "test": {x: once[x] for x in data.languages},
                         "test_correct": {x: once[f"{x}_correct"] for x in data.languages},
+                        "test_f1_macro": {x: once[f"{x}_f1_macro"] for x in data.languages},
+                        "test_matthews": {x: once[f"{x}_matthews"] for x in data.languages},
                     }
                 )
         medians = {lr: statistics.median(r["dev"] for r in rs) for lr, rs in runs.items()}
