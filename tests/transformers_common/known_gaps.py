@@ -30,10 +30,6 @@ RETURN_DICT = Gap("return_dict=False is ignored: the models always return a Mode
 SEQ2SEQ_GENERATE = Gap(
     "PosAttnForSeq2SeqLM has no generate() (no GenerationMixin)", families=("seq2seq",)
 )
-SEQ2SEQ_TIES = Gap(
-    "PosAttnForSeq2SeqLM ties its embeddings whatever tie_word_embeddings says",
-    families=("seq2seq",),
-)
 
 # test name -> the gaps that fail it, the first that applies to a family and encoding wins.
 KNOWN_GAPS: dict[str, tuple[Gap, ...]] = {
@@ -48,20 +44,10 @@ KNOWN_GAPS: dict[str, tuple[Gap, ...]] = {
             families=("encoder",),
         ),
     ),
-    "test_causal_lm_loss_honors_shift_labels": (
-        Gap("shift_labels is ignored by PosAttnForCausalLM's loss", families=("causal",)),
-    ),
     "test_generation_tester_mixin_inheritance": (SEQ2SEQ_GENERATE,),
     "test_greedy_generate_equals_argmax_of_full_forwards": (SEQ2SEQ_GENERATE,),
     "test_generate_with_cache_equals_without": (SEQ2SEQ_GENERATE,),
-    "test_load_save_without_tied_weights": (SEQ2SEQ_TIES,),
-    "test_model_weights_reload_no_missing_tied_weights": (SEQ2SEQ_TIES,),
     "test_can_init_all_missing_weights": (
-        Gap(
-            "PosAttnForSeq2SeqLM's shared word embedding stays on the meta device when "
-            "from_pretrained initialises missing weights",
-            families=("seq2seq",),
-        ),
         Gap(
             "_init_weights knows nn.Linear, nn.Embedding and nn.LayerNorm only: an encoding's "
             "own parameters stay uninitialised when a checkpoint lacks them",
