@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import unittest
 
 import pytest
@@ -32,9 +33,12 @@ GenerationTesterMixin = modeling.GenerationTesterMixin
 # Each place an encoding acts, once: the input (learned table), q/k rotation (rope), a logit
 # bias bucketed and shared by layers (t5), TUPE's untied [CLS] bias (tupe-r), a low-rank
 # absolute bias (diet-abs), content x relative position (shaw), DeBERTa's disentangled terms
-# with their own projections (deberta), a fixed non-learned bias held in buffers (alibi).
+# with their own projections (deberta), a fixed non-learned bias held in buffers (alibi); and
+# for the bidirectional encoder alone, keys and values projected along the sequence (linformer)
+# and DIET's segment bias inside attention (tester.SETTINGS).
 ENCODINGS = ("learned", "rope", "t5", "tupe-r", "diet-abs", "shaw", "deberta", "alibi")
 MATRIX = {family: ENCODINGS for family in FAMILIES}
+MATRIX["encoder"] += ("linformer", "diet-abs+segments")
 
 
 class PosAttnCommonTests(modeling.ModelTesterMixin):
@@ -83,7 +87,8 @@ def known_gap(test, reason: str):
 def make_test_class(family: str, encoding: str) -> type:
     generation_classes = tuple(cls for cls in FAMILIES[family] if cls in GENERATES)
     mixins = (GenerationTesterMixin,) if generation_classes else ()
-    name = f"PosAttn{family.capitalize()}{encoding.title().replace('-', '')}Test"
+    label = "".join(part.capitalize() for part in re.split(r"[^a-z0-9]+", encoding))
+    name = f"PosAttn{family.capitalize()}{label}Test"
     attributes = {
         test: skipped_as_slow(test, once)
         for test, once in ONCE_PER_FAMILY.items()

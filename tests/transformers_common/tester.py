@@ -23,6 +23,9 @@ FAMILIES = {
 }
 # The classes that must generate (causal and seq2seq language models).
 GENERATES = (PosAttnForCausalLM, PosAttnForSeq2SeqLM)
+# Settings beyond an encoding's defaults, run under their own label: DIET's segment bias
+# inside attention (Eq. 2) in place of BERT's segment embeddings at the input.
+SETTINGS = {"diet-abs+segments": ("diet-abs", {"segments": "attention"})}
 # Options without a default (the rotary layout is never implicit).
 REQUIRED_OPTIONS = {"rope": {"layout": "half"}, "xpos": {"layout": "half"}}
 
@@ -38,8 +41,10 @@ class PosAttnModelTester:
     are exercised without a fully masked row.
     """
 
-    def __init__(self, parent, family: str, encoding: str, batch_size=3, seq_length=7) -> None:
-        self.parent, self.family, self.encoding = parent, family, encoding
+    def __init__(self, parent, family: str, setting: str, batch_size=3, seq_length=7) -> None:
+        """setting: an encoding name, or a label of SETTINGS."""
+        self.parent, self.family = parent, family
+        self.encoding, self.overrides = SETTINGS.get(setting, (setting, {}))
         self.batch_size, self.seq_length = batch_size, seq_length
         self.encoder_seq_length = self.decoder_seq_length = self.key_length = seq_length
         self.vocab_size = 99
@@ -65,6 +70,7 @@ class PosAttnModelTester:
             encoding_options=dict(REQUIRED_OPTIONS.get(self.encoding, {})),
             causal=self.family == "causal",
             pad_token_id=0,
+            **self.overrides,
         )
         if num_labels is not None:
             kwargs["num_labels"] = num_labels
