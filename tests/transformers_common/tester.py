@@ -37,8 +37,8 @@ def random_ids(shape, high: int, generator: torch.Generator) -> torch.Tensor:
 class PosAttnModelTester:
     """Config and inputs of one family ("encoder", "causal" or "seq2seq") with one encoding.
 
-    The attention mask pads the end of every other row (a left-aligned batch), so masked keys
-    are exercised without a fully masked row.
+    The attention mask pads the last two positions of every other row (right padding), so
+    masked keys are exercised without a fully masked row.
     """
 
     def __init__(self, parent, family: str, setting: str, batch_size=3, seq_length=7) -> None:
