@@ -8,7 +8,8 @@ DIET Sec. 4.3 changes the positions of every encoder and decoder self-attention 
               N(0, 1/d_model): word vectors of unit scale next to sinusoids of unit scale
               (Vaswani Sec. 3.4; fairseq's transformer)
     output:   logits = h W_e^T with W_e the word embedding, one vocabulary for source and
-              target (tied: encoder input, decoder input and output projection share it)
+              target (tied: encoder input, decoder input and output projection share it;
+              tie_word_embeddings=False gives each of the three its own matrix)
     loss:     token cross-entropy over target positions (label -100 ignored), with label
               smoothing eps in training: (1 - eps) * NLL + eps * mean_v(-log p_v) (Szegedy et
               al. 2016; Vaswani Sec. 5.4); evaluation reports the plain NLL.
@@ -97,9 +98,8 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel, GenerationMixin):
         self.decoder = Decoder(
             stack_config(config, causal=True, num_layers=config.num_decoder_layers)
         )
-        self.decoder.embeddings.word = self.encoder.embeddings.word
+        # Tied by transformers (`_tied_weights_keys`) when config.tie_word_embeddings says so.
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        self.lm_head.weight = self.encoder.embeddings.word.weight
         for stack in (self.encoder, self.decoder):
             stack.embeddings.scale = config.d_model**0.5
         self.post_init()
@@ -107,7 +107,7 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel, GenerationMixin):
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
-        if module is self.get_input_embeddings():
+        if module is self.encoder.embeddings.word or module is self.decoder.embeddings.word:
             nn.init.normal_(module.weight, std=self.config.d_model**-0.5)
 
     def get_input_embeddings(self) -> nn.Embedding:
