@@ -2,8 +2,30 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
+
+
+@dataclass(frozen=True)
+class MaskLayout:
+    """What `build_attention_mask` built a mask from, for kernels that compute the mask in
+    registers and skip fully masked blocks instead of reading [n_q, n_k] booleans.
+
+    Query row i (position i + query_start) sees key j iff keys[b, j] (None: every key) and,
+    when causal, j <= i + query_start; a row that sees no key that way sees every key.
+    """
+
+    keys: Tensor | None
+    causal: bool
+    query_start: int
+
+
+def mask_layout(mask: Tensor | None) -> MaskLayout | None:
+    """The layout `build_attention_mask` recorded on `mask`, or None (another mask, or a
+    tensor derived from one)."""
+    return getattr(mask, "posattn_layout", None)
 
 
 def build_attention_mask(
@@ -19,14 +41,17 @@ def build_attention_mask(
     are the rows [query_start, n) (incremental decoding: earlier tokens are cached keys only).
     A query row with no visible key (a fully padded sequence, or a left-padded causal row) is
     opened to all keys: its output is finite and meaningless instead of NaN, and real rows
-    never see padded keys.
+    never see padded keys. The mask carries its `MaskLayout` (`mask_layout`).
     """
     mask = None
-    if padding_mask is not None:
-        mask = padding_mask.bool()[:, None, None, :]  # [B, 1, 1, n]
+    keys = None if padding_mask is None else padding_mask.bool()
+    if keys is not None:
+        mask = keys[:, None, None, :]  # [B, 1, 1, n]
     if causal:
         lower = torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()[query_start:]
         mask = lower[None, None] if mask is None else mask & lower
     if mask is None:
         return None
-    return mask | ~mask.any(-1, keepdim=True)
+    mask = mask | ~mask.any(-1, keepdim=True)
+    mask.posattn_layout = MaskLayout(keys, causal, query_start)
+    return mask

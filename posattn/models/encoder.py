@@ -113,6 +113,7 @@ class Encoder(nn.Module):
 
     def set_kernel(self, name: str) -> None:
         """Switch every layer to another attention kernel (the weights are unchanged)."""
+        self.config.check_kernel(name)
         for layer in self.layers:
             layer.attention.set_kernel(name)
         self.config.kernel = name
