@@ -25,7 +25,7 @@ from . import execution
 from .encodings.base import LayerTerms
 from .kernels import attention_logits, attention_probabilities, get_kernel
 from .kernels.fold import fold_bias_factors
-from .kernels.table_bias import TableBias, refusal, terms_refusal
+from .kernels.table_bias import SegmentPairs, TableBias, refusal, terms_refusal
 
 
 class MultiHeadAttention(nn.Module):
@@ -98,6 +98,8 @@ class MultiHeadAttention(nn.Module):
         """Everything added to q k^T * scale: the encoding's bias, its content x position
         logits, and an extra bias (segments)."""
         bias = terms.bias
+        if isinstance(extra, SegmentPairs):
+            extra = extra.dense()
         for term in (terms.qk_logits(q, k, self) if terms.qk_logits else None, extra):
             if term is not None:
                 bias = term if bias is None else bias + term
@@ -175,7 +177,7 @@ class MultiHeadAttention(nn.Module):
         dropout_p = self.dropout if self.training else 0.0
         return self.kernel(
             q, k, v, mask=mask, bias=None, scale=terms.scale, dropout_p=dropout_p,
-            tables=TableBias(offset=offset),
+            tables=TableBias(offset=offset, segments=extra_bias),
         )  # fmt: skip
 
     def forward(

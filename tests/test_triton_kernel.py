@@ -108,30 +108,31 @@ def test_values_and_every_gradient_equal_eager(n_q, n_k, padded, causal, query_s
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
-# Every table-described encoding, the low-rank ones (folded) and ones without a bias.
+# Every table-described encoding, the low-rank ones (folded), ones without a bias, and DIET's
+# segment pairs inside attention (its table's gradient reduced in the kernel too).
 MODELS = [
-    ("t5", {}, False),
-    ("t5", {"bidirectional": False, "num_buckets": 8, "max_distance": 10}, True),
-    ("bert-r", {}, False),
-    ("diet-rel", {"sharing": "none", "max_distance": 5}, False),
-    ("kerple", {"kernel": "log"}, True),
-    ("alibi", {}, False),
-    ("alibi", {}, True),
-    ("diet-abs", {"sharing": "none", "rank": 5}, False),
-    ("tupe-a", {"cls_index": 3}, False),
-    ("rope", {"layout": "half"}, True),
+    ("t5", {}, False, "input"),
+    ("t5", {"bidirectional": False, "num_buckets": 8, "max_distance": 10}, True, "input"),
+    ("bert-r", {}, False, "input"),
+    ("diet-rel", {"sharing": "none", "max_distance": 5}, False, "attention"),
+    ("kerple", {"kernel": "log"}, True, "input"),
+    ("alibi", {}, False, "input"),
+    ("alibi", {}, True, "attention"),
+    ("diet-abs", {"sharing": "none", "rank": 5}, False, "attention"),
+    ("tupe-a", {"cls_index": 3}, False, "input"),
+    ("rope", {"layout": "half"}, True, "input"),
 ]
 
 
-@pytest.mark.parametrize(("encoding", "options", "causal"), MODELS)
-def test_models_equal_eager_in_values_and_parameter_gradients(encoding, options, causal):
-    ids, mask, _ = padded_batch()
-    model = tiny_encoder(encoding, causal=causal, encoding_options=options)
+@pytest.mark.parametrize(("encoding", "options", "causal", "segments"), MODELS)
+def test_models_equal_eager_in_values_and_parameter_gradients(encoding, options, causal, segments):
+    ids, mask, segment_ids = padded_batch()
+    model = tiny_encoder(encoding, causal=causal, encoding_options=options, segments=segments)
     results = {}
     for kernel in ("eager", "triton"):
         model.set_kernel(kernel)
         model.zero_grad()
-        out = model(ids, mask)
+        out = model(ids, mask, segment_ids)
         out[mask].square().sum().backward()
         results[kernel] = (out.detach(), [p.grad.clone() for p in model.parameters()])
     (out, grads), (out_ref, grads_ref) = results["triton"], results["eager"]
@@ -174,7 +175,6 @@ def test_decoding_with_a_cache_equals_the_full_forward():
         ({"encoding": "tupe-r"}, r"encoding 'tupe-r'.*no table description"),
         ({"encoding": "shaw", "encoding_options": {"values": True}}, r"'shaw'.*value-side"),
         ({"encoding": "deberta"}, r"'deberta'.*qk_logits"),
-        ({"encoding": "t5", "segments": "attention"}, r"segments='attention'"),
     ],
 )
 def test_configurations_it_cannot_serve_are_refused_at_construction(overrides, reason):

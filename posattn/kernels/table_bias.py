@@ -27,11 +27,28 @@ OTHER_KERNELS = "'auto', 'sdpa', 'sdpa-lowmem', 'flex' or 'eager'"
 
 
 @dataclass(frozen=True)
+class SegmentPairs:
+    """DIET's segment bias (Eq. 2) described by its table: bias[b, h, i, j] =
+    table[h, S * ids[b, i] + ids[b, j]], table [H, S * S], ids [B, n] (S = num_segments)."""
+
+    table: Tensor
+    ids: Tensor
+    num_segments: int
+
+    def dense(self) -> Tensor:
+        """The [B, H, n, n] bias itself (for the kernels that add a bias tensor)."""
+        pairs = self.ids[:, :, None] * self.num_segments + self.ids[:, None, :]  # [B, n, n]
+        return self.table[:, pairs].transpose(0, 1)
+
+
+@dataclass(frozen=True)
 class TableBias:
-    """A bias given by its table. offset: [H, n_q + n_k - 1] with bias[h, i, j] =
-    offset[h, j - i + n_q - 1] (`LayerTerms.offset_bias`), or None for no bias."""
+    """A bias given by its tables. offset: [H, n_q + n_k - 1] with bias[h, i, j] =
+    offset[h, j - i + n_q - 1] (`LayerTerms.offset_bias`), or None; segments: DIET's
+    segment-pair bias added to it, or None."""
 
     offset: Tensor | None = None
+    segments: SegmentPairs | None = None
 
 
 def refusal(kernel: str, reason: str) -> PosAttnConfigError:
@@ -49,8 +66,8 @@ def terms_refusal(terms, extra_bias: Tensor | None = None) -> str | None:
         return "a value-side term (Shaw's values), which needs the attention probabilities"
     if terms.qk_logits is not None:
         return "content x position logits (qk_logits: Shaw's keys, DeBERTa), computed per score"
-    if extra_bias is not None:
-        return "a segment bias inside attention (segments='attention'), given as [B, H, n, n]"
+    if extra_bias is not None and not isinstance(extra_bias, SegmentPairs):
+        return "an extra bias given as [B, H, n, n] values, not as a table (SegmentPairs)"
     if terms.bias is not None and terms.offset_bias is None and terms.bias_factors is None:
         return (
             "a bias with no table description (LayerTerms.offset_bias) and no low-rank factors "
@@ -133,9 +150,12 @@ def triton_attention(
                 "tables.offset.shape", tuple(table.shape), f"{expected} ([H, n_q + n_k - 1])"
             )
     keys, causal, first, query_start = key_rules(mask, q.shape[0], k.shape[-2])
+    pairs = None if tables is None else tables.segments
     return table_bias_attention(
         q, k, v, scale=scale, table=table, keys=keys, causal=causal, first_real=first,
         query_start=query_start,
+        segments=None if pairs is None else pairs.table,
+        segment_ids=None if pairs is None else pairs.ids.to(torch.int32).contiguous(),
     )  # fmt: skip
 
 

@@ -7,6 +7,8 @@ The maths, per batch element b and head h, for query rows i < M and keys j < N:
     P = softmax_j(s),  O = P V,  LSE_i = log sum_j exp(s_ij)
 
 T [H, M + N - 1] holds the bias by diagonal: one value per offset j - i (`LayerTerms.offset_bias`).
+A segment-pair table G [H, S * S] (DIET's segment bias) adds G[h, S s_i + s_j] for segment ids
+s, and its gradient sums dS per pair; both are optional.
 FlashAttention-2 (Dao 2023): the forward streams key blocks with an online softmax and keeps
 only O and LSE. The backward recomputes P = exp(s - LSE) block by block; with
 D_i = sum_d dO_id O_id,
@@ -25,6 +27,8 @@ TF32), so results match the eager reference to float32 rounding.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import triton
@@ -72,11 +76,21 @@ def _query_begin(start_n, q_start, first, BLOCK_M: tl.constexpr, CAUSAL: tl.cons
 
 
 @triton.jit
+def _segment_pairs(
+    offs_m, offs_n, b, SEGMENT_IDS, stride_sb, q_start, M, N, NUM_SEGMENTS: tl.constexpr
+):
+    """The (query segment, key segment) pair of each score, as S * s_i + s_j."""
+    query = tl.load(SEGMENT_IDS + b * stride_sb + offs_m + q_start, mask=offs_m < M, other=0)
+    key = tl.load(SEGMENT_IDS + b * stride_sb + offs_n, mask=offs_n < N, other=0)
+    return query[:, None] * NUM_SEGMENTS + key[None, :]
+
+
+@triton.jit
 def _scores(
     q, k, offs_m, offs_n, b, h, scale2, TABLE, stride_th, table_shift, KEYS, stride_kb,
-    first, q_start, M, N,
+    first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
     HAS_TABLE: tl.constexpr, HAS_KEYS: tl.constexpr, CAUSAL: tl.constexpr,
-    PRECISION: tl.constexpr,
+    PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
 ):  # fmt: skip
     """log2(e) * s for one [BLOCK_M, BLOCK_N] tile, -inf where a key is hidden."""
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale2
@@ -84,6 +98,14 @@ def _scores(
     if HAS_TABLE:
         diagonal = offs_n[None, :] - offs_m[:, None] + table_shift
         s += tl.load(TABLE + h * stride_th + diagonal, mask=inside, other=0.0) * 1.4426950408889634
+    if NUM_SEGMENTS > 0:
+        pair = _segment_pairs(
+            offs_m, offs_n, b, SEGMENT_IDS, stride_sb, q_start, M, N, NUM_SEGMENTS
+        )
+        segment_bias = tl.load(
+            SEGMENTS + h * NUM_SEGMENTS * NUM_SEGMENTS + pair, mask=inside, other=0.0
+        )
+        s += segment_bias * 1.4426950408889634
     visible = inside
     if HAS_KEYS:
         real = tl.load(KEYS + b * stride_kb + offs_n, mask=offs_n < N, other=0) != 0
@@ -97,12 +119,12 @@ def _scores(
 
 @triton.jit
 def _forward(
-    Q, K, V, OUT, LSE, TABLE, KEYS, FIRST,
-    sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, stride_th, stride_kb,
+    Q, K, V, OUT, LSE, TABLE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS,
+    sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, stride_th, stride_kb, stride_sb,
     H, M, N, D, DV, q_start, table_shift, scale2,
     HAS_TABLE: tl.constexpr, HAS_KEYS: tl.constexpr, CAUSAL: tl.constexpr,
-    PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
 ):  # fmt: skip
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
@@ -134,7 +156,8 @@ def _forward(
         )
         s = _scores(
             q, k, offs_m, offs_n, b, h, scale2, TABLE, stride_th, table_shift, KEYS, stride_kb,
-            first, q_start, M, N, HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION,
+            first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
+            HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS,
         )  # fmt: skip
         m_new = tl.maximum(m_i, tl.reduce(s, 1, _maximum))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw no key yet
@@ -178,13 +201,13 @@ def _add_diagonal_sums(
 
 @triton.jit
 def _backward_dk_dv(
-    Q, K, V, DO, LSE, DELTA, DK, DV_, TABLE, KEYS, FIRST,
+    Q, K, V, DO, LSE, DELTA, DK, DV_, TABLE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom,
-    sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, stride_th, stride_kb,
+    sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, stride_th, stride_kb, stride_sb,
     H, M, N, D, DV, q_start, table_shift, scale, scale2,
     HAS_TABLE: tl.constexpr, HAS_KEYS: tl.constexpr, CAUSAL: tl.constexpr,
-    PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
 ):  # fmt: skip
     """dK, dV of one key block, over every query block that sees it."""
     start_n = tl.program_id(0) * BLOCK_N
@@ -223,7 +246,8 @@ def _backward_dk_dv(
         delta = tl.load(DELTA + bh * M + offs_m, mask=offs_m < M, other=0.0)
         s = _scores(
             q, k, offs_m, offs_n, b, h, scale2, TABLE, stride_th, table_shift, KEYS, stride_kb,
-            first, q_start, M, N, HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION,
+            first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
+            HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS,
         )  # fmt: skip
         p = tl.exp2(s - lse[:, None])
         dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
@@ -244,12 +268,13 @@ def _backward_dk_dv(
 
 @triton.jit
 def _backward_dq_dtable(
-    Q, K, V, DO, LSE, DELTA, DQ, TABLE, DTABLE, KEYS, FIRST,
+    Q, K, V, DO, LSE, DELTA, DQ, TABLE, DTABLE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS, DSEGMENTS,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom, sdqb, sdqh, sdqm,
-    stride_th, stride_kb,
+    stride_th, stride_kb, stride_sb,
     H, M, N, D, DV, q_start, table_shift, table_len, scale, scale2,
     HAS_TABLE: tl.constexpr, TABLE_GRAD: tl.constexpr, HAS_KEYS: tl.constexpr,
-    CAUSAL: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
+    CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
+    SEGMENT_GRAD: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     DIAGONALS: tl.constexpr,
 ):  # fmt: skip
@@ -289,7 +314,8 @@ def _backward_dq_dtable(
         )
         s = _scores(
             q, k, offs_m, offs_n, b, h, scale2, TABLE, stride_th, table_shift, KEYS, stride_kb,
-            first, q_start, M, N, HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION,
+            first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
+            HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS,
         )  # fmt: skip
         p = tl.exp2(s - lse[:, None])
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
@@ -300,6 +326,17 @@ def _backward_dq_dtable(
                 ds, start_m, start_n, h, DTABLE, stride_th, table_shift, table_len,
                 BLOCK_M, BLOCK_N, DIAGONALS,
             )  # fmt: skip
+        if SEGMENT_GRAD:
+            # One sum of dS per (query segment, key segment) pair per tile.
+            pair = _segment_pairs(
+                offs_m, offs_n, b, SEGMENT_IDS, stride_sb, q_start, M, N, NUM_SEGMENTS
+            )
+            for index in tl.static_range(NUM_SEGMENTS * NUM_SEGMENTS):
+                picked = tl.where(pair == index, ds, 0.0)
+                total = tl.reduce(tl.reduce(picked, 1, _add), 0, _add)
+                tl.atomic_add(
+                    DSEGMENTS + h * NUM_SEGMENTS * NUM_SEGMENTS + index, total, sem="relaxed"
+                )
     tl.store(
         DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqm + offs_d[None, :],
         (dq * scale).to(DQ.dtype.element_ty),
@@ -327,13 +364,15 @@ class TableBiasAttention(torch.autograd.Function):
     the table T (see the module docstring)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, table, keys, first, causal, q_start, scale):
+    def forward(ctx, q, k, v, table, keys, first, causal, q_start, scale, segments, segment_ids):
         q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
         batch, heads, M, D = q.shape
         N, DV = k.shape[-2], v.shape[-1]
         table32 = q.new_zeros(1) if table is None else table.float().contiguous()
         keys_ = q.new_zeros(1, dtype=torch.int8) if keys is None else keys
         first_ = q.new_zeros(1, dtype=torch.int32) if first is None else first
+        segments32 = q.new_zeros(1) if segments is None else segments.float().contiguous()
+        ids = q.new_zeros(1, 1, dtype=torch.int32) if segment_ids is None else segment_ids
         out = torch.empty(batch, heads, M, DV, dtype=q.dtype, device=q.device)
         lse = torch.empty(batch * heads, M, dtype=torch.float32, device=q.device)
         block_m, block_n = block_sizes(q.device)
@@ -342,25 +381,27 @@ class TableBiasAttention(torch.autograd.Function):
             HAS_KEYS=keys is not None,
             CAUSAL=causal,
             PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+            NUM_SEGMENTS=0 if segments is None else math.isqrt(segments.shape[-1]),
             BLOCK_D=head_block(D),
             BLOCK_DV=head_block(DV),
         )
         grid = (triton.cdiv(M, block_m), batch * heads)
         _forward[grid](
-            q, k, v, out, lse, table32, keys_, first_,
+            q, k, v, out, lse, table32, keys_, first_, segments32, ids,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
-            table32.stride(0), keys_.stride(0),
+            table32.stride(0), keys_.stride(0), ids.stride(0),
             heads, M, N, D, DV, q_start, M - 1, scale * LOG2E,
             BLOCK_M=block_m, BLOCK_N=block_n, **flags,
         )  # fmt: skip
-        ctx.save_for_backward(q, k, v, out, lse, table32, keys_, first_)
+        ctx.save_for_backward(q, k, v, out, lse, table32, keys_, first_, segments32, ids)
         ctx.settings = (scale, q_start, flags, table is not None and table.requires_grad)
-        ctx.table_dtype = None if table is None else table.dtype
+        ctx.segment_grad = segments is not None and segments.requires_grad
+        ctx.dtypes = tuple(None if t is None else t.dtype for t in (table, segments))
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, out, lse, table32, keys_, first_ = ctx.saved_tensors
+        q, k, v, out, lse, table32, keys_, first_, segments32, ids = ctx.saved_tensors
         scale, q_start, flags, table_grad = ctx.settings
         grad_out = last_dim_contiguous(grad_out)
         batch, heads, M, D = q.shape
@@ -369,25 +410,30 @@ class TableBiasAttention(torch.autograd.Function):
         delta = (grad_out.float() * out.float()).sum(-1).reshape(batch * heads, M)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         dtable = torch.zeros_like(table32) if table_grad else table32.new_zeros(1)
+        dsegments = torch.zeros_like(segments32)
         block_m, block_n = block_sizes(q.device)
         common = (heads, M, N, D, DV, q_start)
         _backward_dk_dv[(triton.cdiv(N, block_n), batch * heads)](
-            q, k, v, grad_out, lse, delta, dk, dv, table32, keys_, first_,
+            q, k, v, grad_out, lse, delta, dk, dv, table32, keys_, first_, segments32, ids,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
             *dk.stride()[:3], *dv.stride()[:3], table32.stride(0), keys_.stride(0),
+            ids.stride(0),
             *common, M - 1, scale, scale * LOG2E,
             BLOCK_M=block_m, BLOCK_N=block_n, **flags,
         )  # fmt: skip
         _backward_dq_dtable[(triton.cdiv(M, block_m), batch * heads)](
-            q, k, v, grad_out, lse, delta, dq, table32, dtable, keys_, first_,
+            q, k, v, grad_out, lse, delta, dq, table32, dtable, keys_, first_, segments32, ids,
+            dsegments,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
-            *dq.stride()[:3], table32.stride(0), keys_.stride(0),
+            *dq.stride()[:3], table32.stride(0), keys_.stride(0), ids.stride(0),
             *common, M - 1, M + N - 1, scale, scale * LOG2E,
-            TABLE_GRAD=table_grad, BLOCK_M=block_m, BLOCK_N=block_n,
+            TABLE_GRAD=table_grad, SEGMENT_GRAD=ctx.segment_grad, BLOCK_M=block_m,
+            BLOCK_N=block_n,
             DIAGONALS=triton.next_power_of_2(block_m + block_n - 1), **flags,
         )  # fmt: skip
-        grad_table = dtable.to(ctx.table_dtype) if table_grad else None
-        return dq, dk, dv, grad_table, None, None, None, None, None
+        grad_table = dtable.to(ctx.dtypes[0]) if table_grad else None
+        grad_segments = dsegments.to(ctx.dtypes[1]) if ctx.segment_grad else None
+        return dq, dk, dv, grad_table, None, None, None, None, None, grad_segments, None
 
 
 def table_bias_attention(
@@ -401,6 +447,8 @@ def table_bias_attention(
     causal: bool = False,
     first_real: Tensor | None = None,
     query_start: int = 0,
+    segments: Tensor | None = None,
+    segment_ids: Tensor | None = None,
 ) -> Tensor:
     """q [B, H, M, D], k [B, H, N, D], v [B, H, N, DV] -> [B, H, M, DV].
 
@@ -408,5 +456,9 @@ def table_bias_attention(
     keys: [B, N] int8, nonzero for keys that may be seen, or None (all).
     causal: row i sees keys j <= i + query_start, unless i + query_start < first_real[b]
         (int32 [B]: a row without a real key up to its position is opened to every key).
+    segments: [H, S * S] float, bias[b, h, i, j] += segments[h, S * ids[b, i + query_start] +
+        ids[b, j]] with segment_ids int32 [B, N] (DIET's segment pairs), or None.
     """
-    return TableBiasAttention.apply(q, k, v, table, keys, first_real, causal, query_start, scale)
+    return TableBiasAttention.apply(
+        q, k, v, table, keys, first_real, causal, query_start, scale, segments, segment_ids
+    )

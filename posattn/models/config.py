@@ -89,8 +89,6 @@ class PosAttnConfig(PreTrainedConfig):
         encoding's terms are built on the meta device (no computation) and inspected."""
         if not getattr(get_kernel(kernel), "reads_bias_tables", False):
             return
-        if self.segments == "attention":
-            raise refusal(kernel, "segments='attention' (a [B, H, n, n] segment bias)")
         with torch.device("meta"):
             encoding = build_encoding(self.encoding, self.dims, self.encoding_options)
             terms = encoding.layer_terms(self.max_len, torch.device("meta"), torch.float32)

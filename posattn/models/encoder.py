@@ -181,11 +181,14 @@ class Encoder(nn.Module):
         mask = build_attention_mask(
             attention_mask, seq_len, self.config.causal, device, query_start=past_length
         )
-        segment_bias = (
-            self.segment_bias(segment_ids)
-            if self.segment_bias is not None
-            else [None] * len(self.layers)
-        )
+        if self.segment_bias is None:
+            segment_bias = [None] * len(self.layers)
+        elif any(
+            getattr(layer.attention.kernel, "reads_bias_tables", False) for layer in self.layers
+        ):
+            segment_bias = self.segment_bias.described(segment_ids)  # no [B, H, n, n] tensor
+        else:
+            segment_bias = self.segment_bias(segment_ids)
         return x, terms, mask, segment_bias
 
     def forward(self, input_ids, attention_mask=None, segment_ids=None, cache=None) -> Tensor:
