@@ -180,6 +180,25 @@ def _forward(
 
 
 @triton.jit
+def _delta(
+    OUT, DO, DELTA, sob, soh, som, sdob, sdoh, sdom, H, M, DV,
+    BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr,
+):  # fmt: skip
+    """D_i = sum_d dO_id O_id in float32, without float32 copies of O and dO."""
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1)
+    b, h = bh // H, bh % H
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    inside = (offs_m[:, None] < M) & (offs_dv[None, :] < DV)
+    rows = offs_m[:, None]
+    out = tl.load(OUT + b * sob + h * soh + rows * som + offs_dv[None, :], mask=inside, other=0.0)
+    do = tl.load(DO + b * sdob + h * sdoh + rows * sdom + offs_dv[None, :], mask=inside, other=0.0)
+    delta = tl.reduce(out.to(tl.float32) * do.to(tl.float32), 1, _add)
+    tl.store(DELTA + bh * M + offs_m, delta, mask=offs_m < M)
+
+
+@triton.jit
 def _add_diagonal_sums(
     ds, start_m, start_n, h, DTABLE, stride_th, table_shift, table_len,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONALS: tl.constexpr,
@@ -406,12 +425,16 @@ class TableBiasAttention(torch.autograd.Function):
         grad_out = last_dim_contiguous(grad_out)
         batch, heads, M, D = q.shape
         N, DV = k.shape[-2], v.shape[-1]
+        block_m, block_n = block_sizes(q.device)
         # D_i = rowsum(dO * O), the term every row of dS subtracts.
-        delta = (grad_out.float() * out.float()).sum(-1).reshape(batch * heads, M)
+        delta = torch.empty(batch * heads, M, dtype=torch.float32, device=q.device)
+        _delta[(triton.cdiv(M, block_m), batch * heads)](
+            out, grad_out, delta, *out.stride()[:3], *grad_out.stride()[:3], heads, M, DV,
+            BLOCK_M=block_m, BLOCK_DV=flags["BLOCK_DV"],
+        )  # fmt: skip
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         dtable = torch.zeros_like(table32) if table_grad else table32.new_zeros(1)
         dsegments = torch.zeros_like(segments32)
-        block_m, block_n = block_sizes(q.device)
         common = (heads, M, N, D, DV, q_start)
         _backward_dk_dv[(triton.cdiv(N, block_n), batch * heads)](
             q, k, v, grad_out, lse, delta, dk, dv, table32, keys_, first_, segments32, ids,
