@@ -118,6 +118,15 @@ class Encoder(nn.Module):
             layer.attention.set_kernel(name)
         self.config.kernel = name
 
+    def reads_bias_tables(self) -> bool:
+        """Some attention of the stack runs a kernel that reads biases from their tables
+        (kernel="triton"): it gets segment pairs as a table, not as [B, H, n, n] values."""
+        return any(
+            getattr(module.kernel, "reads_bias_tables", False)
+            for module in self.modules()
+            if isinstance(module, MultiHeadAttention)
+        )
+
     def _check_inputs(self, input_ids, attention_mask, segment_ids, past_length: int) -> None:
         require(
             input_ids.dim() == 2,
@@ -183,9 +192,7 @@ class Encoder(nn.Module):
         )
         if self.segment_bias is None:
             segment_bias = [None] * len(self.layers)
-        elif any(
-            getattr(layer.attention.kernel, "reads_bias_tables", False) for layer in self.layers
-        ):
+        elif self.reads_bias_tables():
             segment_bias = self.segment_bias.described(segment_ids)  # no [B, H, n, n] tensor
         else:
             segment_bias = self.segment_bias(segment_ids)
