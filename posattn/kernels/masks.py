@@ -34,24 +34,31 @@ def build_attention_mask(
     causal: bool,
     device: torch.device,
     query_start: int = 0,
+    documents: Tensor | None = None,
 ) -> Tensor | None:
     """Bool mask broadcastable to [B, H, n - query_start, n], or None when every key is visible.
 
     padding_mask: [B, n] over the keys, True (or 1) for real tokens. query_start: the queries
     are the rows [query_start, n) (incremental decoding: earlier tokens are cached keys only).
+    documents: [B, n] document id of every token (packed rows): a query sees the keys of its
+    own document only.
     A query row with no visible key (a fully padded sequence, or a left-padded causal row) is
     opened to all keys: its output is finite and meaningless instead of NaN, and real rows
-    never see padded keys. The mask carries its `MaskLayout` (`mask_layout`).
+    never see padded keys. Without documents the mask carries its `MaskLayout` (`mask_layout`).
     """
     mask = None
     keys = None if padding_mask is None else padding_mask.bool()
     if keys is not None:
         mask = keys[:, None, None, :]  # [B, 1, 1, n]
+    if documents is not None:
+        same = documents[:, None, query_start:, None] == documents[:, None, None, :]
+        mask = same if mask is None else mask & same
     if causal:
         lower = torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()[query_start:]
         mask = lower[None, None] if mask is None else mask & lower
     if mask is None:
         return None
     mask = mask | ~mask.any(-1, keepdim=True)
-    mask.posattn_layout = MaskLayout(keys, causal, query_start)
+    if documents is None:  # a layout describes padding and causality only
+        mask.posattn_layout = MaskLayout(keys, causal, query_start)
     return mask

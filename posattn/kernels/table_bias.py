@@ -102,7 +102,7 @@ def key_rules(mask: Tensor | None, batch: int, n_k: int):
                 "mask",
                 f"a tensor of shape {tuple(mask.shape)}",
                 "for kernel='triton' a mask built by posattn.kernels.build_attention_mask "
-                "(padding, causal) or a key mask of shape [B, 1, 1, n_k]",
+                "(padding, causal; no packed documents) or a key mask of shape [B, 1, 1, n_k]",
             )
         # Taken as it is: a row whose keys are all hidden gives 0 (eager: NaN).
         return mask[:, 0, 0, :].expand(batch, n_k).to(torch.int8).contiguous(), False, None, 0
