@@ -35,3 +35,26 @@ def test_bench_writes_json_markdown_and_plots(tmp_path):
     assert main(["report", str(tmp_path)]) == 0
     page = (tmp_path / "report.html").read_text()
     assert "<td>tupe-r</td>" in page and 'src="long_sequences.png"' in page
+
+
+def test_bench_skips_what_a_kernel_refuses_and_says_why(monkeypatch, capsys):
+    """kernel="triton" on a CPU (no interpreter) and for Shaw: skipped with the kernel's own
+    reason, while SDPA is measured beside it."""
+    from posattn.lab.bench.bench import attention_level, skipped_markdown
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    torch.set_default_dtype(torch.float32)
+    try:
+        settings = BenchSettings(
+            lengths=[16], batch=1, heads=2, head_dim=8, repeats=1,
+            encodings=["t5", "shaw"], kernels=["sdpa", "triton"],
+        )  # fmt: skip
+        rows, skipped = attention_level(settings, torch.device("cpu"))
+    finally:
+        torch.set_default_dtype(torch.float64)
+    measured = {(r["encoding"], r.get("kernel")) for r in rows}
+    assert measured == {("sdpa (no bias)", None), ("t5", "sdpa"), ("shaw", "sdpa")}
+    assert {(r["encoding"], r["kernel"]) for r in skipped} == {("t5", "triton"), ("shaw", "triton")}
+    assert all("kernel='triton'" in r["reason"] for r in skipped)
+    assert "skipped t5 [triton]" in capsys.readouterr().out
+    assert "| t5 | triton |" in skipped_markdown(skipped)

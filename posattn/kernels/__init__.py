@@ -5,6 +5,9 @@ Every kernel follows one contract, `Kernel`: q [B, H, n_q, d], k [B, H, n_k, d],
 None; bias a float tensor broadcastable to [B, H, n_q, n_k] (3-D [H, n_q, n_k] included) or
 None, added after scaling; the output [B, H, n_q, d_v]. A kernel of one's own joins the registry
 with `register_kernel(name, fn)` and is then a `kernel=` name like the built-in ones.
+
+A kernel with the attribute `reads_bias_tables = True` ("triton") takes the bias from its table
+instead: it is called with bias=None and `tables=TableBias(...)` (`posattn.kernels.table_bias`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from .flex import auto_attention, flex_attention_kernel
 from .masks import build_attention_mask
 from .registry import KERNELS, Kernel, get_kernel, kernel_names, register_kernel
 from .sdpa import sdpa_attention
+from .table_bias import triton_attention
 
 KERNELS.update(
     {
@@ -24,6 +28,7 @@ KERNELS.update(
         "sdpa": sdpa_attention,
         "sdpa-lowmem": partial(sdpa_attention, recompute_bias=True),
         "flex": flex_attention_kernel,
+        "triton": triton_attention,
     }
 )
 

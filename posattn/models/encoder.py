@@ -128,9 +128,19 @@ class Encoder(nn.Module):
 
     def set_kernel(self, name: str) -> None:
         """Switch every layer to another attention kernel (the weights are unchanged)."""
+        self.config.check_kernel(name)
         for layer in self.layers:
             layer.attention.set_kernel(name)
         self.config.kernel = name
+
+    def reads_bias_tables(self) -> bool:
+        """Some attention of the stack runs a kernel that reads biases from their tables
+        (kernel="triton"): it gets segment pairs as a table, not as [B, H, n, n] values."""
+        return any(
+            getattr(module.kernel, "reads_bias_tables", False)
+            for module in self.modules()
+            if isinstance(module, MultiHeadAttention)
+        )
 
     def _check_inputs(
         self, input_ids, attention_mask, segment_ids, past_length: int, positions_given=False
@@ -243,11 +253,12 @@ class Encoder(nn.Module):
             query_start=past_length,
             documents=documents,
         )
-        segment_bias = (
-            self.segment_bias(segment_ids)
-            if self.segment_bias is not None
-            else [None] * len(self.layers)
-        )
+        if self.segment_bias is None:
+            segment_bias = [None] * len(self.layers)
+        elif self.reads_bias_tables():
+            segment_bias = self.segment_bias.described(segment_ids)  # no [B, H, n, n] tensor
+        else:
+            segment_bias = self.segment_bias(segment_ids)
         return x, terms, mask, segment_bias
 
     def forward(

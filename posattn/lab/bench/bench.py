@@ -16,7 +16,7 @@ from torch.nn import functional as F
 
 from ...attention import MultiHeadAttention
 from ...encodings import ENCODINGS, ModelDims, build_encoding
-from ...errors import require_choice
+from ...errors import PosAttnConfigError, require_choice
 from ...models import PosAttnForMaskedLM
 from ...models.config import PosAttnConfig
 from ..runs.context import machine
@@ -172,8 +172,19 @@ def paired(floor, fn, repeats: int) -> tuple[float, float]:
     return statistics.median(times), statistics.median(ratios)
 
 
-def attention_level(s: BenchSettings, device) -> list[dict]:
-    rows = []
+def refusal_of(call) -> str | None:
+    """The message of a kernel's refusal of this call (kernel="triton" on CPU, or for an
+    encoding it cannot serve), or None once the call has run (it doubles as a warm-up)."""
+    try:
+        call()
+    except PosAttnConfigError as error:
+        return str(error)
+    return None
+
+
+def attention_level(s: BenchSettings, device) -> tuple[list[dict], list[dict]]:
+    """(measured rows, skipped (encoding, kernel) pairs with the kernel's reason)."""
+    rows, skipped = [], []
     for n in s.lengths:
         for train in (False, True):
             floor = attention_call(None, s, n, train, device)
@@ -183,12 +194,18 @@ def attention_level(s: BenchSettings, device) -> list[dict]:
             for name in s.encodings:
                 for kernel in s.kernels:
                     call = attention_call(name, s, n, train, device, kernel=kernel)
+                    reason = refusal_of(call)
+                    if reason is not None:
+                        print(f"skipped {name} [{kernel}] n={n} train={train}: {reason}")
+                        skipped.append(dict(encoding=name, kernel=kernel, n=n, train=train,
+                                            reason=reason))  # fmt: skip
+                        continue
                     ms, ratio = paired(floor, call, s.repeats)
                     _, mib = measure(call, 1)
                     rows.append(dict(encoding=name, kernel=kernel, n=n, train=train, ms=ms,
                                      ratio=ratio, extra_mib=mib))  # fmt: skip
             gc.collect()
-    return rows
+    return rows, skipped
 
 
 def long_sequences(s: BenchSettings, device) -> list[dict]:
@@ -316,20 +333,21 @@ def bench(settings: BenchSettings, output: Path) -> dict:
         "repeats": settings.repeats,
         "dtype": str(settings.torch_dtype(device)).removeprefix("torch."),
     }
-    attention_rows = attention_level(settings, device)
+    attention_rows, skipped = attention_level(settings, device)
     model_rows = model_level(settings, device)
     long_rows = long_sequences(settings, device)
     checks = targets(attention_rows, model_rows)
     result = {
         "context": context,
         "attention": attention_rows,
+        "skipped": skipped,
         "model": model_rows,
         "long": long_rows,
         "targets": checks,
     }
     (output / "bench.json").write_text(json.dumps(result, indent=2))
     text = markdown(attention_rows, model_rows, context) + long_markdown(long_rows)
-    text += targets_markdown(checks)
+    text += targets_markdown(checks) + skipped_markdown(skipped)
     (output / "bench.md").write_text(text)
     plot_ratios(attention_rows, output / "attention_ratios.png")
     plot_long(long_rows, output / "long_sequences.png")
@@ -384,6 +402,16 @@ def targets_markdown(checks: list[dict]) -> str:
         return ""
     rows = [[c["target"], f"{c['measured']:.2f}", "yes" if c["met"] else "no"] for c in checks]
     lines = ["", "## Targets", "", *table_lines(["target", "measured", "met"], rows)]
+    return "\n".join(lines) + "\n"
+
+
+def skipped_markdown(skipped: list[dict]) -> str:
+    """The (encoding, kernel) pairs a kernel refused, once each, with its reason."""
+    reasons = {(r["encoding"], r["kernel"]): r["reason"] for r in skipped}
+    if not reasons:
+        return ""
+    rows = [[encoding, kernel, reason] for (encoding, kernel), reason in reasons.items()]
+    lines = ["", "## Skipped", "", *table_lines(["encoding", "kernel", "why"], rows)]
     return "\n".join(lines) + "\n"
 
 
