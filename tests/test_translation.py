@@ -304,8 +304,14 @@ def test_translation_compare_tests_each_encoding_against_the_first(toy, tmp_path
     with torch.random.fork_rng():
         assert main(["compare", "--task", "translation", "--preset", "smoke", "--data-dir",
                      str(toy), "--output", str(output), "--encodings", "sinusoidal,t5",
-                     "data.pairs=toy"]) == 0  # fmt: skip
+                     "data.pairs=toy", "train.curve_steps=6"]) == 0  # fmt: skip
     summary = json.loads((output / "results.json").read_text())
+    # The learning curves: points at steps 6 and 12 of each run, a figure and a section.
+    assert summary["curve"]["steps"] == [6, 12]
+    assert set(summary["curve"]["first_beats_copy"]) == {"sinusoidal", "t5"}
+    assert (output / "curve.png").stat().st_size > 1000
+    markdown = (output / "results.md").read_text()
+    assert "## Learning curve" in markdown and "one seed per encoding" in markdown.lower()
     test = summary["significance"]["t5"]
     assert test["against"] == "sinusoidal" and test["test"] == "ar"
     runs = summary["results"]

@@ -15,12 +15,14 @@ from ...data.manifest import write_atomic
 from ...errors import require
 from ..runs.config import to_yaml
 from ..runs.context import run_context
-from ..runs.stages import FINISHED, RESUME, save_run, stage_state
+from ..runs.stages import FINISHED, RESUME, is_main_process, save_run, stage_state
+from .curve_report import curve_markdown, curve_summary, has_curves, plot_curves
 from .report import significance, translation_markdown
 from .runconfig import TranslationRunConfig
 from .train import load_tokenizer, seq2seq_config, train_translation, translation_stage
 
 console = Console()
+CURVE_FIGURE = "curve.png"
 
 
 def run_once(config: TranslationRunConfig, run_dir: Path, overwrite: bool = False) -> dict:
@@ -80,13 +82,19 @@ def compare_translation(
     context = run_context(
         preset,
         time.perf_counter() - start,
-        pairs=config.data.pairs,
+        pairs=config.data.pairs + (" reversed" if config.data.reverse else ""),
         beam_size=config.decode.beam_size,
         length_penalty=config.decode.length_penalty,
     )
     tests = significance(results) if len(results) > 1 else {}
     markdown = translation_markdown(results, context, tests)
     summary = {"context": context, "results": results, "significance": tests}
+    if has_curves(results):
+        curves = curve_summary(results)
+        if is_main_process():
+            plot_curves(results, curves, output / CURVE_FIGURE)
+        markdown += "\n" + "\n".join(curve_markdown(results, curves, CURVE_FIGURE)) + "\n"
+        summary["curve"] = curves
     save_run(output, {"results.json": summary, "results.md": markdown})
     print(markdown)
     return results

@@ -45,6 +45,7 @@ class TranslationDataSection:
 
     data_dir: str | None = None
     pairs: str = "en-es"
+    reverse: bool = False
     max_train_pairs: int | None = None
     max_eval_pairs: int | None = 400
     too_long: str = "drop"
@@ -56,7 +57,10 @@ class TranslationDataSection:
 
 @dataclass
 class TranslationTrainSection(StepSection):
-    """Label-smoothed cross-entropy with AdamW and linear warm-up/decay (Vaswani Sec. 5)."""
+    """Label-smoothed cross-entropy with AdamW and linear warm-up/decay (Vaswani Sec. 5).
+    curve_steps: every so many steps (and at the last step) the model translates a fixed
+    sample of curve_pairs dev pairs greedily and records its BLEU and chrF, the learning curve
+    of metrics.json (translation/curve.py); null records none."""
 
     steps: int = 2000
     adam_epsilon: float = 1e-8
@@ -65,8 +69,14 @@ class TranslationTrainSection(StepSection):
     save_steps: int = 500
     eval_batches: int = 10
     logging_steps: int = 50
+    curve_steps: int | None = None
+    curve_pairs: int = 200
 
-    RANGES: ClassVar[dict[str, r.Range]] = {"label_smoothing": r.PROBABILITY}
+    RANGES: ClassVar[dict[str, r.Range]] = {
+        "label_smoothing": r.PROBABILITY,
+        "curve_steps": r.POSITIVE_OR_NULL,
+        "curve_pairs": r.AT_LEAST_1,
+    }
 
 
 @dataclass
@@ -100,7 +110,7 @@ class TranslationRunConfig:
     RANGES: ClassVar[dict[str, r.Range]] = {"seeds": r.SEEDS}
 
 
-TRANSLATION_PRESETS = ("smoke", "quick")
+TRANSLATION_PRESETS = ("smoke", "quick", "curve", "table4")
 
 
 def translation_preset_path(name: str) -> Path:
@@ -114,6 +124,14 @@ def load_translation_config(
     config = merge_config(TranslationRunConfig, path, file, overrides)
     if config.data.too_long not in TOO_LONG:
         raise invalid("data.too_long", config.data.too_long, f"one of {', '.join(TOO_LONG)}")
+    train = config.train
+    if train.curve_steps is not None and train.curve_steps > train.steps:
+        raise invalid(
+            "train.curve_steps",
+            train.curve_steps,
+            f"at most train.steps={train.steps} (a curve needs points before the last step), "
+            "or null for no curve",
+        )
     return config
 
 

@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from transformers import DataCollatorForSeq2Seq, TrainingArguments
+from transformers import DataCollatorForSeq2Seq, TrainerCallback, TrainingArguments
 
 from ...data.parallel import load_parallel, parallel_dir
 from ...data.translation_tokenizer import load_translation_tokenizer
@@ -17,13 +17,19 @@ from ...models.seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig
 from ..runs.fingerprint import run_settings
 from ..runs.stages import Stage, save_run, start_stage
 from ..runs.trainer import AtomicCheckpointTrainer, step_training_arguments
+from .curve import LearningCurve, curve_points, curve_subset
 from .data import encode_pairs, sample
 from .evaluate import evaluate_model
 from .runconfig import TranslationRunConfig, encoding_options
+from .scoring import corpus_scores
 
 
 def load_pairs(config: TranslationRunConfig, split: str) -> list[tuple[str, str]]:
+    """A split's (source, target) pairs, sides swapped with data.reverse, sampled to the
+    data section's limit (a fixed sample: the same pairs in every run)."""
     pairs = load_parallel(config.data.data_dir, config.data.pairs, split)
+    if config.data.reverse:
+        pairs = [(target, source) for source, target in pairs]
     limit = config.data.max_train_pairs if split == "train" else config.data.max_eval_pairs
     return sample(pairs, limit)
 
@@ -50,14 +56,21 @@ def seq2seq_config(config: TranslationRunConfig, tokenizer) -> PosAttnSeq2SeqCon
     )
 
 
-def evaluate_split(model, tokenizer, config: TranslationRunConfig, split: str) -> dict:
-    """Scores on a split; with data.too_long=drop, pairs over max_len are left out (counted)."""
+def scored_pairs(tokenizer, config: TranslationRunConfig, split: str) -> tuple[list, int]:
+    """(the split's pairs that are scored, how many were dropped): with data.too_long=drop,
+    pairs over max_len are left out."""
     pairs = load_pairs(config, split)
     kept = pairs
     if config.data.too_long == "drop":
         kept = [pair for pair in pairs if fits(tokenizer, pair, config.model.max_len)]
+    return kept, len(pairs) - len(kept)
+
+
+def evaluate_split(model, tokenizer, config: TranslationRunConfig, split: str) -> dict:
+    """Scores on a split; with data.too_long=drop, pairs over max_len are left out (counted)."""
+    kept, dropped = scored_pairs(tokenizer, config, split)
     scores = evaluate_model(model, tokenizer, kept, config.decode)
-    return {**scores, "pairs_dropped_too_long": len(pairs) - len(kept)}
+    return {**scores, "pairs_dropped_too_long": dropped}
 
 
 def fits(tokenizer, pair: tuple[str, str], max_len: int) -> bool:
@@ -85,10 +98,32 @@ def translation_stage(config: TranslationRunConfig, output: Path) -> Stage:
     return Stage(Path(output), settings, marker="metrics.json")
 
 
+def learning_curve(tokenizer, config: TranslationRunConfig) -> tuple[LearningCurve, dict]:
+    """The curve's callback and the fixed part of its record: the dev pairs it scores (a
+    sample of those the final evaluation scores) and copying their sources, scored once."""
+    kept, _ = scored_pairs(tokenizer, config, "dev")
+    pairs = curve_subset(kept, config.train.curve_pairs)
+    callback = LearningCurve(tokenizer, pairs, config.decode, config.train.curve_steps)
+    copy = corpus_scores([s for s, _ in pairs], [t for _, t in pairs])
+    record = {
+        "every": config.train.curve_steps,
+        "pairs": len(pairs),
+        "search": "greedy",
+        "copy_source": {"bleu": copy["bleu"], "chrf": copy["chrf"]},
+    }
+    return callback, record
+
+
 def train_translation(
-    config: TranslationRunConfig, output: Path, resume: bool = False, evaluate: bool = True
+    config: TranslationRunConfig,
+    output: Path,
+    resume: bool = False,
+    evaluate: bool = True,
+    callbacks: list[TrainerCallback] = (),
 ) -> dict:
-    """Train one model; evaluate it on dev and test; write model/, config.yaml, metrics.json."""
+    """Train one model; evaluate it on dev and test; write model/, config.yaml, metrics.json
+    (with the learning curve where train.curve_steps is set). callbacks: more Trainer
+    callbacks, run after the curve's."""
     output = Path(output)
     tokenizer = load_tokenizer(config)
     model_config = seq2seq_config(config, tokenizer)
@@ -98,6 +133,9 @@ def train_translation(
     dev_pairs = load_pairs(config, "dev")
     eval_size = config.train.eval_batches * config.train.batch_size
     dev = encode_pairs(tokenizer, dev_pairs[:eval_size], max_len, "truncate", "dev pair")
+    curve = None
+    if config.train.curve_steps is not None:
+        curve, curve_record = learning_curve(tokenizer, config)
     torch.manual_seed(config.train.seed)
     model = PosAttnForSeq2SeqLM(model_config)
     trainer = AtomicCheckpointTrainer(
@@ -106,6 +144,7 @@ def train_translation(
         train_dataset=train.dataset,
         eval_dataset=dev.dataset,
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+        callbacks=[*([curve] if curve else []), *callbacks],
     )
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=checkpoint)
@@ -116,6 +155,7 @@ def train_translation(
         "encoding": config.model.encoding,
         "seed": config.train.seed,
         "pairs": config.data.pairs,
+        "reversed": config.data.reverse,
         "train_loss": [[e["step"], e["loss"]] for e in history if "loss" in e],
         "dev_loss": [[e["step"], e["eval_loss"]] for e in history if "eval_loss" in e],
         "final_dev_loss": final["eval_loss"],
@@ -126,6 +166,8 @@ def train_translation(
         "train_pairs_dropped_too_long": train.dropped,
         "train_seconds": train_seconds,
     }
+    if curve is not None:
+        metrics["curve"] = {**curve_record, "points": curve_points(history)}
     if evaluate:
         metrics["evaluation"] = {
             split: evaluate_split(model, tokenizer, config, split) for split in config.decode.splits

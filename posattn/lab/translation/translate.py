@@ -26,8 +26,9 @@ class RecomputingScorer:
         self.memory_mask = memory_mask
 
     def __call__(self, prefixes: Tensor, parents: Tensor) -> Tensor:
+        prefixes = prefixes.to(self.memory_mask.device)
         logits = self.model.decode(prefixes, self.memory_kv, self.memory_mask)[:, -1]
-        return F.log_softmax(logits.float(), dim=-1)
+        return F.log_softmax(logits.float(), dim=-1).cpu()
 
 
 class CachedScorer:
@@ -43,13 +44,14 @@ class CachedScorer:
         self.cache: DynamicCache | None = None
 
     def __call__(self, prefixes: Tensor, parents: Tensor) -> Tensor:
+        device = self.memory_mask.device
         if self.cache is None:
-            self.cache, new = DynamicCache(), prefixes
+            self.cache, new = DynamicCache(), prefixes.to(device)
         else:
-            self.cache.reorder_cache(parents)
-            new = prefixes[:, -1:]
+            self.cache.reorder_cache(parents.to(device))
+            new = prefixes[:, -1:].to(device)
         logits = self.model.decode(new, self.memory_kv, self.memory_mask, cache=self.cache)
-        return F.log_softmax(logits[:, -1].float(), dim=-1)
+        return F.log_softmax(logits[:, -1].float(), dim=-1).cpu()
 
 
 @dataclass
@@ -90,15 +92,19 @@ def translate_ids(
     settings: SearchSettings,
     scorer_type=None,
 ) -> list[list[int]]:
-    """Output token ids (without <s> and </s>) per source. beam_size 1 is greedy search."""
+    """Output token ids (without <s> and </s>) per source. beam_size 1 is greedy search. The
+    model runs where its weights are (a GPU after training there); the searches run on the
+    CPU, on the log-probabilities the scorer brings back."""
     model.eval()
     config = model.config
+    device = next(model.parameters()).device
+    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
     k = settings.beam_size
     memory = model.encode(input_ids, attention_mask)
     # The decoder takes at most max_len inputs: <s> and max_len - 1 generated tokens, the
     # last of which may be </s>.
     limit = min(settings.max_new_tokens, config.max_len)
-    rows = torch.arange(input_ids.shape[0]).repeat_interleave(k)
+    rows = torch.arange(input_ids.shape[0], device=device).repeat_interleave(k)
     scorer = (scorer_type or CachedScorer)(model, memory[rows], attention_mask[rows])
     start, eos = config.decoder_start_token_id, config.eos_token_id
     if k == 1:
