@@ -150,7 +150,7 @@ def test_generate_translates_text_with_a_posattn_tokenizer_like_translate(tmp_pa
 
     folder = build_toy_translation(tmp_path)
     tokenizer = load_translation_tokenizer(folder / "translation/toy/tokenizer")
-    torch.manual_seed(0)
+    torch.manual_seed(2)  # a draw whose two outputs differ, so equality means something
     config = PosAttnSeq2SeqConfig(
         vocab_size=len(tokenizer),
         d_model=16,
