@@ -14,9 +14,14 @@ from transformers import DataCollatorForSeq2Seq, TrainingArguments
 from ...data.parallel import load_parallel, parallel_dir
 from ...data.translation_tokenizer import load_translation_tokenizer
 from ...models.seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig
-from ..runs.fingerprint import run_settings
+from ..runs.fingerprint import run_settings, trainer_settings
 from ..runs.stages import Stage, save_run, start_stage
-from ..runs.trainer import AtomicCheckpointTrainer, step_training_arguments
+from ..runs.trainer import (
+    TENSORBOARD,
+    AtomicCheckpointTrainer,
+    step_training_arguments,
+    tensorboard_logs,
+)
 from .data import encode_pairs, sample
 from .evaluate import evaluate_model
 from .runconfig import TranslationRunConfig, encoding_options
@@ -69,9 +74,9 @@ def training_arguments(config: TranslationRunConfig, output: Path) -> TrainingAr
         config.train,
         "train",
         output,
+        config.trainer,
         # Batches of similar lengths waste less on padding.
         train_sampling_strategy="group_by_length",
-        report_to=[],
         disable_tqdm=True,
     )
 
@@ -80,7 +85,11 @@ def translation_stage(config: TranslationRunConfig, output: Path) -> Stage:
     """One (encoding, seed) run: fixed by the model, data, train (with the seed) and decode
     sections (metrics.json holds the decoded scores)."""
     settings = run_settings(
-        model=config.model, data=config.data, train=config.train, decode=config.decode
+        model=config.model,
+        data=config.data,
+        train=config.train,
+        decode=config.decode,
+        **trainer_settings(config.trainer),
     )
     return Stage(Path(output), settings, marker="metrics.json")
 
@@ -100,13 +109,14 @@ def train_translation(
     dev = encode_pairs(tokenizer, dev_pairs[:eval_size], max_len, "truncate", "dev pair")
     torch.manual_seed(config.train.seed)
     model = PosAttnForSeq2SeqLM(model_config)
-    trainer = AtomicCheckpointTrainer(
-        model=model,
-        args=training_arguments(config, output),
-        train_dataset=train.dataset,
-        eval_dataset=dev.dataset,
-        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
-    )
+    with tensorboard_logs(output / TENSORBOARD):
+        trainer = AtomicCheckpointTrainer(
+            model=model,
+            args=training_arguments(config, output),
+            train_dataset=train.dataset,
+            eval_dataset=dev.dataset,
+            data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+        )
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=checkpoint)
     train_seconds = time.perf_counter() - start

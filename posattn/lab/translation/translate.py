@@ -12,6 +12,7 @@ from transformers import DynamicCache
 
 from ...errors import invalid
 from ...models.seq2seq import PosAttnForSeq2SeqLM
+from ..runs.device import model_device
 from .decoding import SearchSettings, beam_search, greedy_search
 
 
@@ -90,21 +91,24 @@ def translate_ids(
     settings: SearchSettings,
     scorer_type=None,
 ) -> list[list[int]]:
-    """Output token ids (without <s> and </s>) per source. beam_size 1 is greedy search."""
+    """Output token ids (without <s> and </s>) per source. beam_size 1 is greedy search.
+    The sources go to the model's device, where the search runs."""
     model.eval()
     config = model.config
     k = settings.beam_size
+    device = model_device(model)
+    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
     memory = model.encode(input_ids, attention_mask)
     # The decoder takes at most max_len inputs: <s> and max_len - 1 generated tokens, the
     # last of which may be </s>.
     limit = min(settings.max_new_tokens, config.max_len)
-    rows = torch.arange(input_ids.shape[0]).repeat_interleave(k)
+    rows = torch.arange(input_ids.shape[0], device=device).repeat_interleave(k)
     scorer = (scorer_type or CachedScorer)(model, memory[rows], attention_mask[rows])
     start, eos = config.decoder_start_token_id, config.eos_token_id
     if k == 1:
-        return greedy_search(scorer, len(input_ids), start, eos, limit)
+        return greedy_search(scorer, len(input_ids), start, eos, limit, device)
     bounded = SearchSettings(k, settings.length_penalty, limit)
-    return beam_search(scorer, len(input_ids), start, eos, bounded)
+    return beam_search(scorer, len(input_ids), start, eos, bounded, device)
 
 
 def translate(
