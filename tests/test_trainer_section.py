@@ -72,7 +72,7 @@ def test_fsdp_options_pass_through_to_the_trainer(tmp_path):
     assert config.trainer.fsdp_config == {"fsdp_version": 2}
     from posattn.lab.runs.trainer_section import trainer_arguments
 
-    arguments = trainer_arguments(config.trainer)
+    arguments = trainer_arguments(config.trainer, cuda=True)
     assert arguments["fsdp"] == "full_shard auto_wrap"
     assert arguments["fsdp_config"] == {"fsdp_version": 2}
 
@@ -106,10 +106,12 @@ def test_one_mixed_precision_at_a_time():
         load_run_config("smoke", overrides=["trainer.bf16=true", "trainer.fp16=true"])
 
 
-@pytest.mark.parametrize("knob", ["fp16", "tf32"])
-def test_gpu_only_knobs_are_refused_without_a_gpu(knob):
-    section = replace(TrainerSection(), **{knob: True})
-    with pytest.raises(PosAttnConfigError, match=rf"trainer.{knob}=True .*without a CUDA GPU"):
+@pytest.mark.parametrize(
+    ("knob", "value"), [("fp16", True), ("tf32", True), ("fsdp", "full_shard auto_wrap")]
+)
+def test_gpu_only_knobs_are_refused_without_a_gpu(knob, value):
+    section = replace(TrainerSection(), **{knob: value})
+    with pytest.raises(PosAttnConfigError, match=rf"trainer.{knob}=.* without a CUDA GPU"):
         check_machine(section, cuda=False)
     check_machine(section, cuda=True)  # a GPU machine takes it
 

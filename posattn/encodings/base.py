@@ -203,6 +203,16 @@ class PositionalEncoding(nn.Module):
             cache[key] = self.layer_terms(seq_len, device, dtype)
         return cache[key]
 
+    def forward(self, start: int, end: int, device: torch.device, dtype: torch.dtype):
+        """What the model reads of the encoding for the tokens at positions [start, end): (the
+        input embedding's rows [start, end), or None; `window_terms(start, end)`). Models call
+        it through the module, `encoding(start, end, ...)`: wrappers that gather sharded
+        parameters around a module's forward (FSDP, ZeRO-3) then hold this encoding's
+        parameters while it reads them, even when it is a sharding unit of its own."""
+        positions = self.input_embedding(end, device, dtype)
+        positions = None if positions is None else positions[start:]
+        return positions, self.window_terms(start, end, device, dtype)
+
     def window_terms(self, start: int, end: int, device: torch.device, dtype: torch.dtype):
         """One `LayerTerms` per layer for the query rows [start, end) over the keys [0, end):
         incremental (cached key/value) decoding of a causal model, where tokens [0, start) are

@@ -173,10 +173,9 @@ class Encoder(nn.Module):
         if segment_ids is None:
             segment_ids = torch.zeros_like(input_ids)
         dtype = self.embeddings.word.weight.dtype
-        positions = self.encoding.input_embedding(seq_len, device, dtype)
-        positions = None if positions is None else positions[past_length:]
+        # through the module's forward: FSDP / ZeRO-3 gather its parameters there
+        positions, terms = self.encoding(past_length, seq_len, device, dtype)
         x = self.embeddings(input_ids, segment_ids, positions)
-        terms = self.encoding.window_terms(past_length, seq_len, device, dtype)
         mask = build_attention_mask(
             attention_mask, seq_len, self.config.causal, device, query_start=past_length
         )

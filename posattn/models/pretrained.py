@@ -8,6 +8,8 @@ alike; `PosAttnForSeq2SeqLM` holds its two stacks as `.encoder` and `.decoder`.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
@@ -38,6 +40,9 @@ class PosAttnPreTrainedModel(PreTrainedModel):
     base_model_prefix = "posattn"
     main_input_name = "input_ids"
     legacy_key_mapping: dict[str, str] | None = None
+    # The units that device_map and FSDP's auto-wrap keep whole on one device / shard group;
+    # embeddings, encodings and heads stay with the root module, whose forward reads them.
+    _no_split_modules: ClassVar[list[str]] = ["EncoderLayer", "DecoderLayer"]
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:

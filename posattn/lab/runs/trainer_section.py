@@ -112,18 +112,28 @@ def check_machine(
 ) -> None:
     """What needs a CUDA GPU, refused on a machine without one (before any training)."""
     cuda = torch.cuda.is_available() if cuda is None else cuda
+    if cuda:
+        return
     for name in ("fp16", "tf32"):
-        if getattr(section, name) and not cuda:
+        if getattr(section, name):
             raise invalid(
                 f"{prefix}{name}",
                 True,
                 "false on a machine without a CUDA GPU (trainer.bf16 runs on CPUs too)",
             )
+    # accelerate shards with FSDP on GPUs only: CPU processes would quietly run DDP instead
+    if section.fsdp:
+        raise invalid(
+            f"{prefix}fsdp",
+            section.fsdp,
+            '"" on a machine without a CUDA GPU (the Trainer shards on GPUs only; CPU '
+            "processes train data-parallel with the same global batch)",
+        )
 
 
-def trainer_arguments(section: TrainerSection) -> dict:
+def trainer_arguments(section: TrainerSection, cuda: bool | None = None) -> dict:
     """`section` as TrainingArguments keywords (after check_machine)."""
-    check_machine(section)
+    check_machine(section, cuda)
     arguments = {item.name: getattr(section, item.name) for item in fields(section)}
     # transformers 5 names it activation_checkpointing (gradient_checkpointing: an alias)
     arguments["activation_checkpointing"] = arguments.pop("gradient_checkpointing")

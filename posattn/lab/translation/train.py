@@ -15,6 +15,7 @@ from ...data.parallel import load_parallel, parallel_dir
 from ...data.translation_tokenizer import load_translation_tokenizer
 from ...models.seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig
 from ..runs.fingerprint import run_settings, trainer_settings
+from ..runs.ranks import barrier
 from ..runs.stages import Stage, save_run, start_stage
 from ..runs.trainer import (
     TENSORBOARD,
@@ -81,6 +82,17 @@ def training_arguments(config: TranslationRunConfig, output: Path) -> TrainingAr
     )
 
 
+def decoding_model(trainer, model: PosAttnForSeq2SeqLM, output: Path) -> PosAttnForSeq2SeqLM:
+    """The trained model for decoding: itself, or after FSDP training (which leaves every
+    parameter sharded over the ranks) the full model as saved, on this rank's device."""
+    if not trainer.is_fsdp_enabled:
+        return model
+    trainer.save_model(str(output / "model"))  # every rank: the full state dict is gathered
+    barrier()
+    full = PosAttnForSeq2SeqLM.from_pretrained(str(output / "model"))
+    return full.to(trainer.args.device)
+
+
 def translation_stage(config: TranslationRunConfig, output: Path) -> Stage:
     """One (encoding, seed) run: fixed by the model, data, train (with the seed) and decode
     sections (metrics.json holds the decoded scores)."""
@@ -137,8 +149,10 @@ def train_translation(
         "train_seconds": train_seconds,
     }
     if evaluate:
+        decoder = decoding_model(trainer, model, output)
         metrics["evaluation"] = {
-            split: evaluate_split(model, tokenizer, config, split) for split in config.decode.splits
+            split: evaluate_split(decoder, tokenizer, config, split)
+            for split in config.decode.splits
         }
     save_run(output, {"metrics.json": metrics}, config, trainer, tokenizer)
     return metrics
