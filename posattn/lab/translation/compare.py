@@ -15,7 +15,7 @@ from ...data.manifest import write_atomic
 from ...errors import require
 from ..runs.config import to_yaml
 from ..runs.context import run_context
-from ..runs.stages import FINISHED, RESUME, save_run, stage_state
+from ..runs.stages import FINISHED, RESUME, is_main_process, save_run, stage_state
 from .report import translation_markdown
 from .runconfig import TranslationRunConfig
 from .train import load_tokenizer, seq2seq_config, train_translation, translation_stage
@@ -71,7 +71,8 @@ def compare_translation(
     for _, _, run_config, run_dir in runs:  # refused (or discarded) before anything trains
         stage_state(translation_stage(run_config, run_dir), overwrite)
     output.mkdir(parents=True, exist_ok=True)
-    write_atomic(output / "config.yaml", to_yaml(config))
+    if is_main_process():  # under a launcher every rank trains each run; one writes
+        write_atomic(output / "config.yaml", to_yaml(config))
     start = time.perf_counter()
     results: dict[str, dict[int, dict]] = {}
     for index, (encoding, seed, run_config, run_dir) in enumerate(runs, start=1):
