@@ -28,14 +28,15 @@ class Stop(Exception):
 
 
 def input_devices(model: torch.nn.Module, run) -> set[torch.device]:
-    """Devices of the tensors the first submodule forward of `model` receives in `run()`."""
+    """Devices of the tensors the first submodule forward of `model` that takes tensors
+    receives in `run()`."""
     seen: set[torch.device] = set()
 
     def record(module, args, kwargs):
-        for value in [*args, *kwargs.values()]:
-            if isinstance(value, torch.Tensor):
-                seen.add(value.device)
-        raise Stop
+        devices = {v.device for v in [*args, *kwargs.values()] if isinstance(v, torch.Tensor)}
+        if devices:  # (an encoding's forward takes only lengths, a device and a dtype)
+            seen.update(devices)
+            raise Stop
 
     handles = [m.register_forward_pre_hook(record, with_kwargs=True) for m in model.modules()]
     try:
@@ -113,8 +114,10 @@ def hooked(model, seen: set):
     """`model` with a hook that records its first forward's input devices, then stops."""
 
     def record(module, args, kwargs):
-        seen.update(v.device for v in [*args, *kwargs.values()] if isinstance(v, torch.Tensor))
-        raise Stop
+        devices = {v.device for v in [*args, *kwargs.values()] if isinstance(v, torch.Tensor)}
+        if devices:
+            seen.update(devices)
+            raise Stop
 
     for module in model.modules():
         module.register_forward_pre_hook(record, with_kwargs=True)
