@@ -201,8 +201,14 @@ class PositionalEncoding(nn.Module):
     def terms_for(self, seq_len: int, device: torch.device, dtype: torch.dtype):
         """`layer_terms`, cached for inference: without gradients the input-independent terms
         depend only on the length and the parameters, so they are reused until a parameter
-        changes (every in-place update bumps its version counter, which is part of the key)."""
-        if torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()):
+        changes (every in-place update bumps its version counter, which is part of the key).
+
+        Not while torch.compile or torch.export traces: the key reads storage addresses (a
+        graph break) and a traced entry would outlive the trace and break the eager model;
+        a compiled graph computes the terms once per call anyway."""
+        if torch.compiler.is_compiling() or (
+            torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
+        ):
             return self.layer_terms(seq_len, device, dtype)
         versions = tuple((p.data_ptr(), p._version) for p in self.parameters())
         key = (seq_len, str(device), dtype, self.training, *versions)

@@ -11,6 +11,7 @@ from transformers import AutoConfig, PreTrainedConfig
 from ..encodings import ModelDims, build_encoding, encoding_class
 from ..errors import invalid, require, require_choice, require_positive_int
 from ..kernels import kernel_names
+from .attn_implementation import attn_implementation_of, kernel_of
 from .segments import SEGMENT_MODES
 
 
@@ -21,7 +22,9 @@ class PosAttnConfig(PreTrainedConfig):
     segments: "input" (BERT token-type embeddings), "attention" (DIET Eq. 2) or "none".
     norm: "post" (BERT, TUPE) or "pre" LayerNorm.
     kernel: "auto" (SDPA; FlexAttention for a large learned bias on GPU), "sdpa",
-        "sdpa-lowmem", "flex" or "eager" (the reference).
+        "sdpa-lowmem", "flex" or "eager" (the reference); transformers' `attn_implementation`
+        sets it and `_attn_implementation` reports it under transformers' names
+        (posattn.models.attn_implementation).
     causal: causal self-attention (a decoder); encoders are bidirectional.
     num_labels (a transformers attribute) sizes the classification head.
     """
@@ -78,6 +81,16 @@ class PosAttnConfig(PreTrainedConfig):
         # (head dimension, causality, table lengths) now rather than at the first forward.
         with torch.device("meta"):
             build_encoding(self.encoding, self.dims, self.encoding_options)
+
+    @property
+    def _attn_implementation_internal(self) -> str:
+        """transformers' name of `kernel`: what the attention modules run."""
+        return attn_implementation_of(self.kernel)
+
+    @_attn_implementation_internal.setter
+    def _attn_implementation_internal(self, value: str | None) -> None:
+        if value is not None:
+            self.kernel = kernel_of(value)
 
     @property
     def dims(self) -> ModelDims:
