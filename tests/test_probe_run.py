@@ -67,9 +67,9 @@ def test_a_killed_run_redoes_only_its_unfinished_cells(smoke_run, tmp_path, monk
     computed = []
     real_compute = grid.compute_cell
 
-    def counting_compute(task, encoding, seed, settings, path):
+    def counting_compute(task, encoding, seed, settings, path, device):
         computed.append((task, encoding, seed))
-        return real_compute(task, encoding, seed, settings, path)
+        return real_compute(task, encoding, seed, settings, path, device)
 
     monkeypatch.setattr(grid, "compute_cell", counting_compute)
     main(["probe", "--preset", "smoke", "--output", str(run)])
@@ -104,6 +104,9 @@ class ScriptedModel:
 
     def eval(self):
         return self
+
+    def parameters(self):
+        yield torch.zeros(())  # on the CPU, where evaluate then puts the batches
 
     def __call__(self, input_ids, attention_mask, token_type_ids):
         targets = self.batches.pop(0)["targets"]

@@ -10,6 +10,7 @@ import random
 
 import pytest
 import torch
+from test_lab_runs import tensorboard_scalars
 from test_seq2seq import TABLE4, seq2seq
 from translation_fixtures import build_toy_translation
 
@@ -203,6 +204,11 @@ def test_smoke_run_beats_copying_the_source(toy, tmp_path):
     saved = json.loads((tmp_path / "run/metrics.json").read_text())
     assert saved["steps"] == 600 and (tmp_path / "run/model/model.safetensors").is_file()
     assert "label_smoothing: 0.1" in (tmp_path / "run/config.yaml").read_text()
+    # logged to TensorBoard like pretraining: the run's losses at its logging steps
+    logged = tensorboard_scalars(tmp_path / "run")
+    assert [step for step, _ in logged] == [s for s, _ in saved["train_loss"]]
+    for (_, value), (_, loss) in zip(logged, saved["train_loss"], strict=True):
+        assert value == pytest.approx(loss, rel=1e-5)
 
 
 def test_translate_eval_reports_bad_files_and_beam_sizes(toy, tmp_path, capsys):

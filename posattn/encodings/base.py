@@ -222,6 +222,27 @@ class PositionalEncoding(nn.Module):
             cache[key] = self.layer_terms(seq_len, device, dtype)
         return cache[key]
 
+    def forward(
+        self,
+        start: int,
+        end: int,
+        device: torch.device,
+        dtype: torch.dtype,
+        positions: Tensor | None = None,
+    ):
+        """What the model reads of the encoding for the tokens [start, end): (their input
+        embedding rows or None, their `LayerTerms`), at positions 0..end-1 or at `positions`
+        [B, end] (position_ids of the cached and new tokens). Models call it through the
+        module, `encoding(start, end, ...)`: wrappers that gather sharded parameters around a
+        module's forward (FSDP, ZeRO-3) then hold this encoding's parameters while it reads
+        them, even when it is a sharding unit of its own."""
+        if positions is None:
+            vectors = self.input_embedding(end, device, dtype)
+            vectors = None if vectors is None else vectors[start:]
+            return vectors, self.window_terms(start, end, device, dtype)
+        vectors = self.input_embedding_at(positions[:, start:], dtype)
+        return vectors, self.window_terms_at(start, positions, dtype)
+
     def input_embedding_at(self, positions: Tensor, dtype: torch.dtype) -> Tensor | None:
         """[B, n, d_model] added to the token embeddings of tokens at `positions` [B, n], or
         None. Equal to `input_embedding`'s rows where positions are 0..n-1."""

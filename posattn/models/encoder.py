@@ -234,16 +234,11 @@ class Encoder(nn.Module):
         if segment_ids is None:
             segment_ids = torch.zeros_like(input_ids)
         dtype = self.embeddings.word.weight.dtype
+        # through the module's forward: FSDP / ZeRO-3 gather its parameters there
+        vectors, terms = self.encoding(past_length, seq_len, device, dtype, positions)
         documents = None
-        if positions is None:
-            vectors = self.encoding.input_embedding(seq_len, device, dtype)
-            vectors = None if vectors is None else vectors[past_length:]
-            terms = self.encoding.window_terms(past_length, seq_len, device, dtype)
-        else:
-            vectors = self.encoding.input_embedding_at(positions[:, past_length:], dtype)
-            terms = self.encoding.window_terms_at(past_length, positions, dtype)
-            if attention_mask is None and not past_length:
-                documents = packed_documents(positions)
+        if positions is not None and attention_mask is None and not past_length:
+            documents = packed_documents(positions)
         x = self.embeddings(input_ids, segment_ids, vectors)
         mask = build_attention_mask(
             attention_mask,

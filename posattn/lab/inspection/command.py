@@ -18,6 +18,7 @@ def run_inspect(args: argparse.Namespace) -> int:
         head=args.head,
         text=args.text,
         data_dir=args.data_dir,
+        device=args.device,
     )
     output = Path(args.output or f"runs/inspect-{Path(args.path).resolve().name}")
     with run_lock(output, "posattn inspect"):
@@ -28,6 +29,8 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 
 def register(commands) -> None:
+    from ..runs.device import add_device_option
+
     parser = commands.add_parser(
         "inspect",
         help="what positions do in a model: TUPE Figs. 2, 4, 6 and DIET Theorem 1 (figures + JSON)",
@@ -44,4 +47,5 @@ def register(commands) -> None:
     )
     parser.add_argument("--samples", type=int, default=8, help="corpus blocks (default 8)")
     parser.add_argument("--data-dir", help="a prepared data directory (posattn data prepare)")
+    add_device_option(parser)
     parser.set_defaults(func=run_inspect)

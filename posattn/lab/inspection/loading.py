@@ -47,9 +47,9 @@ def load_tokenizer_of(directory: Path):
     return AutoTokenizer.from_pretrained(str(directory))
 
 
-def load_for_inspection(path: str | Path) -> InspectedModel:
-    """Open `path` for inspection; weights are cast to float64 so that spectra and ranks are
-    not blurred by float32 rounding (the models inspected here are small)."""
+def load_for_inspection(path: str | Path, device: torch.device | str = "cpu") -> InspectedModel:
+    """Open `path` for inspection on `device`; weights are cast to float64 so that spectra and
+    ranks are not blurred by float32 rounding (the models inspected here are small)."""
     directory = model_directory(Path(path))
     try:
         model_type = json.loads((directory / "config.json").read_text()).get("model_type")
@@ -71,6 +71,6 @@ def load_for_inspection(path: str | Path) -> InspectedModel:
         kind = "bert"
     else:
         raise invalid("model_type", model_type, "a posattn model or a BERT checkpoint ('bert')")
-    encoder = model.encoder.to(torch.float64).eval()
+    encoder = model.encoder.to(device=device, dtype=torch.float64).eval()
     encoder.set_kernel("eager")  # the reference kernel: logits exactly as written
     return InspectedModel(encoder, load_tokenizer_of(directory), str(directory), kind)

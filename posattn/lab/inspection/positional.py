@@ -33,7 +33,7 @@ def positional_logits(encoder: Encoder, seq_len: int) -> list[dict]:
                 group["layers"].append(layer)
                 break
         else:
-            bias = terms.bias.reshape(-1, *terms.bias.shape[-2:])
+            bias = terms.bias.reshape(-1, *terms.bias.shape[-2:]).cpu()  # for the analyses
             groups.append({"layers": [layer], "tensor": terms.bias, "bias": bias})
     for group in groups:
         del group["tensor"]

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from ...errors import invalid, require, require_positive_int
+from ..runs.device import model_device, resolve_device
 from ..runs.tables import table_lines
 from .figures import plot_four_terms, plot_head_grid, plot_positional, plot_spectra
 from .forward import logits_per_layer
@@ -27,7 +28,8 @@ class InspectSettings:
     """length: tokens per text (None: 64, or the model's max_len if shorter); samples: blocks
     of the prepared corpus (validation split);
     layer, head: 1-based focus (None: every layer; the figures draw head 1 / every head);
-    text: one text instead of the corpus; data_dir: the prepared data (posattn data prepare)."""
+    text: one text instead of the corpus; data_dir: the prepared data (posattn data prepare);
+    device: where the model runs (lab/runs/device.py: auto, cpu, cuda, cuda:N)."""
 
     length: int | None = None
     samples: int = 8
@@ -35,6 +37,7 @@ class InspectSettings:
     head: int | None = None
     text: str | None = None
     data_dir: str | None = None
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         require_positive_int("samples", self.samples)
@@ -209,7 +212,7 @@ def analyse_rank(encoder, logits, positional, terms, settings, figure_dir) -> di
 
 def inspect_model(path: str | Path, output: str | Path, settings: InspectSettings) -> dict:
     """Run every analysis that applies; writes PNGs and inspect.json into `output`."""
-    model = load_for_inspection(path)
+    model = load_for_inspection(path, resolve_device(settings.device))
     encoder, config = model.encoder, model.encoder.config
     check_focus(settings, config)
     limit = encoder.encoding.max_positions
@@ -220,9 +223,12 @@ def inspect_model(path: str | Path, output: str | Path, settings: InspectSetting
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     ids, described, tokens = input_ids(model, settings)
+    ids = ids.to(model_device(encoder))  # the analyses below read their results on the CPU
     n = ids.shape[1]
     caption = f"{config.encoding} ({Path(model.source).name}), {described}"
-    logits = logits_per_layer(encoder, ids) if not encoder.encoding.projects_keys() else None
+    logits = None
+    if not encoder.encoding.projects_keys():
+        logits = [layer.cpu() for layer in logits_per_layer(encoder, ids)]
     positional = positional_logits(encoder, n)
     result = {
         "model": {
@@ -245,7 +251,9 @@ def inspect_model(path: str | Path, output: str | Path, settings: InspectSetting
         "settings": asdict(settings),
     }
     head = settings.head or 1
-    terms = four_terms(encoder, ids) if is_input_additive(encoder) else None
+    terms = None
+    if is_input_additive(encoder):
+        terms = {name: term.cpu() for name, term in four_terms(encoder, ids).items()}
     result["terms"] = (
         analyse_terms(terms, head, output, caption + f", layer 1, head {head}")
         if terms is not None

@@ -35,8 +35,9 @@ from ...encodings import build_encoding
 from ...errors import invalid
 from ..runs.config import to_yaml
 from ..runs.context import run_context
+from ..runs.ranks import barrier, world_size
 from ..runs.sources import PreparedData
-from ..runs.stages import FINISHED, RESUME, Stage, stage_state
+from ..runs.stages import FINISHED, RESUME, Stage, is_main_process, stage_state
 from .arms import RANDOM_INIT, arm_config, check_arms
 from .baselines import save_initial_model
 from .finetune import finetune, finetune_stage
@@ -199,17 +200,24 @@ def compare(
     preset: str,
     overwrite: bool = False,
 ) -> dict:
-    """Every cell in output/, then results.json, results.md and the figures.
+    """Every cell in output/, then results.json, results.md and the figures (written by the
+    main process, which returns the summary; other ranks return {}).
     overwrite: discard cells written with other settings instead of refusing them."""
     output = Path(output)
     check_before_training(config, tokenizer, tasks)
     check_stages(config, output, overwrite)
     output.mkdir(parents=True, exist_ok=True)
-    write_atomic(output / "config.yaml", to_yaml(config))
+    if is_main_process():
+        write_atomic(output / "config.yaml", to_yaml(config))
     start = time.perf_counter()
-    workers = 1 if int(os.environ.get("WORLD_SIZE", "1")) > 1 else config.compare.workers
+    # Under a launcher the ranks share each cell: pretraining data-parallel with the global
+    # batch, fine-tuning runs one per rank (finetune.py).
+    workers = 1 if world_size() > 1 else config.compare.workers
     for cells in cells_of(config):
         run_cells(config, cells, output, overwrite, workers)
+        barrier()  # every model is saved before any rank fine-tunes it
+    if not is_main_process():
+        return {}
     results = collect_results(config, output)
     context = run_context(
         preset,

@@ -13,14 +13,17 @@ from transformers import DataCollatorWithPadding, TrainingArguments
 
 from ...models import PosAttnForSequenceClassification
 from ..runs.datasets import ListDataset
-from ..runs.fingerprint import run_settings
+from ..runs.fingerprint import run_settings, trainer_settings
+from ..runs.ranks import alone, gather, join_process_group, place_on_device, share
 from ..runs.stages import Stage, save_run, start_stage
 from ..runs.trainer import (
     TENSORBOARD,
     AtomicCheckpointTrainer,
+    per_device_batch,
     quiet_transformers,
     tensorboard_logs,
 )
+from ..runs.trainer_section import trainer_arguments
 from .runconfig import RunConfig
 from .subset import fixed_subset
 
@@ -80,6 +83,33 @@ class EvaluationRecord:
 TUNING = ("train", "dev")
 
 
+def finetune_arguments(
+    config: RunConfig, learning_rate: float, seed: int, output: Path, train_size: int
+) -> TrainingArguments:
+    """One run's TrainingArguments: one process with the whole finetune.batch_size (split
+    over trainer.gradient_accumulation_steps), the trainer section's knobs, no checkpoints."""
+    f = config.finetune
+    micro_batch = per_device_batch(f.batch_size, "finetune.batch_size", config.trainer, 1)
+    steps_per_epoch = max(1, train_size // f.batch_size)
+    knobs = trainer_arguments(config.trainer)
+    return TrainingArguments(
+        output_dir=str(output),
+        num_train_epochs=f.epochs,
+        per_device_train_batch_size=micro_batch,
+        per_device_eval_batch_size=64,
+        learning_rate=learning_rate,
+        warmup_steps=round(f.warmup_ratio * steps_per_epoch * f.epochs),
+        weight_decay=f.weight_decay,
+        eval_strategy="epoch",
+        save_strategy="no",
+        logging_steps=max(1, steps_per_epoch // 4),
+        seed=seed,
+        use_cpu=not torch.cuda.is_available(),
+        disable_tqdm=True,
+        **{**knobs, "fsdp": None, "fsdp_config": None},  # a small run is never sharded
+    )
+
+
 def finetune_once(
     pretrained: Path,
     tokenizer,
@@ -90,43 +120,31 @@ def finetune_once(
     seed: int,
     output: Path,
 ) -> dict:
-    """One fine-tuning run; the dev-best epoch's dev and test accuracy (DIET Sec. 4) and which
-    test examples it got right. `splits`: "train", "dev" and one or more test sets ("test", or
-    any other names: each gets its accuracy NAME and its NAME_correct)."""
-    f = config.finetune
+    """One fine-tuning run in this process alone (under a launcher, beside the other ranks'
+    runs); the dev-best epoch's dev and test accuracy (DIET Sec. 4) and which test examples
+    it got right. `splits`: "train", "dev" and one or more test sets ("test", or any other
+    names: each gets its accuracy NAME and its NAME_correct)."""
     torch.manual_seed(seed)
-    # The MLM head is dropped and the classifier is new: expected, so not reported.
-    with quiet_transformers():
-        model = PosAttnForSequenceClassification.from_pretrained(pretrained, num_labels=num_labels)
-    steps_per_epoch = max(1, len(splits["train"]) // f.batch_size)
-    args = TrainingArguments(
-        output_dir=str(output),
-        num_train_epochs=f.epochs,
-        per_device_train_batch_size=f.batch_size,
-        per_device_eval_batch_size=64,
-        learning_rate=learning_rate,
-        warmup_steps=round(f.warmup_ratio * steps_per_epoch * f.epochs),
-        weight_decay=f.weight_decay,
-        eval_strategy="epoch",
-        save_strategy="no",
-        logging_steps=max(1, steps_per_epoch // 4),
-        seed=seed,
-        report_to=["tensorboard"],  # local event files in the run dir
-        use_cpu=not torch.cuda.is_available(),
-        disable_tqdm=True,
-    )
     evaluated = {"dev": splits["dev"], **{k: v for k, v in splits.items() if k not in TUNING}}
     record = EvaluationRecord(tuple(evaluated))
-    with tensorboard_logs(output / TENSORBOARD):
-        trainer = AtomicCheckpointTrainer(
-            model=model,
-            args=args,
-            train_dataset=splits["train"],
-            eval_dataset=evaluated,
-            data_collator=DataCollatorWithPadding(tokenizer),
-            compute_metrics=record,
-        )
-    trainer.train()
+    with alone() as device:
+        # The MLM head is dropped and the classifier is new: expected, so not reported.
+        with quiet_transformers():
+            model = PosAttnForSequenceClassification.from_pretrained(
+                pretrained, num_labels=num_labels
+            )
+        args = finetune_arguments(config, learning_rate, seed, output, len(splits["train"]))
+        place_on_device(args, device)
+        with tensorboard_logs(output / TENSORBOARD):
+            trainer = AtomicCheckpointTrainer(
+                model=model,
+                args=args,
+                train_dataset=splits["train"],
+                eval_dataset=evaluated,
+                data_collator=DataCollatorWithPadding(tokenizer),
+                compute_metrics=record,
+            )
+        trainer.train()
     history = trainer.state.log_history
     dev = [e["eval_dev_accuracy"] for e in history if "eval_dev_accuracy" in e]
     best = int(np.argmax(dev))
@@ -162,44 +180,48 @@ def finetune_stage(config: RunConfig, output: Path) -> Stage:
     """The fine-tuning of one pretrained encoding: fixed by the pretraining's sections (the
     model it starts from) and the finetune section."""
     settings = run_settings(
-        model=config.model, data=config.data, pretrain=config.pretrain, finetune=config.finetune
+        model=config.model,
+        data=config.data,
+        pretrain=config.pretrain,
+        finetune=config.finetune,
+        **trainer_settings(config.trainer),
     )
     return Stage(Path(output), settings, marker="finetune.json")
 
 
 def finetune(pretrained: Path, config: RunConfig, output: Path, tokenizer, tasks_source) -> dict:
-    """Every configured task; writes finetune.json into `output`."""
+    """Every configured task; writes finetune.json into `output` (the main process).
+
+    Each (task, learning rate, seed) run is one process's job: under a launcher the runs are
+    shared out over the ranks and their results gathered, so N processes run N at a time."""
     output = Path(output)
+    join_process_group()
     start_stage(finetune_stage(config, output))
     f = config.finetune
+    runs = [(task, lr, seed) for task in f.tasks for lr in f.learning_rates for seed in f.seeds]
+    splits, specs = {}, {}
+    mine = []
+    for task, lr, seed in share(runs):
+        if task not in splits:
+            specs[task] = tasks_source.spec(task)
+            splits[task] = {
+                split: encode(
+                    tokenizer,
+                    tasks_source.records(task, split),
+                    f.max_len,
+                    f.max_train_examples if split == "train" else f.max_eval_examples,
+                )
+                for split in ("train", "dev", "test")
+            }
+        directory = output / "runs" / task / f"lr{lr:g}-seed{seed}"
+        tuned = finetune_once(
+            pretrained, tokenizer, splits[task], specs[task].num_labels, config, lr, seed, directory
+        )
+        mine.append(((task, lr, seed), tuned))
+    done = dict(gather(mine))
     results = {}
     for task in f.tasks:
-        spec = tasks_source.spec(task)
-        splits = {
-            split: encode(
-                tokenizer,
-                tasks_source.records(task, split),
-                f.max_len,
-                f.max_train_examples if split == "train" else f.max_eval_examples,
-            )
-            for split in ("train", "dev", "test")
-        }
-        runs = {
-            lr: [
-                finetune_once(
-                    pretrained,
-                    tokenizer,
-                    splits,
-                    spec.num_labels,
-                    config,
-                    lr,
-                    seed,
-                    output / "runs" / task / f"lr{lr:g}-seed{seed}",
-                )
-                for seed in f.seeds
-            ]
-            for lr in f.learning_rates
-        }
-        results[task] = {"runs": {str(lr): rs for lr, rs in runs.items()}, **summarise(runs)}
+        by_rate = {lr: [done[(task, lr, seed)] for seed in f.seeds] for lr in f.learning_rates}
+        results[task] = {"runs": {str(lr): rs for lr, rs in by_rate.items()}, **summarise(by_rate)}
     save_run(output, {"finetune.json": results})
     return results

@@ -13,7 +13,7 @@ from transformers import TrainingArguments
 
 from ...models import PosAttnForMaskedLM
 from ...models.config import PosAttnConfig
-from ..runs.fingerprint import run_settings
+from ..runs.fingerprint import run_settings, trainer_settings
 from ..runs.mlm_data import MaskedBlocks, pack_paragraphs
 from ..runs.stages import Stage, save_run, start_stage
 from ..runs.trainer import (
@@ -60,8 +60,8 @@ def training_arguments(config: RunConfig, output: Path) -> TrainingArguments:
         config.pretrain,
         "pretrain",
         output,
+        config.trainer,
         dataloader_drop_last=True,
-        report_to=["tensorboard"],  # local event files in the run dir
         # a compare worker runs beside others: its bar would interleave with theirs
         disable_tqdm=os.environ.get(QUIET_PROGRESS) == "1",
     )
@@ -69,7 +69,12 @@ def training_arguments(config: RunConfig, output: Path) -> TrainingArguments:
 
 def pretrain_stage(config: RunConfig, output: Path) -> Stage:
     """The pretraining of one encoding: fixed by the model, data and pretrain sections."""
-    settings = run_settings(model=config.model, data=config.data, pretrain=config.pretrain)
+    settings = run_settings(
+        model=config.model,
+        data=config.data,
+        pretrain=config.pretrain,
+        **trainer_settings(config.trainer),
+    )
     return Stage(Path(output), settings, marker="metrics.json")
 
 

@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from ..runs import ranges as r
 from ..runs.config import ModelSection, StepSection, merge_config, preset_file
+from ..runs.trainer_section import TrainerSection
 
 
 @dataclass
@@ -75,6 +76,7 @@ class RunConfig:
     pretrain: PretrainSection = field(default_factory=PretrainSection)
     finetune: FinetuneSection = field(default_factory=FinetuneSection)
     compare: CompareSection = field(default_factory=CompareSection)
+    trainer: TrainerSection = field(default_factory=TrainerSection)
     # Arms of a comparison: encodings, ablations ("tupe-a/tie-cls") and "random-init" (arms.py)
     encodings: list[str] = field(default_factory=lambda: ["learned", "tupe-r", "diet-abs"])
 

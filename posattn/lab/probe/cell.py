@@ -15,6 +15,7 @@ from ...errors import PosAttnConfigError
 from ...models import PosAttnForMaskedLM
 from ...models.causal_lm import PosAttnForCausalLM
 from ...models.config import PosAttnConfig
+from ..runs.device import model_device, synchronize, to_device
 from .settings import PROBE_OPTIONS, ProbeSettings
 from .tasks import CAUSAL_LM, IGNORE, PAD, VOCAB_SIZE, ProbeTask
 
@@ -77,10 +78,11 @@ def train(model, task: ProbeTask, settings: ProbeSettings, seed: int) -> list[fl
     optimizer = torch.optim.AdamW(groups, lr=settings.learning_rate, weight_decay=0.01)
     schedule = get_cosine_schedule_with_warmup(optimizer, settings.steps // 10, settings.steps)
     model.train()
+    device = model_device(model)
     losses = []
     for _ in range(settings.steps):
         length = rng.randint(task.min_length, settings.train_len)
-        batch = task.batch(rng, settings.batch_size, length)
+        batch = to_device(task.batch(rng, settings.batch_size, length), device)
         logits = logits_of(model, batch)
         loss = F.cross_entropy(
             logits.flatten(0, 1), batch["targets"].flatten(), ignore_index=IGNORE
@@ -101,10 +103,11 @@ def evaluate(model, task: ProbeTask, length: int, examples: int, seed: int) -> d
     causal LM: exact match then equals that of greedy decoding)."""
     rng = random.Random(f"probe:{task.name}:eval:{length}:{seed}")
     model.eval()
+    device = model_device(model)
     correct = scored = exact = 0
     per_batch = max(1, min(examples, 8192 // length))
     for start in range(0, examples, per_batch):
-        batch = task.batch(rng, min(per_batch, examples - start), length)
+        batch = to_device(task.batch(rng, min(per_batch, examples - start), length), device)
         targets = batch["targets"]
         keep = targets != IGNORE
         right = (logits_of(model, batch).argmax(-1) == targets) & keep
@@ -114,15 +117,22 @@ def evaluate(model, task: ProbeTask, length: int, examples: int, seed: int) -> d
     return {"token": correct / scored, "exact": exact / examples}
 
 
-def run_cell(task: ProbeTask, encoding: str, seed: int, settings: ProbeSettings) -> dict:
+def run_cell(
+    task: ProbeTask,
+    encoding: str,
+    seed: int,
+    settings: ProbeSettings,
+    device: torch.device | str = "cpu",
+) -> dict:
     """The cell's result: status "ok" with per-length metrics, or "unsupported" with the
     reason (a causal-only encoding on an encoder task, a bidirectional-only one on a causal
-    task). Lengths past an encoding's position table are marked PAST_MAX_LEN."""
+    task). Lengths past an encoding's position table are marked PAST_MAX_LEN. The model
+    trains on `device` (weights are drawn on the CPU first: the same on every device)."""
     result = {"task": task.name, "encoding": encoding, "seed": seed}
     start, cpu_start = time.perf_counter(), time.process_time()
     torch.manual_seed(seed)
     try:
-        model = build_model(task, encoding, settings)
+        model = build_model(task, encoding, settings).to(device)
     except PosAttnConfigError as error:
         return {**result, "status": "unsupported", "reason": str(error)}
     losses = train(model, task, settings, seed)
@@ -133,6 +143,7 @@ def run_cell(task: ProbeTask, encoding: str, seed: int, settings: ProbeSettings)
             lengths[str(length)] = {"status": PAST_MAX_LEN}
         else:
             lengths[str(length)] = evaluate(model, task, length, settings.eval_examples, seed)
+    synchronize(torch.device(device))  # the clock below times finished work
     tail = losses[-max(1, len(losses) // 10) :]
     return {
         **result,

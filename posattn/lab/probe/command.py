@@ -42,11 +42,12 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     output = Path(args.output or f"runs/probe-{args.preset}")
     with run_lock(output, "posattn probe"):
-        run_probe(settings, output)
+        run_probe(settings, output, device=args.device)
     return 0
 
 
 def register(commands) -> None:
+    from ..runs.device import add_device_option
     from .tasks import TASKS
 
     parser = commands.add_parser(
@@ -66,4 +67,5 @@ def register(commands) -> None:
     parser.add_argument("--segments", help="input (BERT, default) | attention (DIET Eq. 2) | none")
     parser.add_argument("--workers", type=int, help="processes training cells in parallel")
     parser.add_argument("--output", help="the run directory (default runs/probe-PRESET)")
+    add_device_option(parser)
     parser.set_defaults(func=run)

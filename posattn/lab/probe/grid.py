@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from rich.console import Console
 
 from ...data.manifest import write_atomic
+from ..runs.device import resolve_device
 from .cell import run_cell
 from .settings import ProbeSettings
 from .tasks import probe_task
@@ -39,10 +40,12 @@ def stored_cell(path: Path, fingerprint: str) -> dict | None:
     return cell if cell.get("fingerprint") == fingerprint else None
 
 
-def compute_cell(task: str, encoding: str, seed: int, settings: dict, path: str) -> dict:
-    """Train and evaluate one cell and store it atomically."""
+def compute_cell(
+    task: str, encoding: str, seed: int, settings: dict, path: str, device: str = "cpu"
+) -> dict:
+    """Train and evaluate one cell on `device` and store it atomically."""
     probe_settings = ProbeSettings(**settings)
-    cell = run_cell(probe_task(task), encoding, seed, probe_settings)
+    cell = run_cell(probe_task(task), encoding, seed, probe_settings, device)
     cell["fingerprint"] = probe_settings.cell_fingerprint()
     write_atomic(Path(path), json.dumps(cell, indent=1) + "\n")
     return cell
@@ -65,8 +68,10 @@ def torch_threads(count: int):
         torch.set_num_threads(before)
 
 
-def run_cells(settings: ProbeSettings, run_dir: Path, console: Console) -> list[dict]:
-    """Every cell of the grid, computing only those not stored yet."""
+def run_cells(
+    settings: ProbeSettings, run_dir: Path, console: Console, device: str = "cpu"
+) -> list[dict]:
+    """Every cell of the grid on `device`, computing only those not stored yet."""
     fingerprint = settings.cell_fingerprint()
     grid = [
         (task, encoding, seed)
@@ -77,7 +82,7 @@ def run_cells(settings: ProbeSettings, run_dir: Path, console: Console) -> list[
     done = {key: stored_cell(cell_path(run_dir, *key), fingerprint) for key in grid}
     todo = [key for key in grid if done[key] is None]
     console.print(f"{len(grid) - len(todo)} of {len(grid)} cells already done, {len(todo)} to run")
-    arguments = [(*key, asdict(settings), str(cell_path(run_dir, *key))) for key in todo]
+    arguments = [(*key, asdict(settings), str(cell_path(run_dir, *key)), device) for key in todo]
     if settings.workers == 1 or len(todo) <= 1:
         with torch_threads(1):
             for key, args in zip(todo, arguments, strict=True):
@@ -154,9 +159,16 @@ def aggregate(cells: list[dict], settings: ProbeSettings) -> dict:
     return results
 
 
-def run_probe(settings: ProbeSettings, run_dir: Path, console: Console | None = None) -> dict:
+def run_probe(
+    settings: ProbeSettings,
+    run_dir: Path,
+    console: Console | None = None,
+    device: str | None = "cpu",
+) -> dict:
     """Run (or finish) the grid in `run_dir` and write config.yaml, results.json, results.md
-    and one plot per task. Returns results.json's content."""
+    and one plot per task. Returns results.json's content. device: where cells train (see
+    lab/runs/device.py; "auto" picks a GPU when there is one)."""
+    device = str(resolve_device(device))
     from .plots import plot_task
     from .report import results_markdown
 
@@ -164,7 +176,7 @@ def run_probe(settings: ProbeSettings, run_dir: Path, console: Console | None = 
     run_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.structured(settings)))
     start = time.perf_counter()
-    cells = run_cells(settings, run_dir, console)
+    cells = run_cells(settings, run_dir, console, device)
     results = aggregate(cells, settings)
     output = {
         "settings": asdict(settings),

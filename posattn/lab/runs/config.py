@@ -5,7 +5,7 @@ with a preset, a YAML file and command-line overrides (`pretrain.steps=200`), in
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
@@ -117,7 +117,18 @@ def merge_config(
             raise PosAttnConfigError(f"config value rejected: {error}") from None
     config = OmegaConf.to_object(merged)
     r.check_ranges(config)  # every numeric setting in its declared range (runs/ranges.py)
+    check_sections(config)
     return config
+
+
+def check_sections(config: Any, prefix: str = "") -> None:
+    """Call `check(prefix)` of every section that has one (choices ranges cannot express)."""
+    if hasattr(config, "check"):
+        config.check(prefix)
+    for item in fields(config):
+        value = getattr(config, item.name)
+        if is_dataclass(value) and not isinstance(value, type):
+            check_sections(value, f"{prefix}{item.name}.")
 
 
 def preset_file(package: str, name: str, presets: tuple[str, ...]) -> Path:

@@ -34,6 +34,14 @@ def run_settings(**sections: Any) -> dict:
     return canonical({VERSION_KEY: __version__, **sections})
 
 
+def trainer_settings(trainer: Any) -> dict:
+    """{"trainer": the knobs of a trainer section that change results} when any differs from
+    its default, else {}: a run at the defaults keeps the fingerprint it had before the
+    section existed."""
+    changed = trainer.result_settings()
+    return {"trainer": changed} if changed else {}
+
+
 def fingerprint(settings: Any) -> str:
     """A stable hash (sha256 hex) of JSON-able settings: equal settings, equal fingerprints,
     whatever the order of their keys."""

@@ -127,17 +127,20 @@ def save_run(
     trainer: Any = None,
     tokenizer: Any = None,
 ) -> None:
-    """Write a run's outputs on the main process: with a trainer, its model (and tokenizer)
-    into output/model with a model card (README.md; the first dict of `files` as its metrics);
-    with a config, config.yaml; then `files` in their order, each atomically (str: as text,
-    else as indented JSON). Put the stage's marker last: it is written only once everything
-    else is in place."""
+    """Write a run's outputs on the main process (call it on every rank): with a trainer,
+    its model (and tokenizer) into output/model with a model card (README.md; the first dict
+    of `files` as its metrics); with a config, config.yaml; then `files` in their order, each
+    atomically (str: as text, else as indented JSON). Put the stage's marker last: it is
+    written only once everything else is in place."""
     output = Path(output)
+    if trainer is not None:
+        # Every rank: a sharded (FSDP) model's full state dict is gathered from all of them;
+        # the Trainer writes it on the main process only.
+        trainer.save_model(str(output / "model"))
     main = trainer.is_world_process_zero() if trainer is not None else is_main_process()
     if not main:
         return
     if trainer is not None:
-        trainer.save_model(str(output / "model"))
         if tokenizer is not None:
             tokenizer.save_pretrained(str(output / "model"))
         model = trainer.model

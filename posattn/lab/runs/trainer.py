@@ -17,6 +17,8 @@ from transformers.utils import logging as transformers_logging
 
 from ...errors import PosAttnConfigError, invalid, require
 from .integrity import checkpoint_problems, write_checksums
+from .ranks import world_size
+from .trainer_section import TrainerSection, trainer_arguments
 
 STAGING = ".staging"
 TENSORBOARD = "tensorboard"
@@ -137,29 +139,37 @@ def tensorboard_logs(directory: Path) -> Iterator[None]:
             os.environ[TENSORBOARD_ENV] = previous
 
 
-def world_size() -> int:
-    """Processes of this run (torchrun sets WORLD_SIZE); 1 without torchrun."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
+def per_device_batch(
+    batch_size: int, key: str, trainer: TrainerSection, processes: int | None = None
+) -> int:
+    """The micro-batch of one process for a global `batch_size` (config key `key`): split over
+    the processes and the gradient accumulation steps, which must divide it."""
+    processes = world_size() if processes is None else processes
+    parts = processes * trainer.gradient_accumulation_steps
+    require(
+        batch_size % parts == 0,
+        key,
+        batch_size,
+        f"a multiple of processes ({processes}) x trainer.gradient_accumulation_steps "
+        f"({trainer.gradient_accumulation_steps}): it is the global batch",
+    )
+    return batch_size // parts
 
 
 def step_training_arguments(
-    section, section_name: str, output: Path, **overrides
+    section, section_name: str, output: Path, trainer: TrainerSection, **overrides
 ) -> TrainingArguments:
     """TrainingArguments of a step-based run from a config section with steps, batch_size
     (global), learning_rate, warmup_ratio, weight_decay, max_grad_norm, adam_epsilon,
-    eval_steps, save_steps, logging_steps and seed; `overrides` are the run's own choices."""
+    eval_steps, save_steps, logging_steps and seed, and the run config's trainer section;
+    `overrides` are the run's own choices."""
     processes = world_size()
-    require(
-        section.batch_size % processes == 0,
-        f"{section_name}.batch_size",
-        section.batch_size,
-        f"a multiple of the number of processes ({processes}): it is the global batch",
-    )
+    micro_batch = per_device_batch(section.batch_size, f"{section_name}.batch_size", trainer)
     arguments = dict(
         output_dir=str(output / "checkpoints"),
         max_steps=section.steps,
-        per_device_train_batch_size=section.batch_size // processes,
-        per_device_eval_batch_size=section.batch_size // processes,
+        per_device_train_batch_size=micro_batch,
+        per_device_eval_batch_size=micro_batch * trainer.gradient_accumulation_steps,
         learning_rate=section.learning_rate,
         lr_scheduler_type="linear",
         warmup_steps=round(section.warmup_ratio * section.steps),
@@ -180,7 +190,7 @@ def step_training_arguments(
         # Under torchrun: NCCL on GPUs, gloo on CPUs; a single process sets none.
         ddp_backend=(("nccl" if torch.cuda.is_available() else "gloo") if processes > 1 else None),
     )
-    return TrainingArguments(**{**arguments, **overrides})
+    return TrainingArguments(**{**arguments, **trainer_arguments(trainer), **overrides})
 
 
 @contextmanager

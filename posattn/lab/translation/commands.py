@@ -7,6 +7,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from ..runs.device import add_device_option
 from ..runs.lock import run_lock
 from ..runs.options import add_run_options, finish_distributed
 from .runconfig import TranslationRunConfig, load_translation_config
@@ -56,11 +57,12 @@ def run_eval(args: argparse.Namespace) -> int:
     from ...data.parallel_files import read_parallel
     from ...data.translation_tokenizer import load_translation_tokenizer
     from ...models.seq2seq import PosAttnForSeq2SeqLM
+    from ..runs.device import resolve_device
     from .evaluate import evaluate_model
     from .train import load_pairs
 
     config = run_config(args)
-    model = PosAttnForSeq2SeqLM.from_pretrained(args.model)
+    model = PosAttnForSeq2SeqLM.from_pretrained(args.model).to(resolve_device(args.device))
     tokenizer = load_translation_tokenizer(args.model)
     if args.source or args.target:
         pairs = read_parallel(Path(args.source or ""), Path(args.target or ""))
@@ -93,6 +95,7 @@ def register(commands) -> None:
         action="store_true",
         help="cut sources longer than the model's max_len (reported) instead of failing",
     )
+    add_device_option(evaluate)
     evaluate.set_defaults(func=run_eval)
 
 

@@ -73,7 +73,8 @@ def compare_translation(
     for _, _, run_config, run_dir in runs:  # refused (or discarded) before anything trains
         stage_state(translation_stage(run_config, run_dir), overwrite)
     output.mkdir(parents=True, exist_ok=True)
-    write_atomic(output / "config.yaml", to_yaml(config))
+    if is_main_process():  # under a launcher every rank trains each run; one writes
+        write_atomic(output / "config.yaml", to_yaml(config))
     start = time.perf_counter()
     results: dict[str, dict[int, dict]] = {}
     for index, (encoding, seed, run_config, run_dir) in enumerate(runs, start=1):

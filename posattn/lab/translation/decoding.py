@@ -53,13 +53,19 @@ def strip_eos(tokens: list[int], eos: int) -> list[int]:
 
 @torch.no_grad()
 def greedy_search(
-    scorer: NextTokenScorer, batch_size: int, start: int, eos: int, max_new_tokens: int
+    scorer: NextTokenScorer,
+    batch_size: int,
+    start: int,
+    eos: int,
+    max_new_tokens: int,
+    device: torch.device | str = "cpu",
 ) -> list[list[int]]:
-    """The argmax token at every step until </s> (or the limit); </s> is not returned."""
+    """The argmax token at every step until </s> (or the limit); </s> is not returned.
+    device: the scorer's model's, where prefixes and parents are made."""
     require_positive_int("max_new_tokens", max_new_tokens)
-    prefixes = torch.full((batch_size, 1), start, dtype=torch.long)
-    parents = torch.arange(batch_size)
-    finished = torch.zeros(batch_size, dtype=torch.bool)
+    prefixes = torch.full((batch_size, 1), start, dtype=torch.long, device=device)
+    parents = torch.arange(batch_size, device=device)
+    finished = torch.zeros(batch_size, dtype=torch.bool, device=device)
     for _ in range(max_new_tokens):
         log_probs = scorer(prefixes, parents)
         next_tokens = log_probs.argmax(-1).masked_fill(finished, eos)
@@ -72,13 +78,19 @@ def greedy_search(
 
 @torch.no_grad()
 def beam_search(
-    scorer: NextTokenScorer, batch_size: int, start: int, eos: int, settings: SearchSettings
+    scorer: NextTokenScorer,
+    batch_size: int,
+    start: int,
+    eos: int,
+    settings: SearchSettings,
+    device: torch.device | str = "cpu",
 ) -> list[list[int]]:
-    """The best finished hypothesis per sentence (without </s>), see the module docstring."""
+    """The best finished hypothesis per sentence (without </s>), see the module docstring.
+    device: the scorer's model's, where prefixes, parents and scores are made."""
     k = settings.beam_size
-    prefixes = torch.full((batch_size * k, 1), start, dtype=torch.long)
-    parents = torch.arange(batch_size * k)
-    scores = torch.full((batch_size, k), float("-inf"))
+    prefixes = torch.full((batch_size * k, 1), start, dtype=torch.long, device=device)
+    parents = torch.arange(batch_size * k, device=device)
+    scores = torch.full((batch_size, k), float("-inf"), device=device)
     scores[:, 0] = 0.0  # k copies of the start; only one may expand at first
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch_size)]
     done = [False] * batch_size
@@ -117,9 +129,10 @@ def beam_search(
                 next_scores.append(score)
         if all(done):
             break
-        parents = torch.tensor(next_parents)
-        prefixes = torch.cat([prefixes[parents], torch.tensor(next_tokens)[:, None]], dim=1)
-        scores = torch.tensor(next_scores).reshape(batch_size, k)
+        parents = torch.tensor(next_parents, device=device)
+        new_tokens = torch.tensor(next_tokens, device=device)[:, None]
+        prefixes = torch.cat([prefixes[parents], new_tokens], dim=1)
+        scores = torch.tensor(next_scores, device=device).reshape(batch_size, k)
     else:
         # The limit: open hypotheses finish as they are.
         penalty = length_penalty(settings.max_new_tokens, settings.length_penalty)

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 from ...errors import invalid
 from ..runs import ranges as r
 from ..runs.config import ModelSection, StepSection, merge_config, preset_file
+from ..runs.trainer_section import TrainerSection
 
 # Options an encoding needs in an encoder-decoder: RoPE's pair layout is never implicit, and
 # translation has no [CLS] token for TUPE to untie.
@@ -101,6 +102,7 @@ class TranslationRunConfig:
     data: TranslationDataSection = field(default_factory=TranslationDataSection)
     train: TranslationTrainSection = field(default_factory=TranslationTrainSection)
     decode: DecodeSection = field(default_factory=DecodeSection)
+    trainer: TrainerSection = field(default_factory=TrainerSection)
     # DIET Table 4's rows (Vaswani, Shaw, DIET-REL) and the other methods of posattn.
     encodings: list[str] = field(
         default_factory=lambda: ["sinusoidal", "shaw", "diet-rel", "t5", "tupe-r", "diet-abs"]

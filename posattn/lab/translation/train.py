@@ -14,9 +14,15 @@ from transformers import DataCollatorForSeq2Seq, TrainerCallback, TrainingArgume
 from ...data.parallel import load_parallel, parallel_dir
 from ...data.translation_tokenizer import load_translation_tokenizer
 from ...models.seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig
-from ..runs.fingerprint import run_settings
+from ..runs.fingerprint import run_settings, trainer_settings
+from ..runs.ranks import barrier
 from ..runs.stages import Stage, save_run, start_stage
-from ..runs.trainer import AtomicCheckpointTrainer, step_training_arguments
+from ..runs.trainer import (
+    TENSORBOARD,
+    AtomicCheckpointTrainer,
+    step_training_arguments,
+    tensorboard_logs,
+)
 from .curve import LearningCurve, curve_points, curve_subset
 from .data import encode_pairs, sample
 from .evaluate import evaluate_model
@@ -82,18 +88,33 @@ def training_arguments(config: TranslationRunConfig, output: Path) -> TrainingAr
         config.train,
         "train",
         output,
+        config.trainer,
         # Batches of similar lengths waste less on padding.
         train_sampling_strategy="group_by_length",
-        report_to=[],
         disable_tqdm=True,
     )
+
+
+def decoding_model(trainer, model: PosAttnForSeq2SeqLM, output: Path) -> PosAttnForSeq2SeqLM:
+    """The trained model for decoding: itself, or after FSDP training (which leaves every
+    parameter sharded over the ranks) the full model as saved, on this rank's device."""
+    if not trainer.is_fsdp_enabled:
+        return model
+    trainer.save_model(str(output / "model"))  # every rank: the full state dict is gathered
+    barrier()
+    full = PosAttnForSeq2SeqLM.from_pretrained(str(output / "model"))
+    return full.to(trainer.args.device)
 
 
 def translation_stage(config: TranslationRunConfig, output: Path) -> Stage:
     """One (encoding, seed) run: fixed by the model, data, train (with the seed) and decode
     sections (metrics.json holds the decoded scores)."""
     settings = run_settings(
-        model=config.model, data=config.data, train=config.train, decode=config.decode
+        model=config.model,
+        data=config.data,
+        train=config.train,
+        decode=config.decode,
+        **trainer_settings(config.trainer),
     )
     return Stage(Path(output), settings, marker="metrics.json")
 
@@ -138,14 +159,15 @@ def train_translation(
         curve, curve_record = learning_curve(tokenizer, config)
     torch.manual_seed(config.train.seed)
     model = PosAttnForSeq2SeqLM(model_config)
-    trainer = AtomicCheckpointTrainer(
-        model=model,
-        args=training_arguments(config, output),
-        train_dataset=train.dataset,
-        eval_dataset=dev.dataset,
-        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
-        callbacks=[*([curve] if curve else []), *callbacks],
-    )
+    with tensorboard_logs(output / TENSORBOARD):
+        trainer = AtomicCheckpointTrainer(
+            model=model,
+            args=training_arguments(config, output),
+            train_dataset=train.dataset,
+            eval_dataset=dev.dataset,
+            data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+            callbacks=[*([curve] if curve else []), *callbacks],
+        )
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=checkpoint)
     train_seconds = time.perf_counter() - start
@@ -169,8 +191,10 @@ def train_translation(
     if curve is not None:
         metrics["curve"] = {**curve_record, "points": curve_points(history)}
     if evaluate:
+        decoder = decoding_model(trainer, model, output)
         metrics["evaluation"] = {
-            split: evaluate_split(model, tokenizer, config, split) for split in config.decode.splits
+            split: evaluate_split(decoder, tokenizer, config, split)
+            for split in config.decode.splits
         }
     save_run(output, {"metrics.json": metrics}, config, trainer, tokenizer)
     return metrics

@@ -12,6 +12,7 @@ from transformers import DynamicCache
 
 from ...errors import invalid
 from ...models.seq2seq import PosAttnForSeq2SeqLM
+from ..runs.device import model_device
 from .decoding import SearchSettings, beam_search, greedy_search
 
 
@@ -97,9 +98,9 @@ def translate_ids(
     CPU, on the log-probabilities the scorer brings back."""
     model.eval()
     config = model.config
-    device = next(model.parameters()).device
-    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
     k = settings.beam_size
+    device = model_device(model)
+    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
     memory = model.encode(input_ids, attention_mask)
     # The decoder takes at most max_len inputs: <s> and max_len - 1 generated tokens, the
     # last of which may be </s>.
