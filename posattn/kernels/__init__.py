@@ -5,6 +5,11 @@ Every kernel follows one contract, `Kernel`: q [B, H, n_q, d], k [B, H, n_k, d],
 None; bias a float tensor broadcastable to [B, H, n_q, n_k] (3-D [H, n_q, n_k] included) or
 None, added after scaling; the output [B, H, n_q, d_v]. A kernel of one's own joins the registry
 with `register_kernel(name, fn)` and is then a `kernel=` name like the built-in ones.
+
+A kernel may also declare the keyword `offset_bias` (Tensor | None): where the layer's bias is
+a Toeplitz matrix (`LayerTerms.offset_bias`), it then receives that bias's [H, 2n-1] table too
+(bias[..., h, i, j] == offset_bias[h, j - i + n - 1]), to read instead of `bias` and to return
+the table's gradient; `bias` is passed as well and stays the reference.
 """
 
 from __future__ import annotations
