@@ -35,3 +35,24 @@ def test_bench_writes_json_markdown_and_plots(tmp_path):
     assert main(["report", str(tmp_path)]) == 0
     page = (tmp_path / "report.html").read_text()
     assert "<td>tupe-r</td>" in page and 'src="long_sequences.png"' in page
+
+
+def test_bench_says_which_kernel_cannot_train_here_and_why(tmp_path):
+    """FlexAttention has no backward on CPU: its train rows say so instead of a number, and its
+    forward rows are measured."""
+    from posattn.lab.bench.bench import attention_level, markdown
+
+    torch.set_default_dtype(torch.float32)
+    try:
+        settings = BenchSettings(
+            lengths=[16], batch=2, heads=2, head_dim=8, repeats=1, encodings=["t5"],
+            kernels=["auto", "flex"],
+        )  # fmt: skip
+        rows = attention_level(settings, torch.device("cpu"))
+    finally:
+        torch.set_default_dtype(torch.float64)
+    flex = {r["train"]: r for r in rows if r.get("kernel") == "flex"}
+    assert flex[False]["ratio"] > 0 and "cannot_run" not in flex[False]
+    assert flex[True]["ratio"] is None and "no backward on cpu" in flex[True]["cannot_run"]
+    text = markdown(rows, [], {"machine": "test", "torch": torch.__version__, "repeats": 1})
+    assert "| t5 [flex] | " in text and "cannot run" in text and "no backward on cpu" in text

@@ -16,7 +16,7 @@ from torch.nn import functional as F
 
 from ...attention import MultiHeadAttention
 from ...encodings import ENCODINGS, ModelDims, build_encoding
-from ...errors import require_choice
+from ...errors import PosAttnConfigError, require_choice
 from ...models import PosAttnForMaskedLM
 from ...models.config import PosAttnConfig
 from ..runs.context import machine
@@ -183,10 +183,15 @@ def attention_level(s: BenchSettings, device) -> list[dict]:
             for name in s.encodings:
                 for kernel in s.kernels:
                     call = attention_call(name, s, n, train, device, kernel=kernel)
-                    ms, ratio = paired(floor, call, s.repeats)
+                    row = dict(encoding=name, kernel=kernel, n=n, train=train)
+                    try:
+                        ms, ratio = paired(floor, call, s.repeats)
+                    except PosAttnConfigError as error:  # e.g. flex training on CPU
+                        rows.append(dict(row, ms=None, ratio=None, extra_mib=None,
+                                         cannot_run=str(error)))  # fmt: skip
+                        continue
                     _, mib = measure(call, 1)
-                    rows.append(dict(encoding=name, kernel=kernel, n=n, train=train, ms=ms,
-                                     ratio=ratio, extra_mib=mib))  # fmt: skip
+                    rows.append(dict(row, ms=ms, ratio=ratio, extra_mib=mib))
             gc.collect()
     return rows
 
@@ -278,9 +283,12 @@ def markdown(attention_rows: list[dict], model_rows: list[dict], context: dict) 
                 r = next(
                     r for r in attention_rows if (label(r), r["n"], r["train"]) == (name, n, train)
                 )
-                cells.append(f"{r['ratio']:.2f} ({r['extra_mib']:.0f})")
+                ran = r["ratio"] is not None
+                cells.append(f"{r['ratio']:.2f} ({r['extra_mib']:.0f})" if ran else "cannot run")
         rows.append(cells)
     lines += table_lines(header, rows)
+    reasons = {f"{label(r)}: {r['cannot_run']}" for r in attention_rows if r["ratio"] is None}
+    lines += ["", *(f"- cannot run: {reason}" for reason in sorted(reasons))] if reasons else []
     lines += ["", "## Model level: BERT-small (4 x 512, 8 heads), +% over `learned`", ""]
     header = [
         "encoding",
@@ -355,7 +363,9 @@ BIAS_METHODS = ("t5", "bert-r", "tupe-a", "tupe-r", "diet-abs", "diet-rel", "ali
 def targets(attention_rows: list[dict], model_rows: list[dict]) -> list[dict]:
     """Each target with the measured value and whether it was met."""
     checks = []
-    attention_rows = [r for r in attention_rows if r.get("kernel", "auto") == "auto"]
+    attention_rows = [
+        r for r in attention_rows if r.get("kernel", "auto") == "auto" and r["ratio"] is not None
+    ]
     for mode, names, train, bound in ATTENTION_TARGETS:
         for r in attention_rows:
             if r["encoding"] in names and r["train"] == train and r["n"] in (512, 1024):
@@ -433,9 +443,12 @@ def plot_ratios(rows: list[dict], path: Path) -> Path:
     for axis, train in zip(axes, (False, True), strict=True):
         for name in dict.fromkeys(label(r) for r in rows):
             points = sorted(
-                (r["n"], r["ratio"]) for r in rows if label(r) == name and r["train"] == train
+                (r["n"], r["ratio"])
+                for r in rows
+                if label(r) == name and r["train"] == train and r["ratio"] is not None
             )
-            axis.plot(*zip(*points, strict=True), marker="o", markersize=3, label=name)
+            if points:
+                axis.plot(*zip(*points, strict=True), marker="o", markersize=3, label=name)
         axis.set(
             xscale="log",
             xlabel="sequence length n",
