@@ -24,9 +24,10 @@ class PosAttnForCausalLM(PosAttnPreTrainedModel, GenerationMixin):
     Incremental decoding: pass `past_key_values` (a transformers `DynamicCache`, created when
     `use_cache=True` and none is given) and only the new input ids; `attention_mask`, when
     given, covers the cached and the new tokens. The logits equal the full forward's
-    (`PositionalEncoding.window_terms`). Positions are token indices in the sequence:
-    `position_ids` are not used, so left padding shifts absolute positions. Segments inside
-    attention (DIET Eq. 2) decode with the full forward only.
+    (`PositionalEncoding.window_terms`). `position_ids` (`posattn.models.positions`) place the
+    tokens: `generate` passes the attention mask's cumsum, so a left-padded row's first real
+    token is at position 0 and its logits equal the unpadded row's; without them token t is at
+    position t. Segments inside attention (DIET Eq. 2) decode with the full forward only.
     """
 
     _tied_weights_keys = {  # noqa: RUF012 - transformers reads this class attribute
@@ -66,14 +67,14 @@ class PosAttnForCausalLM(PosAttnPreTrainedModel, GenerationMixin):
         num_items_in_batch: int | Tensor | None = None,
         logits_to_keep: int = 0,
         return_dict: bool | None = None,
-        **kwargs,
+        position_ids: Tensor | None = None,
     ) -> CausalLMOutputWithPast:
         """logits_to_keep: 0 for every position, else the logits of the last that many (what
         `generate` asks for: the vocabulary projection of earlier positions is wasted)."""
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache(config=self.config)
         hidden = self.posattn(
-            input_ids, attention_mask, token_type_ids, past_key_values
+            input_ids, attention_mask, token_type_ids, past_key_values, position_ids=position_ids
         ).last_hidden_state
         logits = self.lm_head(hidden[:, -logits_to_keep:] if logits_to_keep else hidden)
         loss = None

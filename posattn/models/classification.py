@@ -42,9 +42,11 @@ class PosAttnForSequenceClassification(PosAttnPreTrainedModel):
         labels: Tensor | None = None,
         return_dict: bool | None = None,
         num_items_in_batch: int | Tensor | None = None,
-        **kwargs,
+        position_ids: Tensor | None = None,
     ) -> SequenceClassifierOutput:
-        hidden = self.posattn(input_ids, attention_mask, token_type_ids).last_hidden_state
+        hidden = self.posattn(
+            input_ids, attention_mask, token_type_ids, position_ids=position_ids
+        ).last_hidden_state
         logits = self.head(hidden)
         loss = None
         if labels is not None:

@@ -126,11 +126,15 @@ class Decoder(Encoder):
         memory_mask: Tensor | None = None,
         attention_mask: Tensor | None = None,
         cache=None,
+        position_ids: Tensor | None = None,
     ) -> Tensor:
         """memory_mask: [B, n_src], 1 for real source tokens. cache: None, or a transformers
-        `DynamicCache` with the past target tokens (input_ids are then the new ones only)."""
+        `DynamicCache` with the past target tokens (input_ids are then the new ones only).
+        position_ids: [B, n] positions of the new target tokens (as in `Encoder.forward`)."""
         past_length = 0 if cache is None else cache.get_seq_length()
-        x, terms, mask, _ = self.layer_inputs(input_ids, attention_mask, None, past_length)
+        x, terms, mask, _ = self.layer_inputs(
+            input_ids, attention_mask, None, past_length, position_ids, cache
+        )
         cross_mask = None if memory_mask is None else memory_mask.bool()[:, None, None, :]
         for index, (layer, layer_terms, kv) in enumerate(
             zip(self.layers, terms, memory_kv, strict=True)

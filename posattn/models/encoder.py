@@ -11,6 +11,12 @@ from ..encodings import LayerTerms, build_encoding
 from ..errors import invalid, require
 from ..kernels import build_attention_mask
 from .config import PosAttnConfig
+from .positions import (
+    all_positions,
+    check_position_ids,
+    check_position_range,
+    packed_documents,
+)
 from .segments import SegmentAttentionBias
 
 
@@ -33,6 +39,7 @@ class Embeddings(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, input_ids: Tensor, segment_ids: Tensor, positions: Tensor | None) -> Tensor:
+        """positions: the encoding's input vectors, [n, d] (default positions) or [B, n, d]."""
         x = self.word(input_ids) * self.scale if self.scale != 1.0 else self.word(input_ids)
         if self.segment is not None:
             x = x + self.segment(segment_ids)
@@ -117,7 +124,9 @@ class Encoder(nn.Module):
             layer.attention.set_kernel(name)
         self.config.kernel = name
 
-    def _check_inputs(self, input_ids, attention_mask, segment_ids, past_length: int) -> None:
+    def _check_inputs(
+        self, input_ids, attention_mask, segment_ids, past_length: int, positions_given=False
+    ) -> None:
         require(
             input_ids.dim() == 2,
             "input_ids",
@@ -126,7 +135,8 @@ class Encoder(nn.Module):
         )
         seq_len = past_length + input_ids.shape[1]
         limit = self.encoding.max_positions
-        if limit is not None and seq_len > limit:
+        # With positions given, a table bounds the positions (checked with them), not the length.
+        if limit is not None and seq_len > limit and not positions_given:
             raise invalid(
                 "seq_len",
                 seq_len,
@@ -165,20 +175,59 @@ class Encoder(nn.Module):
                     f"{self.config.num_segments})",
                 )
 
-    def layer_inputs(self, input_ids, attention_mask=None, segment_ids=None, past_length=0):
+    def token_positions(self, input_ids, position_ids, cache, past_length: int):
+        """Positions [B, past + n] of the cached and new tokens, or None for the defaults
+        0, 1, ... (`positions.all_positions`); position_ids checked against the encoding."""
+        batch, seq_len = input_ids.shape
+        if position_ids is not None:
+            position_ids = check_position_ids(position_ids, batch, seq_len)
+        positions = all_positions(position_ids, cache, past_length, batch, seq_len)
+        if positions is not None:  # the new tokens' (the cached ones were checked before)
+            limit = self.encoding.max_positions
+            check_position_range(positions[:, past_length:], limit, self.config.encoding)
+        return positions
+
+    def layer_inputs(
+        self,
+        input_ids,
+        attention_mask=None,
+        segment_ids=None,
+        past_length=0,
+        position_ids=None,
+        cache=None,
+    ):
         """(embeddings, per-layer terms, mask, per-layer segment bias) for one forward of the
-        tokens at positions [past_length, past_length + n)."""
-        self._check_inputs(input_ids, attention_mask, segment_ids, past_length)
+        new tokens: at positions [past_length, past_length + n), or at position_ids [B, n]
+        (see `posattn.models.positions`: packed documents, left padding, custom positions)."""
+        if input_ids.dim() == 2:
+            positions = self.token_positions(input_ids, position_ids, cache, past_length)
+        else:
+            positions = None  # the shape error comes from the checks below
+        self._check_inputs(
+            input_ids, attention_mask, segment_ids, past_length, positions is not None
+        )
         seq_len, device = past_length + input_ids.shape[1], input_ids.device
         if segment_ids is None:
             segment_ids = torch.zeros_like(input_ids)
         dtype = self.embeddings.word.weight.dtype
-        positions = self.encoding.input_embedding(seq_len, device, dtype)
-        positions = None if positions is None else positions[past_length:]
-        x = self.embeddings(input_ids, segment_ids, positions)
-        terms = self.encoding.window_terms(past_length, seq_len, device, dtype)
+        documents = None
+        if positions is None:
+            vectors = self.encoding.input_embedding(seq_len, device, dtype)
+            vectors = None if vectors is None else vectors[past_length:]
+            terms = self.encoding.window_terms(past_length, seq_len, device, dtype)
+        else:
+            vectors = self.encoding.input_embedding_at(positions[:, past_length:], dtype)
+            terms = self.encoding.window_terms_at(past_length, positions, dtype)
+            if attention_mask is None and not past_length:
+                documents = packed_documents(positions)
+        x = self.embeddings(input_ids, segment_ids, vectors)
         mask = build_attention_mask(
-            attention_mask, seq_len, self.config.causal, device, query_start=past_length
+            attention_mask,
+            seq_len,
+            self.config.causal,
+            device,
+            query_start=past_length,
+            documents=documents,
         )
         segment_bias = (
             self.segment_bias(segment_ids)
@@ -187,13 +236,16 @@ class Encoder(nn.Module):
         )
         return x, terms, mask, segment_bias
 
-    def forward(self, input_ids, attention_mask=None, segment_ids=None, cache=None) -> Tensor:
+    def forward(
+        self, input_ids, attention_mask=None, segment_ids=None, cache=None, position_ids=None
+    ) -> Tensor:
         """cache: None, or an object with `get_seq_length()` and `update(k, v, layer_index)`
         (transformers' `DynamicCache`); it then holds the past tokens and receives the new
-        ones, attention_mask covers past + new tokens and segment_ids the new ones."""
+        ones, attention_mask covers past + new tokens and segment_ids the new ones.
+        position_ids: [B, n] positions of the new tokens (`posattn.models.positions`)."""
         past_length = 0 if cache is None else cache.get_seq_length()
         x, terms, mask, segment_bias = self.layer_inputs(
-            input_ids, attention_mask, segment_ids, past_length
+            input_ids, attention_mask, segment_ids, past_length, position_ids, cache
         )
         for index, (layer, layer_terms, layer_segments) in enumerate(
             zip(self.layers, terms, segment_bias, strict=True)

@@ -65,9 +65,11 @@ class PosAttnForMaskedLM(PosAttnPreTrainedModel):
         labels: Tensor | None = None,
         return_dict: bool | None = None,
         num_items_in_batch: int | Tensor | None = None,
-        **kwargs,
+        position_ids: Tensor | None = None,
     ) -> MaskedLMOutput:
-        hidden = self.posattn(input_ids, attention_mask, token_type_ids).last_hidden_state
+        hidden = self.posattn(
+            input_ids, attention_mask, token_type_ids, position_ids=position_ids
+        ).last_hidden_state
         if labels is None:
             return MaskedLMOutput(logits=self.head(hidden))
         labelled = labels != -100

@@ -38,6 +38,9 @@ class PosAttnPreTrainedModel(PreTrainedModel):
     base_model_prefix = "posattn"
     main_input_name = "input_ids"
     legacy_key_mapping: dict[str, str] | None = None
+    # The heads take the Trainer's num_items_in_batch (it looks for **kwargs otherwise, and
+    # posattn's forwards take no unknown keyword: a misspelt argument is an error).
+    accepts_loss_kwargs = True
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -61,6 +64,8 @@ class PosAttnPreTrainedModel(PreTrainedModel):
 class PosAttnModel(PosAttnPreTrainedModel):
     """The encoder stack alone: token ids -> hidden states (causal with causal=True)."""
 
+    accepts_loss_kwargs = False  # no loss here
+
     def __init__(self, config: PosAttnConfig) -> None:
         super().__init__(config)
         self.encoder = Encoder(config)
@@ -79,9 +84,12 @@ class PosAttnModel(PosAttnPreTrainedModel):
         token_type_ids: Tensor | None = None,
         past_key_values=None,
         return_dict: bool | None = None,
-        **kwargs,
+        position_ids: Tensor | None = None,
     ) -> BaseModelOutput:
         """past_key_values: a transformers `DynamicCache` for incremental decoding of a causal
-        stack (see `Encoder.forward`)."""
-        hidden = self.encoder(input_ids, attention_mask, token_type_ids, past_key_values)
+        stack (see `Encoder.forward`). position_ids: [B, n] positions of the tokens
+        (`posattn.models.positions`: packed documents, left padding, custom positions)."""
+        hidden = self.encoder(
+            input_ids, attention_mask, token_type_ids, past_key_values, position_ids
+        )
         return BaseModelOutput(last_hidden_state=hidden)

@@ -127,8 +127,13 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel):
         shifted = torch.cat([start, labels[:, :-1]], dim=1)
         return shifted.masked_fill(shifted == -100, self.config.pad_token_id)
 
-    def encode(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
-        return self.encoder(input_ids, attention_mask)
+    def encode(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        position_ids: Tensor | None = None,
+    ) -> Tensor:
+        return self.encoder(input_ids, attention_mask, position_ids=position_ids)
 
     def decode(
         self,
@@ -137,11 +142,17 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel):
         memory_mask: Tensor | None,
         decoder_attention_mask: Tensor | None = None,
         cache=None,
+        decoder_position_ids: Tensor | None = None,
     ) -> Tensor:
         """Logits [B, n_tgt, vocab] of the next token after each decoder input position; with
         a `DynamicCache` of the earlier target tokens, decoder_input_ids are the new ones."""
         hidden = self.decoder(
-            decoder_input_ids, memory_kv, memory_mask, decoder_attention_mask, cache
+            decoder_input_ids,
+            memory_kv,
+            memory_mask,
+            decoder_attention_mask,
+            cache,
+            decoder_position_ids,
         )
         return self.lm_head(hidden)
 
@@ -155,17 +166,27 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel):
         encoder_outputs: BaseModelOutput | tuple | None = None,
         return_dict: bool | None = None,
         num_items_in_batch: int | Tensor | None = None,
-        **kwargs,
+        position_ids: Tensor | None = None,
+        decoder_position_ids: Tensor | None = None,
     ) -> Seq2SeqLMOutput:
+        """position_ids / decoder_position_ids: [B, n] positions of the source / target tokens
+        (`posattn.models.positions`). Given encoder_outputs, the encoder has already placed
+        the source tokens (`generate` passes both), so position_ids have no further use."""
         if encoder_outputs is None:
-            memory = self.encode(input_ids, attention_mask)
+            memory = self.encode(input_ids, attention_mask, position_ids)
         else:
             memory = encoder_outputs[0]
         if decoder_input_ids is None:
             require(labels is not None, "decoder_input_ids", None, "given, or labels to shift")
             decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
         memory_kv = self.decoder.memory_keys_values(memory)
-        logits = self.decode(decoder_input_ids, memory_kv, attention_mask, decoder_attention_mask)
+        logits = self.decode(
+            decoder_input_ids,
+            memory_kv,
+            attention_mask,
+            decoder_attention_mask,
+            decoder_position_ids=decoder_position_ids,
+        )
         loss = None
         if labels is not None:
             loss = self.loss(logits, labels, num_items_in_batch)
