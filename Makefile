@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(subst =,_,$(subst <,_,$(subst >,_,$(TORCH))))
 
-.PHONY: test run lint browser
+.PHONY: test run lint browser transformers-tests
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,7 +30,12 @@ browser:
 	  --no-install-recommends chromium; }; }; } >/dev/null 2>&1 \
 	  || echo "chromium could not be installed: the report's browser test will be skipped"
 
-test: $(STAMP) lint browser
+# transformers' common model tests, from the sdist of the installed transformers (PyPI, through
+# pip; a no-op once in ~/.cache/posattn/transformers-tests). tests/transformers_common runs them.
+transformers-tests: $(STAMP)
+	$(BIN)/python tests/transformers_common/sdist.py >/dev/null
+
+test: $(STAMP) lint browser transformers-tests
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q
 
 # The main job: real data from packages, then every encoding of the two papers compared.

@@ -26,6 +26,7 @@ from . import execution
 from .encodings.base import LayerTerms
 from .kernels import attention_logits, attention_probabilities, get_kernel
 from .kernels.fold import fold_bias_factors
+from .kernels.table_bias import SegmentPairs, TableBias, refusal, terms_refusal
 
 
 class MultiHeadAttention(nn.Module):
@@ -99,6 +100,8 @@ class MultiHeadAttention(nn.Module):
         """Everything added to q k^T * scale: the encoding's bias, its content x position
         logits, and an extra bias (segments)."""
         bias = terms.bias
+        if isinstance(extra, SegmentPairs):
+            extra = extra.dense()
         for term in (terms.qk_logits(q, k, self) if terms.qk_logits else None, extra):
             if term is not None:
                 bias = term if bias is None else bias + term
@@ -125,9 +128,13 @@ class MultiHeadAttention(nn.Module):
         value_term(softmax(...)), whatever the module's kernel ('auto', and also an explicit
         'sdpa', 'sdpa-lowmem', 'flex' or a user kernel). Otherwise the module's kernel runs,
         with a low-rank bias folded into q and k where the execution choice `fold` says so.
+        A kernel that reads the bias from its table runs through `attend_by_tables`.
         """
         q, k = (q, k) if terms.transform_qk is None else terms.transform_qk(q, k)
         width = v.shape[-1]
+        if getattr(self.kernel, "reads_bias_tables", False):
+            out = self.attend_by_tables(q, k, v, terms, mask, extra_bias)
+            return out if out.shape[-1] == width else out[..., :width]
         fused = terms.value_term is None and self.kernel_name != "eager"
         if terms.bias_factors is not None and fused and execution.use_fold(q.device):
             # A low-rank bias rides in the dot product: the fused kernels stay fused and
@@ -136,12 +143,7 @@ class MultiHeadAttention(nn.Module):
             q, k, v = fold_bias_factors(q, k, v, terms.bias_factors, terms.scale)
         else:
             bias = self.positional_bias(q, k, terms, extra_bias)
-        if terms.project_kv is not None:
-            # Linformer: padded keys are zeroed before the projection; every projected key
-            # is then visible (a fully padded row keeps its finite fallback).
-            keep = None if mask is None else mask[:, :, -1:, :].transpose(-1, -2)
-            k, v = terms.project_kv(k, v, keep)
-            mask = None
+        k, v, mask = self.project_sequence(k, v, terms, mask)
         dropout_p = self.dropout if self.training else 0.0
         if terms.value_term is not None:
             probs = attention_probabilities(
@@ -157,6 +159,35 @@ class MultiHeadAttention(nn.Module):
             q, k, v, mask=mask, bias=bias, scale=terms.scale, dropout_p=dropout_p, **tables
         )
         return out if out.shape[-1] == width else out[..., :width]
+
+    @staticmethod
+    def project_sequence(k: Tensor, v: Tensor, terms: LayerTerms, mask):
+        """(k, v, mask) after a k/v sequence projection (Linformer), else unchanged: padded
+        keys are zeroed before the projection; every projected key is then visible (a fully
+        padded row keeps its finite fallback)."""
+        if terms.project_kv is None:
+            return k, v, mask
+        keep = None if mask is None else mask[:, :, -1:, :].transpose(-1, -2)
+        k, v = terms.project_kv(k, v, keep)
+        return k, v, None
+
+    def attend_by_tables(self, q, k, v, terms: LayerTerms, mask, extra_bias) -> Tensor:
+        """`attend` for a kernel that reads the bias from its table (kernel="triton"): the
+        Toeplitz bias as `terms.offset_bias`, a low-rank bias always folded into q and k (such
+        a kernel adds no [H, n, n] bias, whatever the `fold` choice), and a clear refusal for
+        what it cannot serve."""
+        reason = terms_refusal(terms, extra_bias)
+        if reason is not None:
+            raise refusal(self.kernel_name, reason)
+        offset = terms.offset_bias
+        if offset is None and terms.bias_factors is not None:
+            q, k, v = fold_bias_factors(q, k, v, terms.bias_factors, terms.scale)
+        k, v, mask = self.project_sequence(k, v, terms, mask)
+        dropout_p = self.dropout if self.training else 0.0
+        return self.kernel(
+            q, k, v, mask=mask, bias=None, scale=terms.scale, dropout_p=dropout_p,
+            tables=TableBias(offset=offset, segments=extra_bias),
+        )  # fmt: skip
 
     def forward(
         self,

@@ -79,9 +79,14 @@ def command_modules() -> list:
 def run_compare(args: argparse.Namespace) -> int:
     """`compare --task T` runs the comparison of the lab peer that owns task T."""
     from .lab.pretraining.commands import run_compare as compare_pretraining
+    from .lab.pretraining.commands import run_compare_xlingual as compare_xlingual
     from .lab.translation.commands import run_compare as compare_translation
 
-    runners = {"pretraining": compare_pretraining, "translation": compare_translation}
+    runners = {
+        "pretraining": compare_pretraining,
+        "translation": compare_translation,
+        "xlingual": compare_xlingual,
+    }
     return runners[args.task](args)
 
 
@@ -94,9 +99,11 @@ def register_compare(commands) -> None:
     parser.add_argument("--encodings", help="comma-separated encodings (default: the preset's)")
     parser.add_argument(
         "--task",
-        choices=("pretraining", "translation"),
+        choices=("pretraining", "translation", "xlingual"),
         default="pretraining",
-        help="pretraining: MLM + fine-tuning (default); translation: encoder-decoders, BLEU",
+        help="pretraining: MLM + fine-tuning (default); translation: encoder-decoders, BLEU; "
+        "xlingual: multilingual MLM, English fine-tuning, zero-shot in other languages "
+        "(presets smoke, quick)",
     )
     parser.add_argument(
         "--overwrite",

@@ -124,6 +124,14 @@ def choose(**choices: Any) -> Iterator[Choices]:
         _chosen.reset(token)
 
 
+@torch.compiler.assume_constant_result
+def _choice(name: str) -> Any:
+    """One choice in force. torch.compile reads it once, when it traces: dynamo cannot trace a
+    ContextVar, so a compiled graph keeps the choices in force at its tracing (choose them
+    before compiling)."""
+    return getattr(current(), name)
+
+
 def _measured(forced: bool | None, device: torch.device) -> bool:
     if forced is not None:
         return forced
@@ -132,16 +140,16 @@ def _measured(forced: bool | None, device: torch.device) -> bool:
 
 def use_fold(device: torch.device) -> bool:
     """Fold low-rank bias factors into q and k on this device now (`fold`)."""
-    return _measured(current().fold, device)
+    return _measured(_choice("fold"), device)
 
 
 def use_skew(device: torch.device) -> bool:
     """Content x position terms by offset windows on this device now (`skew`)."""
-    return _measured(current().skew, device)
+    return _measured(_choice("skew"), device)
 
 
 def flex_threshold_bytes() -> int:
-    return current().flex_threshold_bytes
+    return _choice("flex_threshold_bytes")
 
 
 __all__ = [

@@ -37,22 +37,24 @@ def test_bench_writes_json_markdown_and_plots(tmp_path):
     assert "<td>tupe-r</td>" in page and 'src="long_sequences.png"' in page
 
 
-def test_bench_says_which_kernel_cannot_train_here_and_why(tmp_path):
-    """FlexAttention has no backward on CPU: its train rows say so instead of a number, and its
-    forward rows are measured."""
-    from posattn.lab.bench.bench import attention_level, markdown
+def test_bench_skips_what_a_kernel_refuses_and_says_why(monkeypatch, capsys):
+    """kernel="triton" on a CPU (no interpreter) and for Shaw: skipped with the kernel's own
+    reason, while SDPA is measured beside it."""
+    from posattn.lab.bench.bench import attention_level, skipped_markdown
 
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     torch.set_default_dtype(torch.float32)
     try:
         settings = BenchSettings(
-            lengths=[16], batch=2, heads=2, head_dim=8, repeats=1, encodings=["t5"],
-            kernels=["auto", "flex"],
+            lengths=[16], batch=1, heads=2, head_dim=8, repeats=1,
+            encodings=["t5", "shaw"], kernels=["sdpa", "triton"],
         )  # fmt: skip
-        rows = attention_level(settings, torch.device("cpu"))
+        rows, skipped = attention_level(settings, torch.device("cpu"))
     finally:
         torch.set_default_dtype(torch.float64)
-    flex = {r["train"]: r for r in rows if r.get("kernel") == "flex"}
-    assert flex[False]["ratio"] > 0 and "cannot_run" not in flex[False]
-    assert flex[True]["ratio"] is None and "no backward on cpu" in flex[True]["cannot_run"]
-    text = markdown(rows, [], {"machine": "test", "torch": torch.__version__, "repeats": 1})
-    assert "| t5 [flex] | " in text and "cannot run" in text and "no backward on cpu" in text
+    measured = {(r["encoding"], r.get("kernel")) for r in rows}
+    assert measured == {("sdpa (no bias)", None), ("t5", "sdpa"), ("shaw", "sdpa")}
+    assert {(r["encoding"], r["kernel"]) for r in skipped} == {("t5", "triton"), ("shaw", "triton")}
+    assert all("kernel='triton'" in r["reason"] for r in skipped)
+    assert "skipped t5 [triton]" in capsys.readouterr().out
+    assert "| t5 | triton |" in skipped_markdown(skipped)

@@ -153,6 +153,28 @@ def test_loss_is_next_token_cross_entropy():
     torch.testing.assert_close(output.loss, torch.stack(terms).mean())
 
 
+def test_shift_labels_are_the_targets_of_the_logits_at_their_own_positions():
+    model = random_lm("rope")
+    ids = torch.randint(0, 40, (2, 7))
+    shift_labels = torch.randint(0, 40, (2, 7))
+    shift_labels[1, 2] = -100
+    output = model(ids, labels=torch.randint(0, 40, (2, 7)), shift_labels=shift_labels)
+    log_probs = torch.log_softmax(output.logits, dim=-1)
+    terms = [
+        -log_probs[b, t, shift_labels[b, t]]
+        for b in range(2)
+        for t in range(7)
+        if shift_labels[b, t] != -100
+    ]
+    torch.testing.assert_close(output.loss, torch.stack(terms).mean())
+    # labels shifted by hand (the last position without a target) give the labels' loss
+    labels = ids.clone()
+    shifted = torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], -100)], dim=1)
+    torch.testing.assert_close(
+        model(ids, shift_labels=shifted).loss, model(ids, labels=labels).loss
+    )
+
+
 def test_save_and_load_through_the_auto_class(tmp_path):
     model = random_lm("fire")
     model.save_pretrained(tmp_path)

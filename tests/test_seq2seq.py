@@ -184,8 +184,28 @@ def test_save_load_through_auto_class_keeps_tied_embeddings(tmp_path, encoding):
     model.save_pretrained(tmp_path)
     loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
     assert type(loaded) is PosAttnForSeq2SeqLM
-    word = loaded.encoder.embeddings.word
-    assert loaded.decoder.embeddings.word is word and loaded.lm_head.weight is word.weight
+    word = loaded.encoder.embeddings.word.weight
+    assert loaded.decoder.embeddings.word.weight is word and loaded.lm_head.weight is word
+    torch.testing.assert_close(
+        loaded(src, mask, decoder_input_ids=tgt).logits.double(),
+        model(src, mask, decoder_input_ids=tgt).logits,
+    )
+
+
+def test_untied_embeddings_are_three_matrices_that_survive_save_and_load(tmp_path):
+    model = seq2seq("t5", tie_word_embeddings=False)
+    matrices = [
+        model.encoder.embeddings.word.weight,
+        model.decoder.embeddings.word.weight,
+        model.lm_head.weight,
+    ]
+    assert len({id(matrix) for matrix in matrices}) == 3
+    assert not torch.equal(matrices[0], matrices[1]) and not torch.equal(matrices[0], matrices[2])
+    src, mask, tgt = inputs()
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[name].double(), value, msg=name)
     torch.testing.assert_close(
         loaded(src, mask, decoder_input_ids=tgt).logits.double(),
         model(src, mask, decoder_input_ids=tgt).logits,

@@ -45,6 +45,7 @@ from .translation_tokenizer import (
     save_translation_tokenizer,
     train_shared_bpe,
 )
+from .xlingual import XLINGUAL_VERSION, XLINGUAL_VOCAB, read_handbook, write_xlingual, written_files
 
 TASK_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 
@@ -89,6 +90,7 @@ class Plan:
     vocab_size: int = DEFAULT_VOCAB_SIZE
     translations: list[str] = field(default_factory=list)  # parallel sets (PARALLEL)
     translation_vocab_size: int = DEFAULT_TRANSLATION_VOCAB
+    xlingual: list[str] = field(default_factory=list)  # handbook languages; none: no set
 
     def sources(self) -> list[str]:
         needed = set() if self.corpus_files else set(CORPUS_SOURCES)
@@ -96,6 +98,8 @@ class Plan:
             needed.update(TASKS[name].sources)
         for name in self.translations:
             needed.update(PARALLEL[name].sources)
+        if self.xlingual:
+            needed.add(XLINGUAL_SOURCE)
         return [name for name in SOURCES if name in needed]
 
 
@@ -106,6 +110,7 @@ def make_plan(
     vocab_size: int,
     translations: Iterable[str] | None = None,
     translation_vocab_size: int = DEFAULT_TRANSLATION_VOCAB,
+    xlingual: Iterable[str] | None = None,
 ) -> Plan:
     chosen = list(TASKS) if tasks is None else list(tasks)
     for name in chosen:
@@ -120,6 +125,10 @@ def make_plan(
         files[name] = Path(path)
     for path in corpus or ():
         require(Path(path).is_file(), "corpus", str(path), "an existing UTF-8 text file")
+    languages = list(xlingual or ())
+    if languages:
+        require("en-US" in languages, "xlingual", languages, "a list with en-US (the labels)")
+        require(len(set(languages)) == len(languages), "xlingual", languages, "no repeats")
     builtin = [name for name in chosen if name not in files]
     return Plan(
         builtin,
@@ -128,6 +137,7 @@ def make_plan(
         vocab_size,
         parallel,
         translation_vocab_size,
+        languages,
     )
 
 
@@ -141,6 +151,7 @@ def prepare(
     quiet: bool = False,
     translations: Iterable[str] | None = None,
     translation_vocab_size: int = DEFAULT_TRANSLATION_VOCAB,
+    xlingual: Iterable[str] | None = None,
 ) -> DataPaths:
     """Build the data directory (default: `default_data_dir()`).
 
@@ -150,10 +161,14 @@ def prepare(
     vocab_size: WordPiece vocabulary size.
     translations: the parallel sets to build (names in `PARALLEL`; default none here, all of
     them from the command line), each with a shared BPE tokenizer of `translation_vocab_size`.
+    xlingual: handbook languages (en-US among them) of the cross-lingual set (xlingual.py);
+    default none here, xlingual.DEFAULT_LANGUAGES from the command line.
     Raises MissingSources when a source cannot be had, after building everything that does not
     need it.
     """
-    plan = make_plan(tasks, corpus, task_files, vocab_size, translations, translation_vocab_size)
+    plan = make_plan(
+        tasks, corpus, task_files, vocab_size, translations, translation_vocab_size, xlingual
+    )
     layout = paths(data_dir)
     layout.root.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -183,6 +198,12 @@ def prepare(
                 build_parallel(spec, plan.translation_vocab_size, layout, manifest, reporter, roots)
             else:
                 not_built.append(f"translation {name}")
+            write_manifest(layout.manifest, manifest)
+        if plan.xlingual:
+            if XLINGUAL_SOURCE in roots:
+                build_xlingual(plan.xlingual, layout, manifest, reporter, roots)
+            else:
+                not_built.append("xlingual")
             write_manifest(layout.manifest, manifest)
     manifest["last_prepare_seconds"] = round(time.perf_counter() - started, 1)
     write_manifest(layout.manifest, manifest)
@@ -389,4 +410,30 @@ def build_parallel(
             for side, lang in enumerate((spec.source_lang, spec.target_lang))
         },
         "vocab_size": len(tokenizer),
+    }
+
+
+XLINGUAL_SOURCE = "debian-handbook"
+
+
+def build_xlingual(
+    languages: list[str],
+    layout: DataPaths,
+    manifest: dict[str, Any],
+    reporter: Reporter,
+    roots: dict[str, Path],
+) -> None:
+    """The cross-lingual set (xlingual.py) from the handbook's pages in `languages`."""
+    inputs = manifest["sources"][XLINGUAL_SOURCE]["sha256"]
+    fp = fingerprint("xlingual", XLINGUAL_VERSION, inputs, languages, XLINGUAL_VOCAB)
+    if step_is_current(manifest, "xlingual", fp, layout.root):
+        reporter.log("xlingual: up to date")
+        return
+    with reporter.step(f"building the cross-lingual set ({len(languages)} languages)"):
+        book = read_handbook(roots[XLINGUAL_SOURCE], languages)
+        info = write_xlingual(book, layout.xlingual_dir, XLINGUAL_VOCAB)
+    manifest["xlingual"] = {
+        "fingerprint": fp,
+        "files": [file_record(p, layout.root) for p in written_files(layout.xlingual_dir)],
+        **{key: info[key] for key in ("languages", "blocks_kept", "blocks_dropped", "examples")},
     }

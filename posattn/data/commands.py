@@ -15,6 +15,7 @@ from .manifest import read_manifest
 from .parallel import PARALLEL
 from .tasks import TASKS
 from .tokenizer import DEFAULT_VOCAB_SIZE
+from .xlingual import DEFAULT_LANGUAGES
 
 EPILOG = f"""\
 Your own data, where a package cannot be had or to use other text:
@@ -31,6 +32,9 @@ Translation sets (--translation): en-es (KJV -> Reina-Valera verses, 5.5 MB of p
 cs-en (Debian handbook paragraphs, a 35 MB package), each written as line-aligned
 translation/NAME/SPLIT.LANG (train, dev, test) with a shared BPE tokenizer; a pair of your own
 files is read by `posattn translate eval --source FILE --target FILE`.
+Cross-lingual set (--xlingual): the handbook's pages in the given languages (en-US first),
+untranslated blocks dropped, split by page; English-only training files and a test file per
+language for `posattn compare --task xlingual` (xlingual/, with its own tokenizer).
 The data directory is --data-dir, else $POSATTN_DATA_DIR, else
 $XDG_CACHE_HOME/posattn/data (~/.cache/posattn/data).
 """
@@ -59,6 +63,7 @@ def run_prepare(args: argparse.Namespace) -> int:
             vocab_size=args.vocab_size,
             quiet=args.quiet,
             translations=args.translation,
+            xlingual=args.xlingual,
         )
     except PosAttnConfigError as error:
         console.print(f"error: {error}", highlight=False, markup=False, soft_wrap=True)
@@ -107,6 +112,16 @@ def print_summary(root) -> None:
             sizes = [str(step["pairs"][split]) for split in SPLITS]
             table.add_row(name, *sizes, str(step["dropped"]), str(step["vocab_size"]))
         console.print(table)
+    xlingual = manifest.get("xlingual", {})
+    if xlingual:
+        table = Table(title="cross-lingual set (blocks kept, test examples)")
+        for column in ("language", "blocks kept", "dropped", *xlingual["examples"]):
+            table.add_column(column)
+        for language in xlingual["languages"]:
+            tests = [str(c[f"test.{language}"]) for c in xlingual["examples"].values()]
+            row = (xlingual["blocks_kept"][language], xlingual["blocks_dropped"][language])
+            table.add_row(language, *map(str, row), *tests)
+        console.print(table)
     if "last_prepare_seconds" in manifest:
         console.print(f"last prepare: {manifest['last_prepare_seconds']} s", highlight=False)
 
@@ -135,6 +150,13 @@ def register(commands) -> None:
         type=task_list,
         default=list(PARALLEL),
         help=f"parallel sets, comma-separated, '' for none (default: {','.join(PARALLEL)})",
+    )
+    build.add_argument(
+        "--xlingual",
+        type=task_list,
+        default=list(DEFAULT_LANGUAGES),
+        help="handbook languages of the cross-lingual set, comma-separated, '' for none "
+        f"(default: {','.join(DEFAULT_LANGUAGES)})",
     )
     build.add_argument(
         "--corpus", action="append", metavar="FILE", help="your own corpus (repeatable)"

@@ -8,6 +8,7 @@ rather than guessed at. Untranslated blocks are left in English; the pair builde
 
 from __future__ import annotations
 
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -82,3 +83,36 @@ def aligned_blocks(root: Path, source: str, target: str) -> list[tuple[str, str,
             (f"{page.stem}/{i}", a, b) for i, (a, b) in enumerate(zip(left, right, strict=True))
         ]
     return pairs
+
+
+UP_LINK = re.compile(r'<link rel="up" href="([^"]+)\.html"')
+TOP = "index"
+
+
+def page_parent(path: Path) -> str | None:
+    """The page one level up (its `<link rel="up">`), None for the top page."""
+    found = UP_LINK.search(path.read_text(encoding="utf-8"))
+    return found.group(1) if found else None
+
+
+def chapters(root: Path, language: str = "en-US") -> dict[str, str]:
+    """Each page's chapter: the page itself when its parent is the top page (or it is the top
+    page), else its parent's chapter."""
+    folder = root / HTML_DIR / language
+    parents = {page.stem: page_parent(page) for page in folder.glob("*.html")}
+
+    def chapter_of(page: str) -> str:
+        seen = set()
+        while parents.get(page) not in (None, TOP) and page not in seen:
+            seen.add(page)
+            page = parents[page]
+        return page
+
+    return {page: chapter_of(page) for page in parents}
+
+
+def language_pages(root: Path, language: str) -> dict[str, list[str]]:
+    """The blocks of every page of one language, by page name."""
+    return {
+        page.stem: page_blocks(page) for page in sorted((root / HTML_DIR / language).glob("*.html"))
+    }

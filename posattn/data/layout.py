@@ -34,6 +34,10 @@ class DataPaths:
       translation/NAME/pairs.json              languages, sources, counts
       translation/NAME/{train,dev,test}.{SRC,TGT}  line-aligned parallel text
       translation/NAME/tokenizer/              a BPE tokenizer shared by both languages
+      xlingual/info.json        languages, page splits, counts (posattn/data/xlingual.py)
+      xlingual/corpus/{train,validation}.txt   every language's blocks of train / dev pages
+      xlingual/tokenizer/       a WordPiece tokenizer trained on all languages, balanced
+      xlingual/tasks/NAME/{train,dev}.jsonl    English only; test.LANG.jsonl per language
     """
 
     root: Path
@@ -75,6 +79,10 @@ class DataPaths:
 
     def translation_dir(self, name: str) -> Path:
         return self.root / "translation" / name
+
+    @property
+    def xlingual_dir(self) -> Path:
+        return self.root / "xlingual"
 
 
 def paths(data_dir: str | os.PathLike | None = None) -> DataPaths:

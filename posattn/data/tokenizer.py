@@ -24,14 +24,19 @@ MODEL_MAX_LENGTH = 512
 
 
 def train_wordpiece(
-    files: Sequence[Path], vocab_size: int = DEFAULT_VOCAB_SIZE, show_progress: bool = False
+    files: Sequence[Path],
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
+    show_progress: bool = False,
+    keep_accents: bool = False,
 ) -> Tokenizer:
     """Train on text files (one paragraph per line): BERT normalisation (lowercase, accents
-    stripped), BERT pre-tokenisation, [CLS] A [SEP] (B [SEP]) templates."""
+    stripped unless keep_accents: stripping also turns Japanese パ into ハ), BERT
+    pre-tokenisation, [CLS] A [SEP] (B [SEP]) templates."""
     require_positive_int("vocab_size", vocab_size)
     require(vocab_size > len(SPECIAL_TOKENS), "vocab_size", vocab_size, "more than 5")
     tokenizer = Tokenizer(models.WordPiece(unk_token=UNK))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    strip = False if keep_accents else None  # None: BERT's rule, stripped when lowercasing
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=strip)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece(prefix="##")
     trainer = WordPieceTrainer(

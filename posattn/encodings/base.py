@@ -89,11 +89,13 @@ class LayerTerms:
         the fused kernels fold into the dot product (`posattn.kernels.fold`) instead of adding
         [H, n, n] logits whose gradient SDPA cannot fuse. `bias` stays for the eager
         reference and for inspection.
-    offset_bias: [H, 2n-1] values per offset j - i (`relative.offsets` order) with
-        bias[..., h, i, j] == offset_bias[h, j - i + n - 1]: the same bias described by its
-        2n - 1 distinct values, for kernels that read a Toeplitz bias from its table instead of
-        an [H, n, n] tensor (and reduce its gradient along diagonals). Set only where `bias` is
-        exactly that Toeplitz matrix; `bias` stays for the eager reference.
+    offset_bias: [H, n_q + n_k - 1] values per diagonal with
+        bias[..., h, i, j] == offset_bias[h, j - i + n_q - 1] for the n_q query rows and n_k
+        keys of `bias` ([H, 2n-1] in `relative.offsets` order for a full n x n bias): the same
+        bias described by its distinct values, for kernels that read a Toeplitz bias from its
+        table instead of an [H, n, n] tensor (and reduce its gradient along diagonals,
+        kernel="triton"). Set only where `bias` is exactly that Toeplitz matrix; `bias` stays
+        for the eager reference.
     """
 
     scale: float
@@ -112,8 +114,9 @@ class LayerTerms:
         bias -> bias[..., start:, :]. The callables are row-wise in the queries (query row i of
         their output depends on query row i only), so they run on the queries with `start`
         zero rows in front and the first `start` output rows are dropped: the result equals
-        rows [start, n) of the full computation at length n. `offset_bias` is dropped: the
-        rows no longer start at query 0, so kernels read the sliced `bias` instead.
+        rows [start, n) of the full computation at length n. `offset_bias` keeps its first
+        2n - 1 - start diagonals: row i of the slice is row i + start of the full bias, so
+        offset j - (i + start) sits at index j - i + (n - start) - 1.
         """
         if start == 0:
             return self
@@ -146,6 +149,7 @@ class LayerTerms:
                 if self.bias_factors is None
                 else (self.bias_factors[0][..., start:, :], self.bias_factors[1])
             ),
+            offset_bias=(None if self.offset_bias is None else self.offset_bias[..., :-start]),
         )
 
 
@@ -201,8 +205,14 @@ class PositionalEncoding(nn.Module):
     def terms_for(self, seq_len: int, device: torch.device, dtype: torch.dtype):
         """`layer_terms`, cached for inference: without gradients the input-independent terms
         depend only on the length and the parameters, so they are reused until a parameter
-        changes (every in-place update bumps its version counter, which is part of the key)."""
-        if torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()):
+        changes (every in-place update bumps its version counter, which is part of the key).
+
+        Not while torch.compile or torch.export traces: the key reads storage addresses (a
+        graph break) and a traced entry would outlive the trace and break the eager model;
+        a compiled graph computes the terms once per call anyway."""
+        if torch.compiler.is_compiling() or (
+            torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
+        ):
             return self.layer_terms(seq_len, device, dtype)
         versions = tuple((p.data_ptr(), p._version) for p in self.parameters())
         key = (seq_len, str(device), dtype, self.training, *versions)

@@ -44,14 +44,26 @@ def t5_relative_bucket(
     return buckets + torch.where(is_exact, distance, log_bucket)
 
 
-@functools.lru_cache(maxsize=32)
+def offset_buckets(
+    seq_len: int, device: str, bidirectional: bool, num_buckets: int, max_distance: int
+) -> Tensor:
+    """The bucket of every offset j - i in `offsets` order, [2n - 1]."""
+    relative = offsets(seq_len, torch.device(device))
+    return t5_relative_bucket(relative, bidirectional, num_buckets, max_distance)
+
+
+_cached_offset_buckets = functools.lru_cache(maxsize=32)(offset_buckets)
+
+
 def cached_buckets(
     seq_len: int, device: str, bidirectional: bool, num_buckets: int, max_distance: int
 ) -> Tensor:
-    """The bucket of every offset j - i in `offsets` order, [2n - 1], once per length and
-    device."""
-    relative = offsets(seq_len, torch.device(device))
-    return t5_relative_bucket(relative, bidirectional, num_buckets, max_distance)
+    """`offset_buckets`, once per length and device in eager mode; computed in the graph
+    while torch.compile / torch.export trace (a cached traced tensor would outlive the
+    trace, and dynamo does not trace through lru_cache)."""
+    if torch.compiler.is_compiling():
+        return offset_buckets(seq_len, device, bidirectional, num_buckets, max_distance)
+    return _cached_offset_buckets(seq_len, device, bidirectional, num_buckets, max_distance)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,9 @@ A kernel may also declare the keyword `offset_bias` (Tensor | None): where the l
 a Toeplitz matrix (`LayerTerms.offset_bias`), it then receives that bias's [H, 2n-1] table too
 (bias[..., h, i, j] == offset_bias[h, j - i + n - 1]), to read instead of `bias` and to return
 the table's gradient; `bias` is passed as well and stays the reference.
+
+A kernel with the attribute `reads_bias_tables = True` ("triton") takes the bias from its table
+instead: it is called with bias=None and `tables=TableBias(...)` (`posattn.kernels.table_bias`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from .flex import auto_attention, flex_attention_kernel
 from .masks import build_attention_mask
 from .registry import KERNELS, Kernel, get_kernel, kernel_names, register_kernel
 from .sdpa import sdpa_attention
+from .table_bias import triton_attention
 
 KERNELS.update(
     {
@@ -29,6 +33,7 @@ KERNELS.update(
         "sdpa": sdpa_attention,
         "sdpa-lowmem": partial(sdpa_attention, recompute_bias=True),
         "flex": flex_attention_kernel,
+        "triton": triton_attention,
     }
 )
 

@@ -161,6 +161,9 @@ def auto_attention(
         and not dropout_p
         and bias_gradient_bytes(q, k) > flex_threshold_bytes()
     )
+    # kernel="triton" (a table-reading kernel, `table_bias`) is not among the choices yet: no
+    # GPU measurement of it exists. Where it measures faster, `MultiHeadAttention.attend` would
+    # route table-described layers to it (it needs `LayerTerms.offset_bias`, not this `bias`).
     kernel = flex_attention_kernel if use_flex else sdpa_attention
     return kernel(
         q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p, offset_bias=offset_bias

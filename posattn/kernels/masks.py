@@ -2,8 +2,30 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
+
+
+@dataclass(frozen=True)
+class MaskLayout:
+    """What `build_attention_mask` built a mask from, for kernels that compute the mask in
+    registers and skip fully masked blocks instead of reading [n_q, n_k] booleans.
+
+    Query row i (position i + query_start) sees key j iff keys[b, j] (None: every key) and,
+    when causal, j <= i + query_start; a row that sees no key that way sees every key.
+    """
+
+    keys: Tensor | None
+    causal: bool
+    query_start: int
+
+
+def mask_layout(mask: Tensor | None) -> MaskLayout | None:
+    """The layout `build_attention_mask` recorded on `mask`, or None (another mask, or a
+    tensor derived from one)."""
+    return getattr(mask, "posattn_layout", None)
 
 
 def build_attention_mask(
@@ -22,11 +44,12 @@ def build_attention_mask(
     own document only.
     A query row with no visible key (a fully padded sequence, or a left-padded causal row) is
     opened to all keys: its output is finite and meaningless instead of NaN, and real rows
-    never see padded keys.
+    never see padded keys. Without documents the mask carries its `MaskLayout` (`mask_layout`).
     """
     mask = None
-    if padding_mask is not None:
-        mask = padding_mask.bool()[:, None, None, :]  # [B, 1, 1, n]
+    keys = None if padding_mask is None else padding_mask.bool()
+    if keys is not None:
+        mask = keys[:, None, None, :]  # [B, 1, 1, n]
     if documents is not None:
         same = documents[:, None, query_start:, None] == documents[:, None, None, :]
         mask = same if mask is None else mask & same
@@ -35,4 +58,7 @@ def build_attention_mask(
         mask = lower[None, None] if mask is None else mask & lower
     if mask is None:
         return None
-    return mask | ~mask.any(-1, keepdim=True)
+    mask = mask | ~mask.any(-1, keepdim=True)
+    if documents is None:  # a layout describes padding and causality only
+        mask.posattn_layout = MaskLayout(keys, causal, query_start)
+    return mask

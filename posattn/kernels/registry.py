@@ -12,7 +12,10 @@ from ..errors import invalid, require, require_choice
 
 
 class Kernel(Protocol):
-    """softmax(q k^T * scale + bias, masked) v, with dropout on the probabilities."""
+    """softmax(q k^T * scale + bias, masked) v, with dropout on the probabilities.
+
+    A kernel that sets the attribute `reads_bias_tables = True` is called with bias=None and a
+    keyword `tables` (`posattn.kernels.table_bias.TableBias`) describing the bias instead."""
 
     def __call__(
         self,

@@ -3,6 +3,7 @@ Importing this package registers every model with the Auto classes."""
 
 from transformers import AutoModel
 
+from .attn_implementation import register_posattn_kernels
 from .causal_lm import PosAttnForCausalLM
 from .classification import PosAttnForSequenceClassification
 from .config import PosAttnConfig
@@ -12,6 +13,7 @@ from .pretrained import PosAttnModel, PosAttnPreTrainedModel
 from .seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig
 
 AutoModel.register(PosAttnConfig, PosAttnModel, exist_ok=True)
+register_posattn_kernels()  # "posattn-auto", ... for transformers' attn_implementation
 
 __all__ = [
     "Encoder",

@@ -19,7 +19,10 @@ class PosAttnForCausalLM(PosAttnPreTrainedModel, GenerationMixin):
     The config must say causal=True: every encoding that supports causal attention works
     (`posattn list`; xpos and fire are causal-only, Linformer's sequence projection is not
     causal). Labels are the input ids themselves (-100 ignored): the loss compares the logits
-    at t with the label at t + 1, as transformers' causal LMs do.
+    at t with the label at t + 1, as transformers' causal LMs do. `shift_labels` are targets
+    already aligned with the logits (the label of position t + 1 at t, what the Trainer hands
+    a model under sequence parallelism, where the shift must happen before sharding): given,
+    the loss compares the logits at t with shift_labels at t and `labels` is not read.
 
     Incremental decoding: pass `past_key_values` (a transformers `DynamicCache`, created when
     `use_cache=True` and none is given) and only the new input ids; `attention_mask`, when
@@ -64,6 +67,7 @@ class PosAttnForCausalLM(PosAttnPreTrainedModel, GenerationMixin):
         past_key_values: DynamicCache | None = None,
         use_cache: bool | None = None,
         labels: Tensor | None = None,
+        shift_labels: Tensor | None = None,
         num_items_in_batch: int | Tensor | None = None,
         logits_to_keep: int = 0,
         return_dict: bool | None = None,
@@ -78,7 +82,9 @@ class PosAttnForCausalLM(PosAttnPreTrainedModel, GenerationMixin):
         ).last_hidden_state
         logits = self.lm_head(hidden[:, -logits_to_keep:] if logits_to_keep else hidden)
         loss = None
-        if labels is not None:
+        if shift_labels is not None:
+            loss = cross_entropy(logits, shift_labels, num_items_in_batch)
+        elif labels is not None:
             loss = cross_entropy(logits[:, :-1], labels[:, 1:], num_items_in_batch)
         return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=past_key_values)
 

@@ -10,7 +10,9 @@ from transformers import AutoConfig, PreTrainedConfig
 
 from ..encodings import ModelDims, build_encoding, encoding_class
 from ..errors import invalid, require, require_choice, require_positive_int
-from ..kernels import kernel_names
+from ..kernels import get_kernel, kernel_names
+from ..kernels.table_bias import refusal, terms_refusal
+from .attn_implementation import attn_implementation_of, kernel_of
 from .segments import SEGMENT_MODES
 
 
@@ -21,7 +23,11 @@ class PosAttnConfig(PreTrainedConfig):
     segments: "input" (BERT token-type embeddings), "attention" (DIET Eq. 2) or "none".
     norm: "post" (BERT, TUPE) or "pre" LayerNorm.
     kernel: "auto" (SDPA; FlexAttention for a large learned bias on GPU), "sdpa",
-        "sdpa-lowmem", "flex" or "eager" (the reference).
+        "sdpa-lowmem", "flex", "triton" (a relative bias read from its table inside the
+        kernel; table-described, low-rank or no bias only, no attention dropout in training)
+        or "eager" (the reference); transformers' `attn_implementation` sets it and
+        `_attn_implementation` reports it under transformers' names
+        (posattn.models.attn_implementation).
     causal: causal self-attention (a decoder); encoders are bidirectional.
     num_labels (a transformers attribute) sizes the classification head.
     """
@@ -78,6 +84,31 @@ class PosAttnConfig(PreTrainedConfig):
         # (head dimension, causality, table lengths) now rather than at the first forward.
         with torch.device("meta"):
             build_encoding(self.encoding, self.dims, self.encoding_options)
+        self.check_kernel(self.kernel)
+
+    def check_kernel(self, kernel: str) -> None:
+        """Refuse, naming the encoding and the reason, a kernel that reads the bias from its
+        table (kernel="triton") where this model's layers have a bias it cannot read: the
+        encoding's terms are built on the meta device (no computation) and inspected."""
+        if not getattr(get_kernel(kernel), "reads_bias_tables", False):
+            return
+        with torch.device("meta"):
+            encoding = build_encoding(self.encoding, self.dims, self.encoding_options)
+            terms = encoding.layer_terms(self.max_len, torch.device("meta"), torch.float32)
+        for layer_terms in terms:
+            reason = terms_refusal(layer_terms)
+            if reason is not None:
+                raise refusal(kernel, f"encoding {self.encoding!r}: {reason}")
+
+    @property
+    def _attn_implementation_internal(self) -> str:
+        """transformers' name of `kernel`: what the attention modules run."""
+        return attn_implementation_of(self.kernel)
+
+    @_attn_implementation_internal.setter
+    def _attn_implementation_internal(self, value: str | None) -> None:
+        if value is not None:
+            self.kernel = kernel_of(value)
 
     @property
     def dims(self) -> ModelDims:

@@ -27,11 +27,12 @@ from dataclasses import fields
 
 from torch import Tensor, nn
 from transformers import PreTrainedConfig
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 from ..attention import MultiHeadAttention
 from ..encodings import LayerTerms
 from .config import PosAttnConfig
-from .encoder import Encoder, FeedForward
+from .encoder import Encoder, FeedForward, checked_cache
 
 # Fields each stack of an encoder-decoder sets for itself.
 PER_STACK_FIELDS = ("num_layers", "causal")
@@ -61,7 +62,9 @@ def stack_config(config: PosAttnConfig, *, causal: bool, num_layers: int) -> Pos
     return PosAttnConfig(**values, causal=causal, num_layers=num_layers)
 
 
-class DecoderLayer(nn.Module):
+class DecoderLayer(GradientCheckpointingLayer):
+    """Self-attention, cross-attention, feed-forward; checkpointed like `EncoderLayer`."""
+
     def __init__(self, config: PosAttnConfig) -> None:
         super().__init__()
         self.pre_norm = config.norm == "pre"
@@ -131,6 +134,7 @@ class Decoder(Encoder):
         """memory_mask: [B, n_src], 1 for real source tokens. cache: None, or a transformers
         `DynamicCache` with the past target tokens (input_ids are then the new ones only).
         position_ids: [B, n] positions of the new target tokens (as in `Encoder.forward`)."""
+        cache = checked_cache(self, cache)
         past_length = 0 if cache is None else cache.get_seq_length()
         x, terms, mask, _ = self.layer_inputs(
             input_ids, attention_mask, None, past_length, position_ids, cache

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.utils import logging
 
 from ..attention import MultiHeadAttention
 from ..encodings import LayerTerms, build_encoding
@@ -18,6 +20,8 @@ from .positions import (
     packed_documents,
 )
 from .segments import SegmentAttentionBias
+
+logger = logging.get_logger(__name__)
 
 
 class Embeddings(nn.Module):
@@ -59,7 +63,10 @@ class FeedForward(nn.Module):
         return self.dropout(self.down(F.gelu(self.up(x))))
 
 
-class EncoderLayer(nn.Module):
+class EncoderLayer(GradientCheckpointingLayer):
+    """One self-attention + feed-forward block; `model.gradient_checkpointing_enable()`
+    recomputes its activations in the backward pass (transformers' GradientCheckpointingLayer)."""
+
     def __init__(self, config: PosAttnConfig) -> None:
         super().__init__()
         self.pre_norm = config.norm == "pre"
@@ -96,6 +103,7 @@ class Encoder(nn.Module):
     """
 
     layer_type: type[nn.Module] = EncoderLayer  # the decoder (decoder.py) swaps in its own
+    main_input_name = "input_ids"  # what transformers' generate reads from a model's .encoder
 
     def __init__(self, config: PosAttnConfig) -> None:
         super().__init__()
@@ -120,9 +128,19 @@ class Encoder(nn.Module):
 
     def set_kernel(self, name: str) -> None:
         """Switch every layer to another attention kernel (the weights are unchanged)."""
+        self.config.check_kernel(name)
         for layer in self.layers:
             layer.attention.set_kernel(name)
         self.config.kernel = name
+
+    def reads_bias_tables(self) -> bool:
+        """Some attention of the stack runs a kernel that reads biases from their tables
+        (kernel="triton"): it gets segment pairs as a table, not as [B, H, n, n] values."""
+        return any(
+            getattr(module.kernel, "reads_bias_tables", False)
+            for module in self.modules()
+            if isinstance(module, MultiHeadAttention)
+        )
 
     def _check_inputs(
         self, input_ids, attention_mask, segment_ids, past_length: int, positions_given=False
@@ -165,7 +183,13 @@ class Encoder(nn.Module):
             if value is not None and tuple(value.shape) != shape:
                 what = "cached + new tokens" if name == "attention_mask" else "input_ids.shape"
                 raise invalid(f"{name}.shape", tuple(value.shape), f"must be {shape} ({what})")
-        if segment_ids is not None and segment_ids.numel():
+        if segment_ids is not None and segment_ids.numel() and torch.compiler.is_compiling():
+            # Reading the values out would break the graph: the check runs inside it.
+            in_range = (segment_ids >= 0) & (segment_ids < self.config.num_segments)
+            torch._assert_async(
+                in_range.all(), f"segment_ids must be in [0, {self.config.num_segments - 1}]"
+            )
+        elif segment_ids is not None and segment_ids.numel():
             low, high = int(segment_ids.min()), int(segment_ids.max())
             if low < 0 or high >= self.config.num_segments:
                 raise invalid(
@@ -229,11 +253,12 @@ class Encoder(nn.Module):
             query_start=past_length,
             documents=documents,
         )
-        segment_bias = (
-            self.segment_bias(segment_ids)
-            if self.segment_bias is not None
-            else [None] * len(self.layers)
-        )
+        if self.segment_bias is None:
+            segment_bias = [None] * len(self.layers)
+        elif self.reads_bias_tables():
+            segment_bias = self.segment_bias.described(segment_ids)  # no [B, H, n, n] tensor
+        else:
+            segment_bias = self.segment_bias(segment_ids)
         return x, terms, mask, segment_bias
 
     def forward(
@@ -243,6 +268,7 @@ class Encoder(nn.Module):
         (transformers' `DynamicCache`); it then holds the past tokens and receives the new
         ones, attention_mask covers past + new tokens and segment_ids the new ones.
         position_ids: [B, n] positions of the new tokens (`posattn.models.positions`)."""
+        cache = checked_cache(self, cache)
         past_length = 0 if cache is None else cache.get_seq_length()
         x, terms, mask, segment_bias = self.layer_inputs(
             input_ids, attention_mask, segment_ids, past_length, position_ids, cache
@@ -252,6 +278,30 @@ class Encoder(nn.Module):
         ):
             x = layer(x, layer_terms, mask, layer_segments, cache, index)
         return x if self.final_norm is None else self.final_norm(x)
+
+
+def checkpointing(stack: nn.Module) -> bool:
+    """The stack's layers recompute their activations in this (training) forward."""
+    return stack.training and any(
+        getattr(layer, "gradient_checkpointing", False) for layer in stack.layers
+    )
+
+
+def checked_cache(stack: nn.Module, cache):
+    """The cache to use: none while training with gradient checkpointing (the recomputed
+    forward would append the keys and values a second time), as transformers' models do. An
+    empty cache is left unused with a warning; one holding tokens is an error, since the
+    input ids are then only the new tokens."""
+    if cache is None or not checkpointing(stack):
+        return cache
+    if cache.get_seq_length():
+        raise invalid(
+            "past_key_values",
+            f"{cache.get_seq_length()} cached tokens",
+            "no cache while training with gradient checkpointing (model.eval() to decode)",
+        )
+    logger.warning_once("Gradient checkpointing in training: the key/value cache is not used.")
+    return None
 
 
 def init_weights(module: nn.Module, std: float) -> None:

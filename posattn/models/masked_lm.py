@@ -32,7 +32,9 @@ class PosAttnForMaskedLM(PosAttnPreTrainedModel):
     Without labels, logits cover every position ([B, n, vocab]: fill-mask, inspection). With
     labels, the head runs on the labelled positions only and logits are [num_labelled, vocab]
     in row-major order: the vocabulary projection dominates a small model's step, and 85% of
-    it would serve no loss term (fairseq's masked_tokens does the same).
+    it would serve no loss term (fairseq's masked_tokens does the same). Under torch.compile
+    and torch.export, whose graphs need shapes that do not depend on the labels' values, the
+    head runs on every position (logits [B, n, vocab]) and the loss is the same.
     """
 
     _tied_weights_keys = {  # noqa: RUF012 - transformers reads this class attribute
@@ -72,6 +74,13 @@ class PosAttnForMaskedLM(PosAttnPreTrainedModel):
         ).last_hidden_state
         if labels is None:
             return MaskedLMOutput(logits=self.head(hidden))
+        if torch.compiler.is_compiling():
+            # Selecting the labelled rows gives a data-dependent shape (a graph break, no
+            # export): traced, the head runs on every position; the loss is the same.
+            logits = self.head(hidden)
+            return MaskedLMOutput(
+                loss=cross_entropy(logits, labels, num_items_in_batch), logits=logits
+            )
         labelled = labels != -100
         logits = self.head(hidden[labelled])
         loss = cross_entropy(logits, labels[labelled], num_items_in_batch)

@@ -14,6 +14,9 @@ from torch.nn import functional as F
 from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput
 
+from ..attention import MultiHeadAttention
+from ..errors import invalid
+from .attn_implementation import attn_implementation_of, kernel_of
 from .config import PosAttnConfig
 from .encoder import Encoder, init_weights
 
@@ -41,6 +44,57 @@ class PosAttnPreTrainedModel(PreTrainedModel):
     # The heads take the Trainer's num_items_in_batch (it looks for **kwargs otherwise, and
     # posattn's forwards take no unknown keyword: a misspelt argument is an error).
     accepts_loss_kwargs = True
+
+    # `gradient_checkpointing_enable()` checkpoints every EncoderLayer / DecoderLayer.
+    supports_gradient_checkpointing = True
+    # The repeated blocks: device_map / FSDP auto-wrap never split one across devices.
+    _no_split_modules = ["EncoderLayer", "DecoderLayer"]  # noqa: RUF012
+
+    def activation_checkpointing_enable(
+        self, activation_checkpointing_kwargs=None, every_n_layers: int = 1, offload: bool = False
+    ):
+        """transformers' switch (also reached by `gradient_checkpointing_enable`), with
+        torch's non-reentrant checkpoint only: a layer receives the positional terms its
+        layers share inside a `LayerTerms`, through which reentrant checkpointing cannot
+        differentiate (it would backward through the shared terms once per layer)."""
+        if (activation_checkpointing_kwargs or {}).get("use_reentrant", False):
+            raise invalid(
+                "use_reentrant",
+                True,
+                "False (transformers' default): positional terms shared by the layers need "
+                "non-reentrant checkpointing",
+            )
+        super().activation_checkpointing_enable(
+            activation_checkpointing_kwargs, every_n_layers=every_n_layers, offload=offload
+        )
+
+    # attn_implementation "sdpa" and "flex_attention" run posattn's SDPA and FlexAttention
+    # kernels (posattn.models.attn_implementation maps every name onto a kernel).
+    _supports_sdpa = True
+    _supports_flex_attn = True
+
+    def _check_and_adjust_attn_implementation(
+        self, attn_implementation: str | None, is_init_check: bool = False, **kwargs
+    ) -> str:
+        """The transformers name of the posattn kernel `attn_implementation` selects (None:
+        the config's kernel); an unknown name is a clear error."""
+        kernel = (
+            self.config.kernel if attn_implementation is None else kernel_of(attn_implementation)
+        )
+        if kernel == "flex":
+            self._flex_attn_can_dispatch(is_init_check)
+        return attn_implementation_of(kernel)
+
+    def set_attn_implementation(self, attn_implementation: str | dict, **kwargs) -> None:
+        """transformers' switch, applied to every attention module (posattn's kernels under
+        transformers' names: posattn.models.attn_implementation)."""
+        super().set_attn_implementation(attn_implementation, **kwargs)
+        kernel = self.config.kernel
+        for module in self.modules():
+            if isinstance(module, Encoder):
+                module.config.kernel = kernel  # an encoder-decoder's stacks have their own
+            elif isinstance(module, MultiHeadAttention):
+                module.set_kernel(kernel)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:

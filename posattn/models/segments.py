@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ..encodings.base import normal_parameter
+from ..kernels.table_bias import SegmentPairs
 
 SEGMENT_MODES = ("none", "input", "attention")
 
@@ -24,5 +25,9 @@ class SegmentAttentionBias(nn.Module):
 
     def forward(self, segment_ids: Tensor) -> list[Tensor]:
         """[B, n] segment ids -> per layer a [B, H, n, n] bias."""
-        pairs = segment_ids[:, :, None] * self.num_segments + segment_ids[:, None, :]  # [B, n, n]
-        return [table[:, pairs].transpose(0, 1) for table in self.table]
+        return [pairs.dense() for pairs in self.described(segment_ids)]
+
+    def described(self, segment_ids: Tensor) -> list[SegmentPairs]:
+        """The same bias per layer as its [H, S * S] table and the ids, for a kernel that
+        reads tables (kernel="triton")."""
+        return [SegmentPairs(table, segment_ids, self.num_segments) for table in self.table]

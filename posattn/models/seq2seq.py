@@ -8,7 +8,8 @@ DIET Sec. 4.3 changes the positions of every encoder and decoder self-attention 
               N(0, 1/d_model): word vectors of unit scale next to sinusoids of unit scale
               (Vaswani Sec. 3.4; fairseq's transformer)
     output:   logits = h W_e^T with W_e the word embedding, one vocabulary for source and
-              target (tied: encoder input, decoder input and output projection share it)
+              target (tied: encoder input, decoder input and output projection share it;
+              tie_word_embeddings=False gives each of the three its own matrix)
     loss:     token cross-entropy over target positions (label -100 ignored), with label
               smoothing eps in training: (1 - eps) * NLL + eps * mean_v(-log p_v) (Szegedy et
               al. 2016; Vaswani Sec. 5.4); evaluation reports the plain NLL.
@@ -21,14 +22,20 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
-from transformers import AutoConfig, AutoModelForSeq2SeqLM
+from transformers import AutoConfig, AutoModelForSeq2SeqLM, GenerationMixin
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 
-from ..errors import require
+from ..errors import invalid, require
 from .config import PosAttnConfig
 from .decoder import Decoder, stack_config
 from .encoder import Encoder
 from .pretrained import PosAttnPreTrainedModel
+from .seq2seq_generation import (
+    EncoderForGenerate,
+    cached_memory_keys_values,
+    new_generation_cache,
+    split_cache,
+)
 
 
 class PosAttnSeq2SeqConfig(PosAttnConfig):
@@ -72,7 +79,11 @@ class PosAttnSeq2SeqConfig(PosAttnConfig):
         stack_config(self, causal=True, num_layers=self.num_decoder_layers)
 
 
-class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel):
+class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel, GenerationMixin):
+    """The encoder-decoder, with transformers' `generate` (greedy, sampling, HF beam search;
+    see seq2seq_generation.py for the cache plumbing). The paper's decoding (GNMT length
+    penalty, DIET Sec. 4.3) is posattn.lab.translation's beam search (README, "Decoding")."""
+
     config_class = PosAttnSeq2SeqConfig
     config: PosAttnSeq2SeqConfig
     base_model_prefix = "model"
@@ -87,9 +98,8 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel):
         self.decoder = Decoder(
             stack_config(config, causal=True, num_layers=config.num_decoder_layers)
         )
-        self.decoder.embeddings.word = self.encoder.embeddings.word
+        # Tied by transformers (`_tied_weights_keys`) when config.tie_word_embeddings says so.
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        self.lm_head.weight = self.encoder.embeddings.word.weight
         for stack in (self.encoder, self.decoder):
             stack.embeddings.scale = config.d_model**0.5
         self.post_init()
@@ -97,7 +107,7 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel):
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
-        if module is self.get_input_embeddings():
+        if module is self.encoder.embeddings.word or module is self.decoder.embeddings.word:
             nn.init.normal_(module.weight, std=self.config.d_model**-0.5)
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -113,8 +123,24 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel):
     def set_output_embeddings(self, embeddings: nn.Linear) -> None:
         self.lm_head = embeddings
 
-    def get_encoder(self) -> Encoder:
-        return self.encoder
+    def get_encoder(self, modality: str | None = None) -> EncoderForGenerate:
+        """The encoder as `generate` calls it (keyword arguments in, `BaseModelOutput` out);
+        the stack itself is `.encoder`."""
+        if modality is not None:
+            raise invalid("modality", modality, "None: a text-only encoder-decoder")
+        return EncoderForGenerate(self.encoder)
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
+        """A cache that grows to the decoder's depth, not the config's (encoder) depth."""
+        wants_default = generation_config.cache_implementation in (None, "dynamic")
+        if (
+            wants_default
+            and generation_config.use_cache is not False
+            and model_kwargs.get("past_key_values") is None
+        ):
+            model_kwargs["past_key_values"] = new_generation_cache()
+            return
+        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
 
     @property
     def max_length(self) -> int:
@@ -164,6 +190,8 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel):
         decoder_attention_mask: Tensor | None = None,
         labels: Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values=None,
+        use_cache: bool | None = None,
         return_dict: bool | None = None,
         num_items_in_batch: int | Tensor | None = None,
         position_ids: Tensor | None = None,
@@ -171,7 +199,10 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel):
     ) -> Seq2SeqLMOutput:
         """position_ids / decoder_position_ids: [B, n] positions of the source / target tokens
         (`posattn.models.positions`). Given encoder_outputs, the encoder has already placed
-        the source tokens (`generate` passes both), so position_ids have no further use."""
+        the source tokens (`generate` passes both), so position_ids have no further use.
+        past_key_values: an `EncoderDecoderCache` (what `generate` passes; created when
+        use_cache=True and none is given) or a `DynamicCache` of the earlier target tokens;
+        decoder_input_ids are then the new target tokens only."""
         if encoder_outputs is None:
             memory = self.encode(input_ids, attention_mask, position_ids)
         else:
@@ -179,18 +210,31 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel):
         if decoder_input_ids is None:
             require(labels is not None, "decoder_input_ids", None, "given, or labels to shift")
             decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
-        memory_kv = self.decoder.memory_keys_values(memory)
+        if use_cache and past_key_values is None:
+            past_key_values = new_generation_cache()
+        self_cache, both = split_cache(past_key_values)
+        memory_kv = (
+            self.decoder.memory_keys_values(memory)
+            if both is None
+            else cached_memory_keys_values(self.decoder, both, memory)
+        )
         logits = self.decode(
             decoder_input_ids,
             memory_kv,
             attention_mask,
             decoder_attention_mask,
+            self_cache,
             decoder_position_ids=decoder_position_ids,
         )
         loss = None
         if labels is not None:
             loss = self.loss(logits, labels, num_items_in_batch)
-        return Seq2SeqLMOutput(loss=loss, logits=logits, encoder_last_hidden_state=memory)
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=past_key_values,
+            encoder_last_hidden_state=memory,
+        )
 
     def loss(self, logits: Tensor, labels: Tensor, num_items_in_batch=None) -> Tensor:
         """Label-smoothed in training, plain NLL in evaluation; summed and divided by the

@@ -172,8 +172,19 @@ def paired(floor, fn, repeats: int) -> tuple[float, float]:
     return statistics.median(times), statistics.median(ratios)
 
 
-def attention_level(s: BenchSettings, device) -> list[dict]:
-    rows = []
+def refusal_of(call) -> str | None:
+    """The message of a kernel's refusal of this call (kernel="triton" on CPU, or for an
+    encoding it cannot serve), or None once the call has run (it doubles as a warm-up)."""
+    try:
+        call()
+    except PosAttnConfigError as error:
+        return str(error)
+    return None
+
+
+def attention_level(s: BenchSettings, device) -> tuple[list[dict], list[dict]]:
+    """(measured rows, skipped (encoding, kernel) pairs with the kernel's reason)."""
+    rows, skipped = [], []
     for n in s.lengths:
         for train in (False, True):
             floor = attention_call(None, s, n, train, device)
@@ -183,17 +194,18 @@ def attention_level(s: BenchSettings, device) -> list[dict]:
             for name in s.encodings:
                 for kernel in s.kernels:
                     call = attention_call(name, s, n, train, device, kernel=kernel)
-                    row = dict(encoding=name, kernel=kernel, n=n, train=train)
-                    try:
-                        ms, ratio = paired(floor, call, s.repeats)
-                    except PosAttnConfigError as error:  # e.g. flex training on CPU
-                        rows.append(dict(row, ms=None, ratio=None, extra_mib=None,
-                                         cannot_run=str(error)))  # fmt: skip
+                    reason = refusal_of(call)
+                    if reason is not None:
+                        print(f"skipped {name} [{kernel}] n={n} train={train}: {reason}")
+                        skipped.append(dict(encoding=name, kernel=kernel, n=n, train=train,
+                                            reason=reason))  # fmt: skip
                         continue
+                    ms, ratio = paired(floor, call, s.repeats)
                     _, mib = measure(call, 1)
-                    rows.append(dict(row, ms=ms, ratio=ratio, extra_mib=mib))
+                    rows.append(dict(encoding=name, kernel=kernel, n=n, train=train, ms=ms,
+                                     ratio=ratio, extra_mib=mib))  # fmt: skip
             gc.collect()
-    return rows
+    return rows, skipped
 
 
 def long_sequences(s: BenchSettings, device) -> list[dict]:
@@ -283,12 +295,9 @@ def markdown(attention_rows: list[dict], model_rows: list[dict], context: dict) 
                 r = next(
                     r for r in attention_rows if (label(r), r["n"], r["train"]) == (name, n, train)
                 )
-                ran = r["ratio"] is not None
-                cells.append(f"{r['ratio']:.2f} ({r['extra_mib']:.0f})" if ran else "cannot run")
+                cells.append(f"{r['ratio']:.2f} ({r['extra_mib']:.0f})")
         rows.append(cells)
     lines += table_lines(header, rows)
-    reasons = {f"{label(r)}: {r['cannot_run']}" for r in attention_rows if r["ratio"] is None}
-    lines += ["", *(f"- cannot run: {reason}" for reason in sorted(reasons))] if reasons else []
     lines += ["", "## Model level: BERT-small (4 x 512, 8 heads), +% over `learned`", ""]
     header = [
         "encoding",
@@ -324,20 +333,21 @@ def bench(settings: BenchSettings, output: Path) -> dict:
         "repeats": settings.repeats,
         "dtype": str(settings.torch_dtype(device)).removeprefix("torch."),
     }
-    attention_rows = attention_level(settings, device)
+    attention_rows, skipped = attention_level(settings, device)
     model_rows = model_level(settings, device)
     long_rows = long_sequences(settings, device)
     checks = targets(attention_rows, model_rows)
     result = {
         "context": context,
         "attention": attention_rows,
+        "skipped": skipped,
         "model": model_rows,
         "long": long_rows,
         "targets": checks,
     }
     (output / "bench.json").write_text(json.dumps(result, indent=2))
     text = markdown(attention_rows, model_rows, context) + long_markdown(long_rows)
-    text += targets_markdown(checks)
+    text += targets_markdown(checks) + skipped_markdown(skipped)
     (output / "bench.md").write_text(text)
     plot_ratios(attention_rows, output / "attention_ratios.png")
     plot_long(long_rows, output / "long_sequences.png")
@@ -363,9 +373,7 @@ BIAS_METHODS = ("t5", "bert-r", "tupe-a", "tupe-r", "diet-abs", "diet-rel", "ali
 def targets(attention_rows: list[dict], model_rows: list[dict]) -> list[dict]:
     """Each target with the measured value and whether it was met."""
     checks = []
-    attention_rows = [
-        r for r in attention_rows if r.get("kernel", "auto") == "auto" and r["ratio"] is not None
-    ]
+    attention_rows = [r for r in attention_rows if r.get("kernel", "auto") == "auto"]
     for mode, names, train, bound in ATTENTION_TARGETS:
         for r in attention_rows:
             if r["encoding"] in names and r["train"] == train and r["n"] in (512, 1024):
@@ -394,6 +402,16 @@ def targets_markdown(checks: list[dict]) -> str:
         return ""
     rows = [[c["target"], f"{c['measured']:.2f}", "yes" if c["met"] else "no"] for c in checks]
     lines = ["", "## Targets", "", *table_lines(["target", "measured", "met"], rows)]
+    return "\n".join(lines) + "\n"
+
+
+def skipped_markdown(skipped: list[dict]) -> str:
+    """The (encoding, kernel) pairs a kernel refused, once each, with its reason."""
+    reasons = {(r["encoding"], r["kernel"]): r["reason"] for r in skipped}
+    if not reasons:
+        return ""
+    rows = [[encoding, kernel, reason] for (encoding, kernel), reason in reasons.items()]
+    lines = ["", "## Skipped", "", *table_lines(["encoding", "kernel", "why"], rows)]
     return "\n".join(lines) + "\n"
 
 
@@ -443,12 +461,9 @@ def plot_ratios(rows: list[dict], path: Path) -> Path:
     for axis, train in zip(axes, (False, True), strict=True):
         for name in dict.fromkeys(label(r) for r in rows):
             points = sorted(
-                (r["n"], r["ratio"])
-                for r in rows
-                if label(r) == name and r["train"] == train and r["ratio"] is not None
+                (r["n"], r["ratio"]) for r in rows if label(r) == name and r["train"] == train
             )
-            if points:
-                axis.plot(*zip(*points, strict=True), marker="o", markersize=3, label=name)
+            axis.plot(*zip(*points, strict=True), marker="o", markersize=3, label=name)
         axis.set(
             xscale="log",
             xlabel="sequence length n",

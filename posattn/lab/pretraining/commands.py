@@ -65,6 +65,24 @@ def run_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_compare_xlingual(args: argparse.Namespace) -> int:
+    """compare --task xlingual: multilingual MLM pretraining, English fine-tuning, zero-shot
+    tests in every other prepared language."""
+    from .xlingual import compare_xlingual, load_xlingual_config
+
+    args.preset = args.preset or "quick"
+    config = load_xlingual_config(args.preset, args.config, args.overrides)
+    if args.data_dir:
+        config = replace(config, data=replace(config.data, data_dir=args.data_dir))
+    if args.encodings:
+        config = replace(config, encodings=[e.strip() for e in args.encodings.split(",")])
+    output = Path(args.output or f"runs/xlingual-{args.preset}")
+    overwrite = getattr(args, "overwrite", False)
+    with run_lock(output, "posattn compare --task xlingual"):
+        compare_xlingual(config, output, args.preset, overwrite)
+    return 0
+
+
 def register(commands) -> None:
     parser = commands.add_parser("pretrain", help="masked-LM pretraining of one encoding")
     add_run_options(parser, "quick")

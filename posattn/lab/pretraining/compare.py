@@ -22,6 +22,7 @@ import json
 import multiprocessing
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -125,16 +126,23 @@ def one_thread_worker() -> None:
 
 
 def run_cells(
-    config: RunConfig, cells: list[Cell], output: Path, overwrite: bool, workers: int
+    config: RunConfig,
+    cells: list[Cell],
+    output: Path,
+    overwrite: bool,
+    workers: int,
+    runner: Callable[[RunConfig, Cell, Path, bool], str] = run_cell,
 ) -> None:
+    """Every cell through `runner` (a module-level function: workers are spawned), in this
+    process or in `workers` processes."""
     if workers <= 1 or len(cells) <= 1:
         for index, cell in enumerate(cells, start=1):
             console.rule(f"[{index}/{len(cells)}] {cell.name}")
-            run_cell(config, cell, output, overwrite)
+            runner(config, cell, output, overwrite)
         return
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=context, initializer=one_thread_worker) as pool:
-        futures = [pool.submit(run_cell, config, cell, output, overwrite) for cell in cells]
+        futures = [pool.submit(runner, config, cell, output, overwrite) for cell in cells]
         for index, future in enumerate(futures, start=1):
             console.print(f"[{index}/{len(cells)}] done: {future.result()}")
 

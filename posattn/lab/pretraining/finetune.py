@@ -52,10 +52,12 @@ def encode(tokenizer, records: list[dict], max_len: int, limit: int | None) -> L
 
 class EvaluationRecord:
     """compute_metrics that also keeps each evaluation's per-example correctness, in the order
-    the Trainer evaluates: dev, then test, at the end of every epoch. A paired comparison of two
-    encodings needs which test examples each got right, not only how many."""
+    the Trainer evaluates: every set of `names` in turn (dev first), at the end of every epoch.
+    A paired comparison of two encodings needs which test examples each got right, not only
+    how many."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: tuple[str, ...] = ("dev", "test")) -> None:
+        self.names = names
         self.correct: list[list[int]] = []
 
     def __call__(self, prediction) -> dict:
@@ -71,8 +73,11 @@ class EvaluationRecord:
             "matthews": float(matthews_corrcoef(labels, predicted)),
         }
 
-    def test_correct(self, epoch_index: int) -> list[int]:
-        return self.correct[2 * epoch_index + 1]
+    def test_correct(self, epoch_index: int, name: str = "test") -> list[int]:
+        return self.correct[len(self.names) * epoch_index + self.names.index(name)]
+
+
+TUNING = ("train", "dev")
 
 
 def finetune_once(
@@ -86,7 +91,8 @@ def finetune_once(
     output: Path,
 ) -> dict:
     """One fine-tuning run; the dev-best epoch's dev and test accuracy (DIET Sec. 4) and which
-    test examples it got right."""
+    test examples it got right. `splits`: "train", "dev" and one or more test sets ("test", or
+    any other names: each gets its accuracy NAME and its NAME_correct)."""
     f = config.finetune
     torch.manual_seed(seed)
     # The MLM head is dropped and the classifier is new: expected, so not reported.
@@ -109,30 +115,29 @@ def finetune_once(
         use_cpu=not torch.cuda.is_available(),
         disable_tqdm=True,
     )
-    record = EvaluationRecord()
+    evaluated = {"dev": splits["dev"], **{k: v for k, v in splits.items() if k not in TUNING}}
+    record = EvaluationRecord(tuple(evaluated))
     with tensorboard_logs(output / TENSORBOARD):
         trainer = AtomicCheckpointTrainer(
             model=model,
             args=args,
             train_dataset=splits["train"],
-            eval_dataset={"dev": splits["dev"], "test": splits["test"]},
+            eval_dataset=evaluated,
             data_collator=DataCollatorWithPadding(tokenizer),
             compute_metrics=record,
         )
     trainer.train()
     history = trainer.state.log_history
     dev = [e["eval_dev_accuracy"] for e in history if "eval_dev_accuracy" in e]
-    test = [e["eval_test_accuracy"] for e in history if "eval_test_accuracy" in e]
     best = int(np.argmax(dev))
-    test_metrics = [e for e in history if "eval_test_accuracy" in e][best]
-    return {
-        "dev": dev[best],
-        "test": test[best],
-        "test_f1_macro": test_metrics["eval_test_f1_macro"],
-        "test_matthews": test_metrics["eval_test_matthews"],
-        "epoch": best + 1,
-        "test_correct": record.test_correct(best),
-    }
+    result = {"dev": dev[best], "epoch": best + 1}
+    for name in record.names[1:]:
+        metrics = [e for e in history if f"eval_{name}_accuracy" in e][best]
+        result[name] = metrics[f"eval_{name}_accuracy"]
+        result[f"{name}_f1_macro"] = metrics[f"eval_{name}_f1_macro"]
+        result[f"{name}_matthews"] = metrics[f"eval_{name}_matthews"]
+        result[f"{name}_correct"] = record.test_correct(best, name)
+    return result
 
 
 def summarise(runs: dict[float, list[dict]]) -> dict:

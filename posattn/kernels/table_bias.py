@@ -1,0 +1,162 @@
+"""kernel="triton": attention that reads a relative bias from its table inside the kernel.
+
+The kernel itself (`posattn.kernels.triton_bias`, Triton) is imported at the first call, so
+that posattn imports without triton and `TRITON_INTERPRET` is read when the kernels are built.
+Here: what the kernel needs to be told (`TableBias`, the mask's `MaskLayout`) and every
+configuration it refuses, with the reason and the kernels that serve it instead.
+
+`MultiHeadAttention.attend` recognises a kernel that reads tables by its attribute
+`reads_bias_tables = True` and calls it with `bias=None` and `tables=TableBias(...)`, built
+from the layer's `LayerTerms`: the encodings never learn which kernel runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..errors import PosAttnConfigError, invalid
+from .masks import mask_layout
+
+# The built-in kernels that serve every configuration (flex trains on GPU only).
+OTHER_KERNELS = "'auto', 'sdpa', 'sdpa-lowmem', 'flex' or 'eager'"
+
+
+@dataclass(frozen=True)
+class SegmentPairs:
+    """DIET's segment bias (Eq. 2) described by its table: bias[b, h, i, j] =
+    table[h, S * ids[b, i] + ids[b, j]], table [H, S * S], ids [B, n] (S = num_segments)."""
+
+    table: Tensor
+    ids: Tensor
+    num_segments: int
+
+    def dense(self) -> Tensor:
+        """The [B, H, n, n] bias itself (for the kernels that add a bias tensor)."""
+        pairs = self.ids[:, :, None] * self.num_segments + self.ids[:, None, :]  # [B, n, n]
+        return self.table[:, pairs].transpose(0, 1)
+
+
+@dataclass(frozen=True)
+class TableBias:
+    """A bias given by its tables. offset: [H, n_q + n_k - 1] with bias[h, i, j] =
+    offset[h, j - i + n_q - 1] (`LayerTerms.offset_bias`), or None; segments: DIET's
+    segment-pair bias added to it, or None."""
+
+    offset: Tensor | None = None
+    segments: SegmentPairs | None = None
+
+
+def refusal(kernel: str, reason: str) -> PosAttnConfigError:
+    return invalid(
+        "kernel",
+        kernel,
+        f"it cannot serve {reason}; use kernel={OTHER_KERNELS}, which serve it",
+    )
+
+
+def terms_refusal(terms, extra_bias: Tensor | None = None) -> str | None:
+    """Why a table-reading kernel cannot serve a layer with these `LayerTerms` (and an extra
+    [B, H, n, n] bias such as DIET's segment bias), or None when it can."""
+    if terms.value_term is not None:
+        return "a value-side term (Shaw's values), which needs the attention probabilities"
+    if terms.qk_logits is not None:
+        return "content x position logits (qk_logits: Shaw's keys, DeBERTa), computed per score"
+    if extra_bias is not None and not isinstance(extra_bias, SegmentPairs):
+        return "an extra bias given as [B, H, n, n] values, not as a table (SegmentPairs)"
+    if terms.bias is not None and terms.offset_bias is None and terms.bias_factors is None:
+        return (
+            "a bias with no table description (LayerTerms.offset_bias) and no low-rank factors "
+            "(LayerTerms.bias_factors)"
+        )
+    return None
+
+
+def unavailable(device: torch.device) -> str | None:
+    """Why the Triton kernel cannot run on `device` in this process, or None."""
+    if importlib.util.find_spec("triton") is None:
+        return "anything without the triton package installed (pip install triton)"
+    if device.type == "cuda":
+        return None
+    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1":
+        return None
+    return (
+        f"tensors on {device.type}: it runs on CUDA, or on the CPU under Triton's interpreter "
+        "(TRITON_INTERPRET=1 set before the first call; for tests, it is slow)"
+    )
+
+
+def key_rules(mask: Tensor | None, batch: int, n_k: int):
+    """(keys int8 [B, n_k] or None, causal, first_real int32 [B] or None, query_start) for the
+    kernel, from a mask built by `build_attention_mask` or a key mask [B or 1, 1, 1, n_k]."""
+    if mask is None:
+        return None, False, None, 0
+    layout = mask_layout(mask)
+    if layout is None:
+        if mask.dim() != 4 or mask.shape[1] != 1 or mask.shape[2] != 1:
+            raise invalid(
+                "mask",
+                f"a tensor of shape {tuple(mask.shape)}",
+                "for kernel='triton' a mask built by posattn.kernels.build_attention_mask "
+                "(padding, causal; no packed documents) or a key mask of shape [B, 1, 1, n_k]",
+            )
+        # Taken as it is: a row whose keys are all hidden gives 0 (eager: NaN).
+        return mask[:, 0, 0, :].expand(batch, n_k).to(torch.int8).contiguous(), False, None, 0
+    keys = layout.keys
+    if keys is None:
+        first = torch.zeros(batch, dtype=torch.int32, device=mask.device)
+        return None, layout.causal, first if layout.causal else None, layout.query_start
+    keys = keys.expand(batch, n_k)
+    if not layout.causal:
+        # A row that sees no key sees every key (build_attention_mask's rule).
+        keys = keys | ~keys.any(-1, keepdim=True)
+        return keys.to(torch.int8).contiguous(), False, None, 0
+    has_real = keys.any(-1)
+    first = torch.where(has_real, keys.int().argmax(-1), n_k).to(torch.int32)
+    return keys.to(torch.int8).contiguous(), True, first, layout.query_start
+
+
+def triton_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    mask: Tensor | None,
+    bias: Tensor | None,
+    scale: float,
+    dropout_p: float = 0.0,
+    tables: TableBias | None = None,
+) -> Tensor:
+    """The `Kernel` contract with the bias from `tables` instead of `bias` (which must be
+    None: an [.., n, n] bias is exactly what this kernel never reads)."""
+    if bias is not None:
+        raise refusal("triton", "a bias given as [.., n_q, n_k] values (it reads tables only)")
+    if dropout_p:
+        raise refusal("triton", f"dropout inside attention (dropout_p={dropout_p})")
+    reason = unavailable(q.device)
+    if reason is not None:
+        raise refusal("triton", reason)
+    from .triton_bias import table_bias_attention
+
+    table = None if tables is None else tables.offset
+    if table is not None:
+        expected = (q.shape[1], q.shape[-2] + k.shape[-2] - 1)
+        if tuple(table.shape) != expected:
+            raise invalid(
+                "tables.offset.shape", tuple(table.shape), f"{expected} ([H, n_q + n_k - 1])"
+            )
+    keys, causal, first, query_start = key_rules(mask, q.shape[0], k.shape[-2])
+    pairs = None if tables is None else tables.segments
+    return table_bias_attention(
+        q, k, v, scale=scale, table=table, keys=keys, causal=causal, first_real=first,
+        query_start=query_start,
+        segments=None if pairs is None else pairs.table,
+        segment_ids=None if pairs is None else pairs.ids.to(torch.int32).contiguous(),
+    )  # fmt: skip
+
+
+triton_attention.reads_bias_tables = True

@@ -1,0 +1,487 @@
+"""Attention with a relative bias read from its table: Triton kernels, forward and backward.
+
+The maths, per batch element b and head h, for query rows i < M and keys j < N:
+
+    s_ij = scale * q_i . k_j + T[h, j - i + M - 1]          (the bias never exists as [M, N])
+    s_ij = -inf where key j is hidden from row i             (padding, causality)
+    P = softmax_j(s),  O = P V,  LSE_i = log sum_j exp(s_ij)
+
+T [H, M + N - 1] holds the bias by diagonal: one value per offset j - i (`LayerTerms.offset_bias`).
+A segment-pair table G [H, S * S] (DIET's segment bias) adds G[h, S s_i + s_j] for segment ids
+s, and its gradient sums dS per pair; both are optional.
+FlashAttention-2 (Dao 2023): the forward streams key blocks with an online softmax and keeps
+only O and LSE. The backward recomputes P = exp(s - LSE) block by block; with
+D_i = sum_d dO_id O_id,
+
+    dV = P^T dO,   dP = dO V^T,   dS = P * (dP - D),   dQ = scale dS K,   dK = scale dS^T Q,
+    dT[h, c] = sum_b sum_{j - i + M - 1 = c} dS_bhij    (the table's gradient: diagonal sums)
+
+Each [BLOCK_M, BLOCK_N] tile of dS covers BLOCK_M + BLOCK_N - 1 diagonals: the tile is skewed in
+registers (row m shifted by m, one gather), summed over its rows, and added to the table's
+gradient with one atomic add per diagonal; no [B, H, M, N] gradient is ever written.
+
+Masks are computed in registers from a key vector and the causal rule (`MaskLayout`); blocks
+that no row of a query block can see are skipped. The scores run in base 2 (exp2) with the
+scale and the bias multiplied by log2(e). Float32 inputs take IEEE float32 dot products (no
+TF32), so results match the eager reference to float32 rounding.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+LOG2E = 1.4426950408889634
+# Tiles under the CPU interpreter: small and unequal, so that test lengths cross several
+# blocks of each kind.
+INTERPRETER_BLOCKS = (32, 16)
+
+
+# Reductions and zeros without triton.language.standard (tl.sum, tl.max, tl.zeros): those
+# are built when triton is imported (torch imports it), so under an interpreter switched
+# on later they would stay compiled-only.
+@triton.jit
+def _add(a, b):
+    return a + b
+
+
+@triton.jit
+def _maximum(a, b):
+    return tl.maximum(a, b)
+
+
+@triton.jit
+def _key_end(start_m, q_start, first, N, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
+    """One past the last key that rows [start_m, start_m + BLOCK_M) may see."""
+    end = N
+    if CAUSAL:
+        # A row with no real key up to its own position is opened to every key.
+        end = tl.where(start_m + q_start < first, N, tl.minimum(N, start_m + BLOCK_M + q_start))
+    return end
+
+
+@triton.jit
+def _query_begin(start_n, q_start, first, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
+    """The first query block whose rows may see keys [start_n, start_n + BLOCK_N)."""
+    begin = 0
+    if CAUSAL:
+        begin = tl.where(
+            q_start < first, 0, (tl.maximum(start_n - q_start, 0) // BLOCK_M) * BLOCK_M
+        )
+    return begin
+
+
+@triton.jit
+def _segment_pairs(
+    offs_m, offs_n, b, SEGMENT_IDS, stride_sb, q_start, M, N, NUM_SEGMENTS: tl.constexpr
+):
+    """The (query segment, key segment) pair of each score, as S * s_i + s_j."""
+    query = tl.load(SEGMENT_IDS + b * stride_sb + offs_m + q_start, mask=offs_m < M, other=0)
+    key = tl.load(SEGMENT_IDS + b * stride_sb + offs_n, mask=offs_n < N, other=0)
+    return query[:, None] * NUM_SEGMENTS + key[None, :]
+
+
+@triton.jit
+def _scores(
+    q, k, offs_m, offs_n, b, h, scale2, TABLE, stride_th, table_shift, KEYS, stride_kb,
+    first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
+    HAS_TABLE: tl.constexpr, HAS_KEYS: tl.constexpr, CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
+):  # fmt: skip
+    """log2(e) * s for one [BLOCK_M, BLOCK_N] tile, -inf where a key is hidden."""
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale2
+    inside = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if HAS_TABLE:
+        diagonal = offs_n[None, :] - offs_m[:, None] + table_shift
+        s += tl.load(TABLE + h * stride_th + diagonal, mask=inside, other=0.0) * 1.4426950408889634
+    if NUM_SEGMENTS > 0:
+        pair = _segment_pairs(
+            offs_m, offs_n, b, SEGMENT_IDS, stride_sb, q_start, M, N, NUM_SEGMENTS
+        )
+        segment_bias = tl.load(
+            SEGMENTS + h * NUM_SEGMENTS * NUM_SEGMENTS + pair, mask=inside, other=0.0
+        )
+        s += segment_bias * 1.4426950408889634
+    visible = inside
+    if HAS_KEYS:
+        real = tl.load(KEYS + b * stride_kb + offs_n, mask=offs_n < N, other=0) != 0
+        visible = visible & real[None, :]
+    if CAUSAL:
+        rows = offs_m + q_start
+        opened = rows < first
+        visible = (visible & (offs_n[None, :] <= rows[:, None])) | (inside & opened[:, None])
+    return tl.where(visible, s, float("-inf"))
+
+
+@triton.jit
+def _forward(
+    Q, K, V, OUT, LSE, TABLE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS,
+    sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, stride_th, stride_kb, stride_sb,
+    H, M, N, D, DV, q_start, table_shift, scale2,
+    HAS_TABLE: tl.constexpr, HAS_KEYS: tl.constexpr, CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+):  # fmt: skip
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1)
+    b, h = bh // H, bh % H
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
+    q = tl.load(
+        Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :],
+        mask=(offs_m[:, None] < M) & (offs_d[None, :] < D),
+        other=0.0,
+    )
+    first = 0
+    if CAUSAL:
+        first = tl.load(FIRST + b)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.full([BLOCK_M], 0.0, tl.float32)
+    acc = tl.full([BLOCK_M, BLOCK_DV], 0.0, tl.float32)
+    for start_n in range(0, _key_end(start_m, q_start, first, N, BLOCK_M, CAUSAL), BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k = tl.load(
+            K + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :],
+            mask=(offs_n[:, None] < N) & (offs_d[None, :] < D),
+            other=0.0,
+        )
+        v = tl.load(
+            V + b * svb + h * svh + offs_n[:, None] * svn + offs_dv[None, :],
+            mask=(offs_n[:, None] < N) & (offs_dv[None, :] < DV),
+            other=0.0,
+        )
+        s = _scores(
+            q, k, offs_m, offs_n, b, h, scale2, TABLE, stride_th, table_shift, KEYS, stride_kb,
+            first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
+            HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS,
+        )  # fmt: skip
+        m_new = tl.maximum(m_i, tl.reduce(s, 1, _maximum))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw no key yet
+        p = tl.exp2(s - m_safe[:, None])
+        alpha = tl.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.reduce(p, 1, _add)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        m_i = m_new
+    # A row that sees no key (out of range, or every key hidden) gives 0, not 0 / 0.
+    l_safe = tl.where(l_i > 0, l_i, 1.0)
+    out = acc / l_safe[:, None]
+    tl.store(
+        OUT + b * sob + h * soh + offs_m[:, None] * som + offs_dv[None, :],
+        out.to(OUT.dtype.element_ty),
+        mask=(offs_m[:, None] < M) & (offs_dv[None, :] < DV),
+    )
+    # Such a row keeps LSE = +inf: its probabilities recompute to 0 in backward.
+    lse = tl.where(l_i > 0, m_i + tl.log2(l_safe), float("inf"))
+    tl.store(LSE + bh * M + offs_m, lse, mask=offs_m < M)
+
+
+@triton.jit
+def _delta(
+    OUT, DO, DELTA, sob, soh, som, sdob, sdoh, sdom, H, M, DV,
+    BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr,
+):  # fmt: skip
+    """D_i = sum_d dO_id O_id in float32, without float32 copies of O and dO."""
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1)
+    b, h = bh // H, bh % H
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    inside = (offs_m[:, None] < M) & (offs_dv[None, :] < DV)
+    rows = offs_m[:, None]
+    out = tl.load(OUT + b * sob + h * soh + rows * som + offs_dv[None, :], mask=inside, other=0.0)
+    do = tl.load(DO + b * sdob + h * sdoh + rows * sdom + offs_dv[None, :], mask=inside, other=0.0)
+    delta = tl.reduce(out.to(tl.float32) * do.to(tl.float32), 1, _add)
+    tl.store(DELTA + bh * M + offs_m, delta, mask=offs_m < M)
+
+
+@triton.jit
+def _add_diagonal_sums(
+    ds, start_m, start_n, h, DTABLE, stride_th, table_shift, table_len,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONALS: tl.constexpr,
+):  # fmt: skip
+    """DTABLE[h, j - i + shift] += sum of ds over the tile's diagonal j - i: the tile skewed so
+    that diagonal c = n - m + BLOCK_M - 1 is a column, summed over rows, one atomic per
+    diagonal. DIAGONALS: a power of two >= BLOCK_M + BLOCK_N - 1."""
+    rows = tl.arange(0, BLOCK_M)[:, None]
+    diagonal = tl.arange(0, DIAGONALS)[None, :]
+    column = diagonal - (BLOCK_M - 1) + rows
+    inside = (column >= 0) & (column < BLOCK_N)
+    skewed = tl.gather(ds, tl.where(inside, column, 0), axis=1)
+    sums = tl.reduce(tl.where(inside, skewed, 0.0), 0, _add)
+    index = start_n - start_m - (BLOCK_M - 1) + table_shift + tl.arange(0, DIAGONALS)
+    tl.atomic_add(
+        DTABLE + h * stride_th + index, sums, mask=(index >= 0) & (index < table_len), sem="relaxed"
+    )
+
+
+@triton.jit
+def _backward_dk_dv(
+    Q, K, V, DO, LSE, DELTA, DK, DV_, TABLE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS,
+    sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom,
+    sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, stride_th, stride_kb, stride_sb,
+    H, M, N, D, DV, q_start, table_shift, scale, scale2,
+    HAS_TABLE: tl.constexpr, HAS_KEYS: tl.constexpr, CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+):  # fmt: skip
+    """dK, dV of one key block, over every query block that sees it."""
+    start_n = tl.program_id(0) * BLOCK_N
+    bh = tl.program_id(1)
+    b, h = bh // H, bh % H
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
+    k = tl.load(
+        K + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :],
+        mask=(offs_n[:, None] < N) & (offs_d[None, :] < D),
+        other=0.0,
+    )
+    v = tl.load(
+        V + b * svb + h * svh + offs_n[:, None] * svn + offs_dv[None, :],
+        mask=(offs_n[:, None] < N) & (offs_dv[None, :] < DV),
+        other=0.0,
+    )
+    first = 0
+    if CAUSAL:
+        first = tl.load(FIRST + b)
+    dk = tl.full([BLOCK_N, BLOCK_D], 0.0, tl.float32)
+    dv = tl.full([BLOCK_N, BLOCK_DV], 0.0, tl.float32)
+    for start_m in range(_query_begin(start_n, q_start, first, BLOCK_M, CAUSAL), M, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        q = tl.load(
+            Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :],
+            mask=(offs_m[:, None] < M) & (offs_d[None, :] < D),
+            other=0.0,
+        )
+        do = tl.load(
+            DO + b * sdob + h * sdoh + offs_m[:, None] * sdom + offs_dv[None, :],
+            mask=(offs_m[:, None] < M) & (offs_dv[None, :] < DV),
+            other=0.0,
+        )
+        lse = tl.load(LSE + bh * M + offs_m, mask=offs_m < M, other=float("inf"))
+        delta = tl.load(DELTA + bh * M + offs_m, mask=offs_m < M, other=0.0)
+        s = _scores(
+            q, k, offs_m, offs_n, b, h, scale2, TABLE, stride_th, table_shift, KEYS, stride_kb,
+            first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
+            HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS,
+        )  # fmt: skip
+        p = tl.exp2(s - lse[:, None])
+        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        ds = p * (dp - delta[:, None])
+        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
+    tl.store(
+        DK + b * sdkb + h * sdkh + offs_n[:, None] * sdkn + offs_d[None, :],
+        (dk * scale).to(DK.dtype.element_ty),
+        mask=(offs_n[:, None] < N) & (offs_d[None, :] < D),
+    )
+    tl.store(
+        DV_ + b * sdvb + h * sdvh + offs_n[:, None] * sdvn + offs_dv[None, :],
+        dv.to(DV_.dtype.element_ty),
+        mask=(offs_n[:, None] < N) & (offs_dv[None, :] < DV),
+    )
+
+
+@triton.jit
+def _backward_dq_dtable(
+    Q, K, V, DO, LSE, DELTA, DQ, TABLE, DTABLE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS, DSEGMENTS,
+    sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom, sdqb, sdqh, sdqm,
+    stride_th, stride_kb, stride_sb,
+    H, M, N, D, DV, q_start, table_shift, table_len, scale, scale2,
+    HAS_TABLE: tl.constexpr, TABLE_GRAD: tl.constexpr, HAS_KEYS: tl.constexpr,
+    CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
+    SEGMENT_GRAD: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    DIAGONALS: tl.constexpr,
+):  # fmt: skip
+    """dQ of one query block over the keys it sees, and that block's share of dT."""
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1)
+    b, h = bh // H, bh % H
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
+    q = tl.load(
+        Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :],
+        mask=(offs_m[:, None] < M) & (offs_d[None, :] < D),
+        other=0.0,
+    )
+    do = tl.load(
+        DO + b * sdob + h * sdoh + offs_m[:, None] * sdom + offs_dv[None, :],
+        mask=(offs_m[:, None] < M) & (offs_dv[None, :] < DV),
+        other=0.0,
+    )
+    lse = tl.load(LSE + bh * M + offs_m, mask=offs_m < M, other=float("inf"))
+    delta = tl.load(DELTA + bh * M + offs_m, mask=offs_m < M, other=0.0)
+    first = 0
+    if CAUSAL:
+        first = tl.load(FIRST + b)
+    dq = tl.full([BLOCK_M, BLOCK_D], 0.0, tl.float32)
+    for start_n in range(0, _key_end(start_m, q_start, first, N, BLOCK_M, CAUSAL), BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k = tl.load(
+            K + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :],
+            mask=(offs_n[:, None] < N) & (offs_d[None, :] < D),
+            other=0.0,
+        )
+        v = tl.load(
+            V + b * svb + h * svh + offs_n[:, None] * svn + offs_dv[None, :],
+            mask=(offs_n[:, None] < N) & (offs_dv[None, :] < DV),
+            other=0.0,
+        )
+        s = _scores(
+            q, k, offs_m, offs_n, b, h, scale2, TABLE, stride_th, table_shift, KEYS, stride_kb,
+            first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
+            HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS,
+        )  # fmt: skip
+        p = tl.exp2(s - lse[:, None])
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
+        if TABLE_GRAD:
+            _add_diagonal_sums(
+                ds, start_m, start_n, h, DTABLE, stride_th, table_shift, table_len,
+                BLOCK_M, BLOCK_N, DIAGONALS,
+            )  # fmt: skip
+        if SEGMENT_GRAD:
+            # One sum of dS per (query segment, key segment) pair per tile.
+            pair = _segment_pairs(
+                offs_m, offs_n, b, SEGMENT_IDS, stride_sb, q_start, M, N, NUM_SEGMENTS
+            )
+            for index in tl.static_range(NUM_SEGMENTS * NUM_SEGMENTS):
+                picked = tl.where(pair == index, ds, 0.0)
+                total = tl.reduce(tl.reduce(picked, 1, _add), 0, _add)
+                tl.atomic_add(
+                    DSEGMENTS + h * NUM_SEGMENTS * NUM_SEGMENTS + index, total, sem="relaxed"
+                )
+    tl.store(
+        DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqm + offs_d[None, :],
+        (dq * scale).to(DQ.dtype.element_ty),
+        mask=(offs_m[:, None] < M) & (offs_d[None, :] < D),
+    )
+
+
+def block_sizes(device: torch.device) -> tuple[int, int]:
+    """(BLOCK_M, BLOCK_N): FlashAttention-2's 64 x 64 tiles on GPU, `INTERPRETER_BLOCKS` under
+    the CPU interpreter."""
+    return (64, 64) if device.type == "cuda" else INTERPRETER_BLOCKS
+
+
+def head_block(size: int) -> int:
+    """A power of two >= the head size (tl.arange), at least 16 (tl.dot)."""
+    return max(16, triton.next_power_of_2(size))
+
+
+def last_dim_contiguous(x: Tensor) -> Tensor:
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+class TableBiasAttention(torch.autograd.Function):
+    """softmax(q k^T * scale + T[h, j - i + M - 1], masked) v with the gradients of q, k, v and
+    the table T (see the module docstring)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, table, keys, first, causal, q_start, scale, segments, segment_ids):
+        q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
+        batch, heads, M, D = q.shape
+        N, DV = k.shape[-2], v.shape[-1]
+        table32 = q.new_zeros(1) if table is None else table.float().contiguous()
+        keys_ = q.new_zeros(1, dtype=torch.int8) if keys is None else keys
+        first_ = q.new_zeros(1, dtype=torch.int32) if first is None else first
+        segments32 = q.new_zeros(1) if segments is None else segments.float().contiguous()
+        ids = q.new_zeros(1, 1, dtype=torch.int32) if segment_ids is None else segment_ids
+        out = torch.empty(batch, heads, M, DV, dtype=q.dtype, device=q.device)
+        lse = torch.empty(batch * heads, M, dtype=torch.float32, device=q.device)
+        block_m, block_n = block_sizes(q.device)
+        flags = dict(
+            HAS_TABLE=table is not None,
+            HAS_KEYS=keys is not None,
+            CAUSAL=causal,
+            PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+            NUM_SEGMENTS=0 if segments is None else math.isqrt(segments.shape[-1]),
+            BLOCK_D=head_block(D),
+            BLOCK_DV=head_block(DV),
+        )
+        grid = (triton.cdiv(M, block_m), batch * heads)
+        _forward[grid](
+            q, k, v, out, lse, table32, keys_, first_, segments32, ids,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+            table32.stride(0), keys_.stride(0), ids.stride(0),
+            heads, M, N, D, DV, q_start, M - 1, scale * LOG2E,
+            BLOCK_M=block_m, BLOCK_N=block_n, **flags,
+        )  # fmt: skip
+        ctx.save_for_backward(q, k, v, out, lse, table32, keys_, first_, segments32, ids)
+        ctx.settings = (scale, q_start, flags, table is not None and table.requires_grad)
+        ctx.segment_grad = segments is not None and segments.requires_grad
+        ctx.dtypes = tuple(None if t is None else t.dtype for t in (table, segments))
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, lse, table32, keys_, first_, segments32, ids = ctx.saved_tensors
+        scale, q_start, flags, table_grad = ctx.settings
+        grad_out = last_dim_contiguous(grad_out)
+        batch, heads, M, D = q.shape
+        N, DV = k.shape[-2], v.shape[-1]
+        block_m, block_n = block_sizes(q.device)
+        # D_i = rowsum(dO * O), the term every row of dS subtracts.
+        delta = torch.empty(batch * heads, M, dtype=torch.float32, device=q.device)
+        _delta[(triton.cdiv(M, block_m), batch * heads)](
+            out, grad_out, delta, *out.stride()[:3], *grad_out.stride()[:3], heads, M, DV,
+            BLOCK_M=block_m, BLOCK_DV=flags["BLOCK_DV"],
+        )  # fmt: skip
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        dtable = torch.zeros_like(table32) if table_grad else table32.new_zeros(1)
+        dsegments = torch.zeros_like(segments32)
+        common = (heads, M, N, D, DV, q_start)
+        _backward_dk_dv[(triton.cdiv(N, block_n), batch * heads)](
+            q, k, v, grad_out, lse, delta, dk, dv, table32, keys_, first_, segments32, ids,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
+            *dk.stride()[:3], *dv.stride()[:3], table32.stride(0), keys_.stride(0),
+            ids.stride(0),
+            *common, M - 1, scale, scale * LOG2E,
+            BLOCK_M=block_m, BLOCK_N=block_n, **flags,
+        )  # fmt: skip
+        _backward_dq_dtable[(triton.cdiv(M, block_m), batch * heads)](
+            q, k, v, grad_out, lse, delta, dq, table32, dtable, keys_, first_, segments32, ids,
+            dsegments,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
+            *dq.stride()[:3], table32.stride(0), keys_.stride(0), ids.stride(0),
+            *common, M - 1, M + N - 1, scale, scale * LOG2E,
+            TABLE_GRAD=table_grad, SEGMENT_GRAD=ctx.segment_grad, BLOCK_M=block_m,
+            BLOCK_N=block_n,
+            DIAGONALS=triton.next_power_of_2(block_m + block_n - 1), **flags,
+        )  # fmt: skip
+        grad_table = dtable.to(ctx.dtypes[0]) if table_grad else None
+        grad_segments = dsegments.to(ctx.dtypes[1]) if ctx.segment_grad else None
+        return dq, dk, dv, grad_table, None, None, None, None, None, grad_segments, None
+
+
+def table_bias_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    scale: float,
+    table: Tensor | None = None,
+    keys: Tensor | None = None,
+    causal: bool = False,
+    first_real: Tensor | None = None,
+    query_start: int = 0,
+    segments: Tensor | None = None,
+    segment_ids: Tensor | None = None,
+) -> Tensor:
+    """q [B, H, M, D], k [B, H, N, D], v [B, H, N, DV] -> [B, H, M, DV].
+
+    table: [H, M + N - 1] float, bias[h, i, j] = table[h, j - i + M - 1], or None.
+    keys: [B, N] int8, nonzero for keys that may be seen, or None (all).
+    causal: row i sees keys j <= i + query_start, unless i + query_start < first_real[b]
+        (int32 [B]: a row without a real key up to its position is opened to every key).
+    segments: [H, S * S] float, bias[b, h, i, j] += segments[h, S * ids[b, i + query_start] +
+        ids[b, j]] with segment_ids int32 [B, N] (DIET's segment pairs), or None.
+    """
+    return TableBiasAttention.apply(
+        q, k, v, table, keys, first_real, causal, query_start, scale, segments, segment_ids
+    )

@@ -1,0 +1,290 @@
+"""What the cross-lingual comparison concludes, in the other comparisons' format: per task and
+language each arm's test accuracy (%) over every (pretraining seed, fine-tuning seed) run with a
+mean and a 95% interval; the English score, the zero-shot score (the mean over the other
+languages, run by run) and the transfer gap (English minus zero-shot, run by run); each arm
+paired against BERT-A (`learned`) on the zero-shot score (bootstrap over runs and test
+examples, lab/runs/claims.py); DIET Table 3's claims with interval verdicts; the majority and
+bag-of-words baselines (fitted on English, scored per language) and random initialisation.
+Written as results.json, results.md and xlingual.png (accuracy per language, a line per arm).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ...data.multilingual import ENGLISH
+from ..runs.claims import DIET, Claim, Measurements, about_equal, better, evaluate_claims
+from ..runs.claims import paired_downstream as paired_average
+from ..runs.figures import plt, save_figure
+from ..runs.results import claims_markdown
+from ..runs.stages import save_run
+from ..runs.statistics import mean_interval
+from ..runs.tables import markdown_table
+from .arms import RANDOM_INIT
+from .baselines import bag_of_words_baseline, majority_baseline
+from .plots import plot_validation_loss
+from .runconfig import RunConfig
+from .summary import BASELINE_ARM, difference_text, loss_cell, mlm_curves, score_cell
+
+
+def language_runs(results: dict, task: str, finetune_seeds: list[int]) -> dict:
+    """{language: {arm: [{"seed": "P-F", "score": %, "per_example": [0/100, ...]}, ...]}} at
+    each pretrained model's best learning rate."""
+    by_language: dict[str, dict[str, list[dict]]] = {}
+    for arm, result in results.items():
+        for pretrain_seed, tuned in result["finetune"][task].items():
+            best = tuned["runs"][str(tuned["learning_rate"])]
+            for finetune_seed, run in zip(finetune_seeds, best, strict=True):
+                for language, accuracy in run["test"].items():
+                    correct = run["test_correct"][language]
+                    by_language.setdefault(language, {}).setdefault(arm, []).append(
+                        {
+                            "seed": f"{pretrain_seed}-{finetune_seed}",
+                            "score": 100 * accuracy,
+                            "per_example": [100 * c for c in correct],
+                        }
+                    )
+    return by_language
+
+
+def transfer(runs: dict[str, dict[str, list[dict]]], arm: str, targets: list[str]) -> dict:
+    """English, zero-shot (the mean over `targets`, per run) and gap (English - zero-shot, per
+    run), each a mean with its 95% interval over runs."""
+    english = [r["score"] for r in runs[ENGLISH][arm]]
+    zero_shot = np.mean([[r["score"] for r in runs[x][arm]] for x in targets], axis=0).tolist()
+    gap = [e - z for e, z in zip(english, zero_shot, strict=True)]
+    return {
+        "english": mean_interval(english).to_dict(),
+        "zero_shot": mean_interval(zero_shot).to_dict(),
+        "gap": mean_interval(gap).to_dict(),
+    }
+
+
+def xlingual_claims() -> list[Claim]:
+    """DIET Table 3 (XNLI column) on the zero-shot tasks: per-head encodings beat input
+    absolute positions, and DIET-ABS is about equal to DIET-REL."""
+    measure = (
+        "paired difference of the zero-shot accuracy (mean over the tasks and target languages), "
+        "bootstrap over runs and test examples"
+    )
+    rows = [("shaw", "Shaw", 67.9), ("t5", "Raffel", 68.5), ("tupe-r", "Ke", 67.8)]
+    rows += [("diet-rel", "DIET-REL", 68.0), ("diet-abs", "DIET-ABS", 68.5)]
+    claims = [
+        Claim(
+            f"xnli-{arm}>learned",
+            DIET,
+            f"{label} beats input-absolute positions zero-shot (Table 3 XNLI {score} vs 67.0)",
+            f"{measure}: `{arm}` - `learned`",
+            better(arm, "learned"),
+        )
+        for arm, label, score in rows
+    ]
+    claims.append(
+        Claim(
+            "xnli-diet-abs~rel",
+            DIET,
+            "DIET-ABS and DIET-REL transfer about equally (Table 3 XNLI 68.5 and 68.0-68.4)",
+            f"{measure}: `diet-abs` - `diet-rel`, within +-1 point",
+            about_equal("diet-abs", "diet-rel", margin=1.0),
+        )
+    )
+    return claims
+
+
+def baselines(config: RunConfig, data, task: str, runs: dict) -> dict:
+    """Per language, in %: the English training set's majority label and an English
+    bag-of-words classifier, scored on that language's test set, and random init's mean."""
+    f = config.finetune
+    train = data.records(task, "train")
+    table = {}
+    for language in runs:
+        test = data.records(task, "test", language)
+        limits = {"train_limit": f.max_train_examples, "test_limit": f.max_eval_examples}
+        random_init = runs[language].get(RANDOM_INIT)
+        table[language] = {
+            "majority": 100 * majority_baseline(train, test, **limits),
+            "bag_of_words": 100 * bag_of_words_baseline(train, test, **limits),
+            "random_init": None
+            if not random_init
+            else mean_interval([r["score"] for r in random_init]).mean,
+        }
+    return table
+
+
+def task_table(results: dict, task: str, runs: dict, languages: list[str], summary: dict) -> str:
+    header = ["arm", "params", "MLM val loss", *languages, "zero-shot", "gap (en - zero-shot)"]
+    rows = []
+    for arm, result in results.items():
+        parameters = next(iter(result["pretrain"].values()))["parameters"]
+        cells = [
+            score_cell(mean_interval([r["score"] for r in runs[x][arm]]).to_dict())
+            for x in languages
+        ]
+        values = summary[task][arm]
+        rows.append(
+            [
+                f"`{arm}`",
+                f"{parameters / 1e6:.2f}M",
+                loss_cell(result),
+                *cells,
+                score_cell(values["zero_shot"]),
+                score_cell(values["gap"]),
+            ]
+        )
+    return markdown_table(header, rows)
+
+
+def baselines_table(table: dict, languages: list[str]) -> str:
+    def percent(value):
+        return "-" if value is None else f"{value:.1f}"
+
+    rows = [
+        [name.replace("_", " "), *(percent(table[x][name]) for x in languages)]
+        for name in ("majority", "bag_of_words", "random_init")
+    ]
+    return markdown_table(["baseline (fitted on English)", *languages], rows)
+
+
+def paired_with_learned(measurements: Measurements, tasks: list[str], targets: list[str]) -> dict:
+    """Per arm other than `learned`, per task: the zero-shot and the English accuracy minus
+    `learned`'s, paired by run (bootstrap over runs and test examples)."""
+    arms = {arm for runs in measurements.downstream.values() for arm in runs}
+    if BASELINE_ARM not in arms:
+        return {}
+    paired: dict = {}
+    for arm in sorted(arms - {BASELINE_ARM}):
+        paired[arm] = {}
+        for task in tasks:
+            entry = {}
+            for label, languages in (("zero_shot", targets), ("english", [ENGLISH])):
+                names = [f"{task}/{x}" for x in languages]
+                _, comparison = paired_average(measurements, arm, BASELINE_ARM, names)
+                entry[label] = None if comparison is None else comparison.to_dict()
+            paired[arm][task] = entry
+    return paired
+
+
+def paired_table(paired: dict, tasks: list[str]) -> str:
+    header = ["arm - `learned`", *(f"{t} {w}" for t in tasks for w in ("zero-shot", "English"))]
+    rows = [
+        [
+            f"`{arm}`",
+            *(difference_text(values[t][w]) for t in tasks for w in ("zero_shot", "english")),
+        ]
+        for arm, values in paired.items()
+    ]
+    return markdown_table(header, rows)
+
+
+def plot_languages(downstream: dict, tasks: list[str], languages: list[str], path: Path) -> Path:
+    """One panel per task: accuracy per language (English first), a line per arm with its 95%
+    interval, the majority baseline dashed."""
+    figure, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), squeeze=False)
+    for axis, task in zip(axes.flat, tasks, strict=True):
+        arms = list(downstream[f"{task}/{languages[0]}"])
+        for arm in arms:
+            cells = [downstream[f"{task}/{x}"][arm] for x in languages]
+            means = [c["mean"] for c in cells]
+            errors = [
+                [0.0, 0.0]
+                if c["interval"] is None
+                else [c["mean"] - c["interval"][0], c["interval"][1] - c["mean"]]
+                for c in cells
+            ]
+            axis.errorbar(
+                range(len(languages)),
+                means,
+                yerr=np.array(errors).T,
+                marker="o",
+                capsize=3,
+                label=arm,
+            )
+        axis.set_xticks(range(len(languages)), languages, rotation=40, ha="right", fontsize=8)
+        axis.set(title=f"{task} (trained on {ENGLISH} only)", ylabel="test accuracy (%)")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+    return save_figure(figure, Path(path))
+
+
+def results_markdown(config, results, runs, summary, tables, claims, paired, context) -> str:
+    tasks = list(config.finetune.tasks)
+    languages = context["languages"]
+    count = len(context["pretrain_seeds"]) * len(context["finetune_seeds"])
+    parts = [
+        "# posattn compare --task xlingual",
+        "",
+        f"Preset `{context['preset']}`, {context['machine']}, {context['workers']} worker(s). "
+        f"Fine-tuned on {ENGLISH} labels only; every other language is zero-shot. Test accuracy "
+        f"(%): mean over {count} runs (pretraining seeds {context['pretrain_seeds']} x "
+        f"fine-tuning seeds {context['finetune_seeds']}) [95% interval of the mean]; zero-shot: "
+        "the mean over the target languages, run by run; gap: English minus zero-shot, run by "
+        "run (smaller transfers better). No test page was seen by any stage in any language.",
+    ]
+    for task in tasks:
+        parts += [
+            "",
+            f"## {task}",
+            "",
+            task_table(results, task, runs[task], languages, summary),
+            "",
+            baselines_table(tables[task], languages),
+        ]
+    parts += [
+        "",
+        "## Paired against BERT-A",
+        "",
+        "Each arm minus `learned` in accuracy points, paired by run, with a bootstrap interval "
+        "over runs and test examples. An interval that excludes 0 is a difference these seeds "
+        "support.",
+        "",
+        paired_table(paired, tasks) if paired else "(no `learned` arm in this run)",
+        "",
+        claims_markdown(claims),
+        "",
+        f"Wall time: {context['wall_seconds'] / 60:.1f} min.",
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def write_xlingual_summary(config: RunConfig, output: Path, results: dict, context, data) -> dict:
+    tasks = list(config.finetune.tasks)
+    languages = list(context["languages"])
+    targets = [x for x in languages if x != ENGLISH]
+    seeds = list(config.finetune.seeds)
+    runs = {task: language_runs(results, task, seeds) for task in tasks}
+    downstream = {
+        f"{task}/{x}": {
+            arm: mean_interval([r["score"] for r in rs]).to_dict()
+            for arm, rs in runs[task][x].items()
+        }
+        for task in tasks
+        for x in languages
+    }
+    summary = {task: {arm: transfer(runs[task], arm, targets) for arm in results} for task in tasks}
+    kinds = {task: "pair" if data.spec(task).pair else "single" for task in tasks}
+    zero_shot = Measurements(
+        downstream={f"{t}/{x}": runs[t][x] for t in tasks for x in targets},
+        task_kinds={f"{t}/{x}": kinds[t] for t in tasks for x in targets},
+        mlm_curves=mlm_curves(results),
+    )
+    everything = Measurements(downstream={f"{t}/{x}": runs[t][x] for t in tasks for x in languages})
+    claims = evaluate_claims(zero_shot, xlingual_claims())
+    paired = paired_with_learned(everything, tasks, targets)
+    tables = {task: baselines(config, data, task, runs[task]) for task in tasks}
+    markdown = results_markdown(config, results, runs, summary, tables, claims, paired, context)
+    output_json = {
+        "context": context,
+        "claims": claims,
+        "downstream": downstream,
+        "transfer": summary,
+        "baselines": {f"{t}/{x}": tables[t][x] for t in tasks for x in languages},
+        "paired_with_learned": paired,
+        "results": results,
+    }
+    save_run(output, {"results.json": output_json, "results.md": markdown})
+    plot_languages(downstream, tasks, languages, output / "xlingual.png")
+    plot_validation_loss(zero_shot.mlm_curves, output / "validation_loss.png")
+    print(markdown)
+    return output_json

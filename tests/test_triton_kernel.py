@@ -1,0 +1,219 @@
+"""kernel="triton" under Triton's CPU interpreter: values and every gradient (q, k, v and the
+bias table) equal the eager reference in float32, with padding, causality, decoding rows and
+every table-described encoding; and each configuration it cannot serve is refused by name.
+
+TRITON_INTERPRET=1 is set for this module only, before posattn builds its Triton kernels, and
+the interpreted kernels are dropped afterwards (a GPU run later in the process compiles them).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+from conftest import tiny_config, tiny_encoder
+from test_kernels import padded_batch
+from transformers import DynamicCache
+
+from posattn import PosAttnConfigError, PosAttnForCausalLM
+from posattn.kernels import build_attention_mask, eager_attention, get_kernel
+from posattn.kernels.table_bias import TableBias
+
+pytest.importorskip("triton")
+
+KERNEL_MODULE = "posattn.kernels.triton_bias"
+
+
+def drop_built_kernels() -> None:
+    sys.modules.pop(KERNEL_MODULE, None)
+    import posattn.kernels
+
+    posattn.kernels.__dict__.pop("triton_bias", None)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def interpreter():
+    previous = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    drop_built_kernels()
+    yield
+    drop_built_kernels()
+    if previous is None:
+        del os.environ["TRITON_INTERPRET"]
+    else:
+        os.environ["TRITON_INTERPRET"] = previous
+
+
+@pytest.fixture(autouse=True)
+def float32():
+    torch.set_default_dtype(torch.float32)
+    yield
+    torch.set_default_dtype(torch.float64)
+
+
+def toeplitz_rows(table: torch.Tensor, n_q: int, n_k: int) -> torch.Tensor:
+    """[H, n_q, n_k] bias of the rule bias[h, i, j] = table[h, j - i + n_q - 1], written out."""
+    i, j = torch.meshgrid(torch.arange(n_q), torch.arange(n_k), indexing="ij")
+    return table[:, j - i + n_q - 1]
+
+
+# (n_q, n_k, padding, causal, query_start): odd lengths crossing several 32 x 16 tiles.
+CASES = [
+    (70, 70, False, False, 0),
+    (37, 37, True, False, 0),  # right, left and full padding
+    (45, 45, True, True, 0),  # left-padded causal rows are opened to every key
+    (1, 1, False, True, 0),
+    (21, 40, True, True, 19),  # decoding rows [19, 40) over all keys
+    (17, 33, True, False, 0),  # cross-attention shape: a key mask, no table
+]
+
+
+@pytest.mark.parametrize(("n_q", "n_k", "padded", "causal", "query_start"), CASES)
+def test_values_and_every_gradient_equal_eager(n_q, n_k, padded, causal, query_start):
+    torch.manual_seed(0)
+    batch, heads = (3 if padded else 1), 2
+    q = torch.randn(batch, heads, n_q, 8, requires_grad=True)
+    k, v = (torch.randn(batch, heads, n_k, 8, requires_grad=True) for _ in range(2))
+    with_table = n_q + query_start == n_k
+    table = torch.randn(heads, n_q + n_k - 1, requires_grad=True) if with_table else None
+    padding = None
+    if padded:
+        padding = torch.ones(batch, n_k, dtype=torch.bool)
+        padding[0, :7] = False
+        padding[1, n_k - 5 :] = False
+        padding[2] = False
+    if with_table:
+        mask = build_attention_mask(padding, n_k, causal, torch.device("cpu"), query_start)
+    else:
+        mask = padding[:, None, None, :]
+    bias = None if table is None else toeplitz_rows(table, n_q, n_k)
+    grad = torch.randn(batch, heads, n_q, 8)
+    inputs = [t for t in (q, k, v, table) if t is not None]
+
+    ours = get_kernel("triton")(
+        q, k, v, mask=mask, bias=None, scale=0.3, tables=TableBias(offset=table)
+    )
+    reference = eager_attention(q, k, v, mask=mask, bias=bias, scale=0.3)
+    grads = torch.autograd.grad(ours, inputs, grad)
+    reference_grads = torch.autograd.grad(reference, inputs, grad)
+    if not with_table:
+        # Batch element 2 sees no key at all: eager gives NaN, the kernel 0 and no gradient.
+        assert (ours[2] == 0).all() and all((g[2] == 0).all() for g in grads)
+        ours, reference = ours[:2], reference[:2]
+        grads, reference_grads = (tuple(g[:2] for g in gs) for gs in (grads, reference_grads))
+    torch.testing.assert_close(ours, reference, atol=2e-6, rtol=2e-5)
+    for a, b in zip(grads, reference_grads, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+# Every table-described encoding, the low-rank ones (folded), ones without a bias, and DIET's
+# segment pairs inside attention (its table's gradient reduced in the kernel too).
+MODELS = [
+    ("t5", {}, False, "input"),
+    ("t5", {"bidirectional": False, "num_buckets": 8, "max_distance": 10}, True, "input"),
+    ("bert-r", {}, False, "input"),
+    ("diet-rel", {"sharing": "none", "max_distance": 5}, False, "attention"),
+    ("kerple", {"kernel": "log"}, True, "input"),
+    ("alibi", {}, False, "input"),
+    ("alibi", {}, True, "attention"),
+    ("diet-abs", {"sharing": "none", "rank": 5}, False, "attention"),
+    ("tupe-a", {"cls_index": 3}, False, "input"),
+    ("rope", {"layout": "half"}, True, "input"),
+]
+
+
+@pytest.mark.parametrize(("encoding", "options", "causal", "segments"), MODELS)
+def test_models_equal_eager_in_values_and_parameter_gradients(encoding, options, causal, segments):
+    ids, mask, segment_ids = padded_batch()
+    model = tiny_encoder(encoding, causal=causal, encoding_options=options, segments=segments)
+    results = {}
+    for kernel in ("eager", "triton"):
+        model.set_kernel(kernel)
+        model.zero_grad()
+        out = model(ids, mask, segment_ids)
+        out[mask].square().sum().backward()
+        results[kernel] = (out.detach(), [p.grad.clone() for p in model.parameters()])
+    (out, grads), (out_ref, grads_ref) = results["triton"], results["eager"]
+    torch.testing.assert_close(out, out_ref, atol=2e-5, rtol=2e-5)
+    for ours, reference in zip(grads, grads_ref, strict=True):
+        torch.testing.assert_close(ours, reference, atol=2e-4, rtol=2e-4)
+
+
+def test_decoding_with_a_cache_equals_the_full_forward():
+    torch.manual_seed(0)
+    config = tiny_config("alibi", causal=True, kernel="triton")
+    model = PosAttnForCausalLM(config).eval()
+    ids = torch.randint(1, 40, (2, 9))
+    attention_mask = torch.ones(2, 9, dtype=torch.long)
+    attention_mask[1, :3] = 0  # left padding
+    with torch.no_grad():
+        full = model(ids, attention_mask=attention_mask).logits
+        cache, chunks, start = DynamicCache(config=model.config), [], 0
+        for end in (4, 5, 9):
+            chunks.append(
+                model(
+                    ids[:, start:end],
+                    attention_mask=attention_mask[:, :end],
+                    past_key_values=cache,
+                    use_cache=True,
+                ).logits
+            )
+            start = end
+    torch.testing.assert_close(
+        torch.cat(chunks, 1)[attention_mask.bool()],
+        full[attention_mask.bool()],
+        atol=2e-5,
+        rtol=2e-5,
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reason"),
+    [
+        ({"encoding": "tupe-r"}, r"encoding 'tupe-r'.*no table description"),
+        ({"encoding": "shaw", "encoding_options": {"values": True}}, r"'shaw'.*value-side"),
+        ({"encoding": "deberta"}, r"'deberta'.*qk_logits"),
+    ],
+)
+def test_configurations_it_cannot_serve_are_refused_at_construction(overrides, reason):
+    encoding = overrides.pop("encoding")
+    with pytest.raises(PosAttnConfigError, match=rf"kernel='triton'.*{reason}.*'sdpa'"):
+        tiny_config(encoding, kernel="triton", **overrides)
+    model = tiny_encoder(encoding, **overrides)
+    with pytest.raises(PosAttnConfigError, match=rf"kernel='triton'.*{reason}"):
+        model.set_kernel("triton")
+    assert model.config.kernel == "auto"
+
+
+def test_what_it_cannot_run_is_refused_when_called(monkeypatch):
+    ids = torch.randint(1, 40, (2, 6))
+    model = tiny_encoder("t5", kernel="triton", attention_dropout=0.1).train()
+    with pytest.raises(PosAttnConfigError, match=r"kernel='triton'.*dropout.*'sdpa'"):
+        model(ids)
+    model.eval()
+    q = k = v = torch.randn(1, 2, 5, 8)
+    kernel = get_kernel("triton")
+    with pytest.raises(PosAttnConfigError, match=r"kernel='triton'.*\[\.\., n_q, n_k\] values"):
+        kernel(q, k, v, mask=None, bias=torch.zeros(2, 5, 5), scale=1.0)
+    with pytest.raises(PosAttnConfigError, match=r"mask=.*build_attention_mask"):
+        kernel(q, k, v, mask=torch.ones(1, 1, 5, 5, dtype=torch.bool), bias=None, scale=1.0)
+    monkeypatch.delenv("TRITON_INTERPRET")
+    with pytest.raises(PosAttnConfigError, match=r"kernel='triton'.*cpu.*TRITON_INTERPRET=1"):
+        model(ids)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
+    with pytest.raises(PosAttnConfigError, match=r"kernel='triton'.*pip install triton"):
+        model(ids)
+
+
+def test_auto_never_takes_triton(monkeypatch, choose):
+    """No GPU measurement of the Triton kernel exists yet: `auto` keeps to SDPA and flex."""
+    from posattn.kernels import table_bias
+
+    calls = []
+    monkeypatch.setattr(table_bias, "unavailable", lambda device: calls.append(1))
+    choose(flex_threshold_bytes=0)
+    model = tiny_encoder("t5", kernel="auto")
+    model(torch.randint(1, 40, (2, 6))).sum().backward()
+    assert not calls
