@@ -41,12 +41,12 @@ def broadcast_index(tensor: Tensor) -> Callable:
     return read
 
 
-def score_modifier(bias: Tensor | None, offset_bias: Tensor | None) -> Callable | None:
+def score_modifier(bias: Tensor | None, offset_bias: Tensor | None, n_k: int) -> Callable | None:
     """score -> score + the bias at (b, h, i, j): read from the Toeplitz table
-    offset_bias[h, j - i + n - 1] where there is one (2n-1 values per head instead of n^2),
+    offset_bias[h, j - i + n_q - 1] where there is one (2n-1 values per head instead of n^2),
     else from the bias tensor."""
     if offset_bias is not None:
-        last = (offset_bias.shape[-1] - 1) // 2
+        last = offset_bias.shape[-1] - n_k  # n_q - 1: offset 0 of query row 0
 
         def table_mod(score, b, h, q_idx, kv_idx):
             return score + offset_bias[h, kv_idx - q_idx + last]
@@ -83,7 +83,7 @@ def flex_with_terms(q, k, v, bias, offset_bias, block_mask, scale):
     so that a new bias tensor is a new input, not a new function to recompile for."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    score_mod = score_modifier(bias, offset_bias)
+    score_mod = score_modifier(bias, offset_bias, k.shape[-2])
     return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
 
 

@@ -55,11 +55,11 @@ def head_groups(heads: int, n_q: int, n_k: int) -> list[slice]:
     return [slice(start, min(start + size, heads)) for start in range(0, heads, size)]
 
 
-def toeplitz(table: Tensor) -> Tensor:
-    """[..., 2n-1] -> [..., n, n] with T[..., i, j] = table[..., j - i + n - 1]
-    (`posattn.encodings.relative.toeplitz`, materialised)."""
-    n = (table.shape[-1] + 1) // 2
-    return table.unfold(-1, n, 1).flip(-2)
+def toeplitz(table: Tensor, n_k: int | None = None) -> Tensor:
+    """[..., n_q + n_k - 1] -> [..., n_q, n_k] with T[..., i, j] = table[..., j - i + n_q - 1]
+    (`posattn.encodings.relative.toeplitz`, materialised; n_k None: square)."""
+    n_k = (table.shape[-1] + 1) // 2 if n_k is None else n_k
+    return table.unfold(-1, n_k, 1).flip(-2)
 
 
 class DiagonalSums:
@@ -68,10 +68,11 @@ class DiagonalSums:
     [g, n, 2n-1] buffer (a strided view, no index tensors): its column sums are the diagonal
     sums."""
 
-    def __init__(self, groups: int, n: int, dtype: torch.dtype) -> None:
-        width = 2 * n - 1
+    def __init__(self, groups: int, n: int, dtype: torch.dtype, n_k: int | None = None) -> None:
+        n_k = n if n_k is None else n_k
+        width = n + n_k - 1
         self.buffer = torch.zeros(groups, n, width, dtype=dtype)
-        self.view = self.buffer.as_strided((groups, n, n), (n * width, width - 1, 1), n - 1)
+        self.view = self.buffer.as_strided((groups, n, n_k), (n * width, width - 1, 1), n - 1)
 
     def add(self, block: Tensor) -> None:
         self.view.add_(block)
@@ -157,7 +158,7 @@ class FusedBiasAttention(torch.autograd.Function):
 class FusedTableAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, table, mask, scale):
-        bias = toeplitz(table.detach().to(q.dtype)).unsqueeze(0)
+        bias = toeplitz(table.detach().to(q.dtype), k.shape[-2]).unsqueeze(0)
         out, lse = flash_forward(ctx, q, k, v, additive_mask(bias, mask), scale)
         ctx.save_for_backward(q, k, v, out, lse, table, mask)
         return out
@@ -166,14 +167,15 @@ class FusedTableAttention(torch.autograd.Function):
     def backward(ctx, grad_out):
         q, k, v, out, lse, table, mask = ctx.saved_tensors
         grads = empty_grads(q, k, v)
-        n = q.shape[-2]
+        n, n_k = q.shape[-2], k.shape[-2]
         grad_table = torch.empty(table.shape, dtype=q.dtype)
         group = {}  # the head group in progress: its bias and its diagonal sums
 
         def additive(b, heads):
             if group.get("heads") != heads:
-                bias = toeplitz(table[heads].detach().to(q.dtype))
-                group.update(heads=heads, bias=bias, sums=DiagonalSums(bias.shape[0], n, q.dtype))
+                bias = toeplitz(table[heads].detach().to(q.dtype), n_k)
+                sums = DiagonalSums(bias.shape[0], n, q.dtype, n_k)
+                group.update(heads=heads, bias=bias, sums=sums)
             bias = group["bias"]
             return bias if mask is None else additive_mask(bias, pick(mask, b, heads))
 
@@ -191,13 +193,14 @@ def fused_bias_attention(q, k, v, bias, mask, scale) -> Tensor:
 
 
 def fused_table_attention(q, k, v, table, mask, scale) -> Tensor:
-    """The bias bias[h, i, j] = table[h, j - i + n - 1] read from its table [H, 2n-1]; the
-    gradient comes back for the table. q, k, v: [B, H, n, d] (as many queries as keys)."""
-    n = k.shape[-2]
+    """The bias bias[h, i, j] = table[h, j - i + n_q - 1] read from its table
+    [H, n_q + n_k - 1] (square: [H, 2n-1]); the gradient comes back for the table."""
+    width = q.shape[-2] + k.shape[-2] - 1
     require(
-        q.shape[-2] == n and table.shape == (q.shape[1], 2 * n - 1),
+        table.shape == (q.shape[1], width),
         "offset_bias",
         tuple(table.shape),
-        f"[H, 2n-1] = ({q.shape[1]}, {2 * n - 1}) for {q.shape[-2]} queries over {n} keys",
+        f"[H, n_q + n_k - 1] = ({q.shape[1]}, {width}) for {q.shape[-2]} queries over "
+        f"{k.shape[-2]} keys",
     )
     return FusedTableAttention.apply(q, k, v, table, mask, scale)
