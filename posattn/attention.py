@@ -16,6 +16,7 @@ from an earlier step would not match).
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import replace
 
 from torch import Tensor, nn
@@ -52,6 +53,7 @@ class MultiHeadAttention(nn.Module):
         """None: the execution choice `kernel` in force now."""
         name = execution.current().kernel if name is None else name
         self.kernel_name, self.kernel = name, get_kernel(name)
+        self.kernel_reads_tables = reads_offset_bias(self.kernel)
 
     @property
     def head_dim(self) -> int:
@@ -148,7 +150,14 @@ class MultiHeadAttention(nn.Module):
                 q, k, mask=mask, bias=bias, scale=terms.scale, dropout_p=dropout_p
             )
             return probs @ v + terms.value_term(probs)
-        out = self.kernel(q, k, v, mask=mask, bias=bias, scale=terms.scale, dropout_p=dropout_p)
+        tables = {}
+        toeplitz = terms.offset_bias is not None and bias is terms.bias and not terms.project_kv
+        if self.kernel_reads_tables and toeplitz:
+            # The bias is exactly the Toeplitz matrix of the table: the kernel may read that.
+            tables["offset_bias"] = terms.offset_bias
+        out = self.kernel(
+            q, k, v, mask=mask, bias=bias, scale=terms.scale, dropout_p=dropout_p, **tables
+        )
         return out if out.shape[-1] == width else out[..., :width]
 
     @staticmethod
@@ -212,3 +221,12 @@ class MultiHeadAttention(nn.Module):
         terms = self.content_terms() if terms is None else terms
         out = self.attend(q, *memory_kv, terms, memory_mask)
         return self.out_proj(self.merge_heads(out))
+
+
+def reads_offset_bias(kernel) -> bool:
+    """Whether a kernel declares the optional `offset_bias` keyword (`posattn.kernels`): it then
+    also receives a Toeplitz bias as its [H, 2n-1] table."""
+    try:
+        return "offset_bias" in inspect.signature(kernel).parameters
+    except (TypeError, ValueError):  # a callable without a signature: the plain contract
+        return False

@@ -6,6 +6,11 @@ None; bias a float tensor broadcastable to [B, H, n_q, n_k] (3-D [H, n_q, n_k] i
 None, added after scaling; the output [B, H, n_q, d_v]. A kernel of one's own joins the registry
 with `register_kernel(name, fn)` and is then a `kernel=` name like the built-in ones.
 
+A kernel may also declare the keyword `offset_bias` (Tensor | None): where the layer's bias is
+a Toeplitz matrix (`LayerTerms.offset_bias`), it then receives that bias's [H, 2n-1] table too
+(bias[..., h, i, j] == offset_bias[h, j - i + n - 1]), to read instead of `bias` and to return
+the table's gradient; `bias` is passed as well and stays the reference.
+
 A kernel with the attribute `reads_bias_tables = True` ("triton") takes the bias from its table
 instead: it is called with bias=None and `tables=TableBias(...)` (`posattn.kernels.table_bias`).
 """

@@ -6,8 +6,13 @@ materialises the bias gradient for the whole batch (measured on an H100, bf16, B
 `bias[b, h, i, j]` to each score inside its fused kernel, and its backward accumulates the
 bias gradient without a [B, H, n, n] tensor.
 
-Flex has no backward on CPU; there the forward runs the uncompiled reference implementation
-(for tests) and a training call raises a clear error. Dropout needs the probabilities, so
+A Toeplitz bias (`LayerTerms.offset_bias`) is read from its [H, 2n-1] table by a functional
+score_mod, and the padding / causal mask is a BlockMask, so blocks no query sees are skipped.
+
+Flex has no backward on CPU (torch 2.13: "FlexAttention does not support backward on CPU" when
+q, k or v requires grad, and an InductorError when only a captured table does); there the
+forward runs the uncompiled reference implementation (for tests) and a training call raises a
+clear error. Dropout needs the probabilities, so
 those calls go to `sdpa_attention`.
 """
 
@@ -36,29 +41,50 @@ def broadcast_index(tensor: Tensor) -> Callable:
     return read
 
 
-def score_modifier(bias: Tensor | None, mask: Tensor | None) -> Callable | None:
-    """score -> score + bias[b, h, i, j], then -inf where the mask hides key j."""
-    if bias is None and mask is None:
+def score_modifier(bias: Tensor | None, offset_bias: Tensor | None, n_k: int) -> Callable | None:
+    """score -> score + the bias at (b, h, i, j): read from the Toeplitz table
+    offset_bias[h, j - i + n_q - 1] where there is one (2n-1 values per head instead of n^2),
+    else from the bias tensor."""
+    if offset_bias is not None:
+        last = offset_bias.shape[-1] - n_k  # n_q - 1: offset 0 of query row 0
+
+        def table_mod(score, b, h, q_idx, kv_idx):
+            return score + offset_bias[h, kv_idx - q_idx + last]
+
+        return table_mod
+    if bias is None:
         return None
-    read_bias = None if bias is None else broadcast_index(bias)
-    read_mask = None if mask is None else broadcast_index(mask)
+    read_bias = broadcast_index(bias)
 
     def score_mod(score, b, h, q_idx, kv_idx):
-        if read_bias is not None:
-            score = score + read_bias(b, h, q_idx, kv_idx)
-        if read_mask is not None:
-            score = torch.where(read_mask(b, h, q_idx, kv_idx), score, -float("inf"))
-        return score
+        return score + read_bias(b, h, q_idx, kv_idx)
 
     return score_mod
 
 
-def flex_with_terms(q, k, v, bias, mask, scale):
+def block_mask_of(mask: Tensor | None, n_q: int, n_k: int):
+    """The padding / causal mask as a BlockMask: blocks that no query may see are skipped, and
+    the mask is read (mask_mod) only in partly visible blocks."""
+    if mask is None:
+        return None
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    read_mask = broadcast_index(mask)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return read_mask(b, h, q_idx, kv_idx)
+
+    batch, heads = (None if size == 1 else size for size in mask.shape[:2])
+    return create_block_mask(mask_mod, batch, heads, n_q, n_k, device=mask.device)
+
+
+def flex_with_terms(q, k, v, bias, offset_bias, block_mask, scale):
     """One flex_attention call; the score_mod closure is built inside the compiled region,
     so that a new bias tensor is a new input, not a new function to recompile for."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    return flex_attention(q, k, v, score_mod=score_modifier(bias, mask), scale=scale)
+    score_mod = score_modifier(bias, offset_bias, k.shape[-2])
+    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
 
 
 @cache
@@ -66,13 +92,14 @@ def compiled_flex_with_terms() -> Callable:
     return torch.compile(flex_with_terms)
 
 
-def run_flex(q, k, v, bias, mask, scale) -> Tensor:
+def run_flex(q, k, v, bias, offset_bias, mask, scale) -> Tensor:
+    block_mask = block_mask_of(mask, q.shape[-2], k.shape[-2])
     if q.device.type == "cuda":
-        return compiled_flex_with_terms()(q, k, v, bias, mask, scale)
+        return compiled_flex_with_terms()(q, k, v, bias, offset_bias, block_mask, scale)
     with warnings.catch_warnings():
         # On CPU the uncompiled reference forward is the point (tests), not a slow surprise.
         warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-        return flex_with_terms(q, k, v, bias, mask, scale)
+        return flex_with_terms(q, k, v, bias, offset_bias, block_mask, scale)
 
 
 def flex_attention_kernel(
@@ -84,10 +111,11 @@ def flex_attention_kernel(
     bias: Tensor | None,
     scale: float,
     dropout_p: float = 0.0,
+    offset_bias: Tensor | None = None,
 ) -> Tensor:
     if dropout_p:
         return sdpa_attention(q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p)
-    inputs = [t for t in (q, k, v, bias) if t is not None]
+    inputs = [t for t in (q, k, v, bias, offset_bias) if t is not None]
     if torch.is_grad_enabled() and any(t.requires_grad for t in inputs) and q.device.type != "cuda":
         raise invalid(
             "kernel",
@@ -99,7 +127,9 @@ def flex_attention_kernel(
         # In q's dtype: a float32 bias tile next to bf16 q/k tiles overflows the GPU kernel's
         # shared memory (seen on an H100), and SDPA rounds it the same way.
         bias = (bias if bias.dim() == 4 else bias.unsqueeze(0)).to(q.dtype)
-    return run_flex(q, k, v, bias, mask, scale)
+    if offset_bias is not None:
+        offset_bias = offset_bias.to(q.dtype)
+    return run_flex(q, k, v, bias, offset_bias, mask, scale)
 
 
 def bias_gradient_bytes(q: Tensor, k: Tensor) -> int:
@@ -117,6 +147,7 @@ def auto_attention(
     bias: Tensor | None,
     scale: float,
     dropout_p: float = 0.0,
+    offset_bias: Tensor | None = None,
 ) -> Tensor:
     """The measured choice per call: SDPA (the fastest on CPU and, for these shapes, on GPU),
     except for a learned bias on GPU whose full gradient would pass the execution choice
@@ -134,4 +165,6 @@ def auto_attention(
     # GPU measurement of it exists. Where it measures faster, `MultiHeadAttention.attend` would
     # route table-described layers to it (it needs `LayerTerms.offset_bias`, not this `bias`).
     kernel = flex_attention_kernel if use_flex else sdpa_attention
-    return kernel(q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p)
+    return kernel(
+        q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p, offset_bias=offset_bias
+    )

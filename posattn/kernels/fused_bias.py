@@ -1,26 +1,41 @@
 """Attention with a learned bias at the cost of fused attention, on CPU.
 
 torch's SDPA sends any attn_mask that requires grad to its unfused math path, which keeps
-several [B, H, n, n] tensors alive for backward (measured on the 2-core development CPU:
-1.2-1.6x the time, 10-20x the memory). Here the forward runs the fused CPU flash kernel with
-the bias detached, and the backward recomputes the probabilities from the saved log-sum-exp a
-few batch elements at a time: dq, dk, dv come from the fused kernel's backward, the bias
-gradient (summed over the batch) from the recomputed probabilities.
+several [B, H, n, n] tensors alive for backward. Here the forward runs the fused CPU flash
+kernel with the bias detached, and one backward pass recomputes the probabilities from the
+saved log-sum-exp a few heads at a time and takes everything from them: dq, dk, dv with five
+matrix products (as many as the flash kernel's own backward) and the bias gradient as the sum
+of dS over the batch. Profiled on the 2-core development CPU (B=8, H=8, d_h=64, n=512, T5):
+running the flash backward for dq, dk, dv and a second recompute for the bias gradient spent
+the time on that second pass and on copies of the expanded bias; SDPA's math path on its
+[B, H, n, n] matrix products and softmax.
+
+Two entry points: `fused_bias_attention` for any bias tensor, and `fused_table_attention` for a
+Toeplitz bias given by its [H, 2n-1] diagonal values (`LayerTerms.offset_bias`), whose gradient
+is reduced along the diagonals head group by head group: no [H, n, n] gradient exists.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 import torch
 from torch import Tensor
 
-# Upper bound on the elements of one recomputed [chunk, H, n, n] block in backward.
-CHUNK_ELEMENTS = 16 * 2**20
+from ..errors import require
+
+# Upper bound on the elements of one recomputed [heads, n_q, n_k] block in backward: two such
+# blocks are alive at a time (P and dS). Large: on a shared CPU every parallel operation waits
+# for its slowest thread, so fewer, larger operations measured faster (2-core CPU, n=512).
+CHUNK_ELEMENTS = 2**24
+
+NEG_INF = float("-inf")
 
 
 def additive_mask(bias: Tensor, mask: Tensor | None) -> Tensor:
     if mask is None:
         return bias
-    return torch.where(mask, bias, torch.tensor(float("-inf"), dtype=bias.dtype))
+    return torch.where(mask, bias, torch.tensor(NEG_INF, dtype=bias.dtype))
 
 
 def reduce_to(gradient: Tensor, shape: torch.Size) -> Tensor:
@@ -29,60 +44,163 @@ def reduce_to(gradient: Tensor, shape: torch.Size) -> Tensor:
     return gradient.sum(dims, keepdim=True) if dims else gradient
 
 
-def per_batch(tensor: Tensor, part: slice) -> Tensor:
-    """The rows of a [B or 1, ...] tensor that belong to the batch elements in `part`."""
-    return tensor if tensor.shape[0] == 1 else tensor[part]
+def pick(tensor: Tensor, batch: int, heads: slice) -> Tensor:
+    """[b or 1, h or 1, ...] -> the [g or 1, ...] block of batch element `batch`, `heads`."""
+    tensor = tensor[batch if tensor.shape[0] > 1 else 0]
+    return tensor[heads] if tensor.shape[0] > 1 else tensor
+
+
+def head_groups(heads: int, n_q: int, n_k: int) -> list[slice]:
+    size = max(1, min(heads, CHUNK_ELEMENTS // (n_q * n_k)))
+    return [slice(start, min(start + size, heads)) for start in range(0, heads, size)]
+
+
+def toeplitz(table: Tensor, n_k: int | None = None) -> Tensor:
+    """[..., n_q + n_k - 1] -> [..., n_q, n_k] with T[..., i, j] = table[..., j - i + n_q - 1]
+    (`posattn.encodings.relative.toeplitz`, materialised; n_k None: square)."""
+    n_k = (table.shape[-1] + 1) // 2 if n_k is None else n_k
+    return table.unfold(-1, n_k, 1).flip(-2)
+
+
+class DiagonalSums:
+    """Accumulates [g, n, n] blocks and returns the sums along their 2n-1 diagonals, [g, 2n-1]
+    in `toeplitz` order. Row i of each block is added at columns [n-1-i, 2n-1-i) of a zero
+    [g, n, 2n-1] buffer (a strided view, no index tensors): its column sums are the diagonal
+    sums."""
+
+    def __init__(self, groups: int, n: int, dtype: torch.dtype, n_k: int | None = None) -> None:
+        n_k = n if n_k is None else n_k
+        width = n + n_k - 1
+        self.buffer = torch.zeros(groups, n, width, dtype=dtype)
+        self.view = self.buffer.as_strided((groups, n, n_k), (n * width, width - 1, 1), n - 1)
+
+    def add(self, block: Tensor) -> None:
+        self.view.add_(block)
+
+    def total(self) -> Tensor:
+        return self.buffer.sum(-2)
+
+
+def flash_forward(ctx, q, k, v, merged, scale) -> tuple[Tensor, Tensor]:
+    """The fused CPU kernel's output and log-sum-exp [B, H, n_q] (what backward recomputes
+    the probabilities from)."""
+    ctx.scale = scale
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q, k, v, attn_mask=merged, scale=scale
+    )
+
+
+def with_column(x: Tensor, column: Tensor) -> Tensor:
+    """[..., n, d] and [..., n] -> [..., n, d + 1]."""
+    return torch.cat([x, column.unsqueeze(-1).to(x.dtype)], -1)
+
+
+def grad_logits(
+    q, k, v, out, lse, grad_out, scale, additive: Callable, grads: tuple
+) -> Iterator[tuple[slice, int, Tensor]]:
+    """For each head group and batch element b: dS = dL/d(logits) [g, n_q, n_k] of those heads,
+    from probabilities recomputed with additive(b, heads) (bias + mask, broadcastable to
+    [g, n_q, n_k]); dq, dk, dv are written into `grads` on the way.
+
+    Few, large operations per block (on a shared CPU every parallel region waits for its
+    slowest thread): the log-sum-exp rides in the q k^T product as one more column, and
+    delta = rowsum(dO * O) in the dO v^T product, so a block costs five matrix products, one
+    exp and one multiply."""
+    grad_q, grad_k, grad_v = grads
+    ones = torch.ones(k.shape[:-1], dtype=q.dtype)
+    delta = (grad_out * out).sum(-1)
+    q_lse = with_column(q * scale, -lse)  # . [k, 1] = q k^T * scale - lse
+    k_one = with_column(k, ones)
+    do_delta = with_column(grad_out, -delta)  # . [v, 1] = dO v^T - delta
+    v_one = with_column(v, ones)
+    q_scaled, k_scaled = q * scale, k * scale
+    for heads in head_groups(q.shape[1], q.shape[2], k.shape[2]):
+        for b in range(q.shape[0]):
+            probs = torch.baddbmm(additive(b, heads), q_lse[b, heads], k_one[b, heads].mT)
+            probs.exp_()
+            torch.bmm(probs.mT, grad_out[b, heads], out=grad_v[b, heads])
+            grad_s = torch.bmm(do_delta[b, heads], v_one[b, heads].mT).mul_(probs)
+            torch.bmm(grad_s, k_scaled[b, heads], out=grad_q[b, heads])
+            torch.bmm(grad_s.mT, q_scaled[b, heads], out=grad_k[b, heads])
+            yield heads, b, grad_s
+
+
+def empty_grads(q, k, v) -> tuple[Tensor, Tensor, Tensor]:
+    return tuple(torch.empty(t.shape, dtype=t.dtype) for t in (q, k, v))
 
 
 class FusedBiasAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, bias, mask, scale):
         merged = additive_mask(bias.detach().to(q.dtype), mask)
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k, v, attn_mask=merged, scale=scale
-        )
+        out, lse = flash_forward(ctx, q, k, v, merged, scale)
         ctx.save_for_backward(q, k, v, out, lse, bias, mask)
-        ctx.scale = scale
-        ctx.has_mask = mask is not None
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, out, lse, bias, mask = ctx.saved_tensors
-        scale = ctx.scale
-        grad_out = grad_out.contiguous()
-        merged = additive_mask(bias.detach().to(q.dtype), mask if ctx.has_mask else None)
-        # dq, dk, dv: the fused kernel's own backward.
-        grad_q, grad_k, grad_v = (
-            torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-                grad_out, q, k, v, out, lse, 0.0, False, attn_mask=merged, scale=scale
-            )
-        )
-        # d bias = sum over the batch of dS = P * (dP - rowsum(dO * O)), recomputed in chunks.
-        batch, heads, n, _ = q.shape
-        grad_bias = torch.zeros(bias.shape, dtype=q.dtype, device=q.device)
-        delta = (grad_out * out).sum(-1, keepdim=True)
-        chunk = max(1, CHUNK_ELEMENTS // (heads * n * k.shape[-2]))
-        flat = lambda t: t.flatten(0, 1)  # noqa: E731 - [b, H, ...] -> [b*H, ...] for baddbmm
-        for start in range(0, batch, chunk):
-            part = slice(start, start + chunk)
-            size = q[part].shape[0]
-            logits = torch.baddbmm(
-                flat(per_batch(merged, part).expand(size, heads, n, -1)),
-                flat(q[part]),
-                flat(k[part]).transpose(-1, -2),
-                alpha=scale,
-            )
-            probs = logits.sub_(flat(lse[part]).unsqueeze(-1)).exp_()
-            grad_logits = torch.bmm(flat(grad_out[part]), flat(v[part]).transpose(-1, -2))
-            grad_logits.sub_(flat(delta[part])).mul_(probs)
-            grad_logits = grad_logits.unflatten(0, (size, heads))
-            if bias.shape[0] == 1:  # shared by the batch: its gradient sums over the batch
-                grad_bias += reduce_to(grad_logits, bias.shape)
-            else:
-                grad_bias[part] += reduce_to(grad_logits, (size, *bias.shape[1:]))
-        return grad_q, grad_k, grad_v, grad_bias.to(bias.dtype), None, None
+        grads = empty_grads(q, k, v)
+        detached = bias.detach().to(q.dtype)
+        grad_bias = torch.zeros(bias.shape, dtype=q.dtype)
+
+        def additive(b, heads):
+            part = pick(detached, b, heads)
+            return part if mask is None else additive_mask(part, pick(mask, b, heads))
+
+        chunks = grad_logits(q, k, v, out, lse, grad_out.contiguous(), ctx.scale, additive, grads)
+        for heads, b, grad_s in chunks:
+            target = pick(grad_bias, b, heads)
+            target += reduce_to(grad_s, target.shape)
+        return *grads, grad_bias.to(bias.dtype), None, None
+
+
+class FusedTableAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, table, mask, scale):
+        bias = toeplitz(table.detach().to(q.dtype), k.shape[-2]).unsqueeze(0)
+        out, lse = flash_forward(ctx, q, k, v, additive_mask(bias, mask), scale)
+        ctx.save_for_backward(q, k, v, out, lse, table, mask)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, lse, table, mask = ctx.saved_tensors
+        grads = empty_grads(q, k, v)
+        n, n_k = q.shape[-2], k.shape[-2]
+        grad_table = torch.empty(table.shape, dtype=q.dtype)
+        group = {}  # the head group in progress: its bias and its diagonal sums
+
+        def additive(b, heads):
+            if group.get("heads") != heads:
+                bias = toeplitz(table[heads].detach().to(q.dtype), n_k)
+                sums = DiagonalSums(bias.shape[0], n, q.dtype, n_k)
+                group.update(heads=heads, bias=bias, sums=sums)
+            bias = group["bias"]
+            return bias if mask is None else additive_mask(bias, pick(mask, b, heads))
+
+        chunks = grad_logits(q, k, v, out, lse, grad_out.contiguous(), ctx.scale, additive, grads)
+        for heads, b, grad_s in chunks:
+            group["sums"].add(grad_s)
+            if b == q.shape[0] - 1:  # the group's last batch element
+                grad_table[heads] = group["sums"].total()
+        return *grads, grad_table.to(table.dtype), None, None
 
 
 def fused_bias_attention(q, k, v, bias, mask, scale) -> Tensor:
+    """bias: [B or 1, H or 1, n_q or 1, n_k]; mask: bool of that form or None."""
     return FusedBiasAttention.apply(q, k, v, bias, mask, scale)
+
+
+def fused_table_attention(q, k, v, table, mask, scale) -> Tensor:
+    """The bias bias[h, i, j] = table[h, j - i + n_q - 1] read from its table
+    [H, n_q + n_k - 1] (square: [H, 2n-1]); the gradient comes back for the table."""
+    width = q.shape[-2] + k.shape[-2] - 1
+    require(
+        table.shape == (q.shape[1], width),
+        "offset_bias",
+        tuple(table.shape),
+        f"[H, n_q + n_k - 1] = ({q.shape[1]}, {width}) for {q.shape[-2]} queries over "
+        f"{k.shape[-2]} keys",
+    )
+    return FusedTableAttention.apply(q, k, v, table, mask, scale)

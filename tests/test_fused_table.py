@@ -1,0 +1,232 @@
+"""The CPU path that reads a Toeplitz bias from its [H, 2n-1] table (`LayerTerms.offset_bias`)
+and returns the table's gradient: exact against eager, padded and causal, and reached from the
+models for every table-based encoding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_encoder
+
+from posattn.attention import MultiHeadAttention
+from posattn.encodings import ModelDims, build_encoding
+from posattn.errors import PosAttnConfigError
+from posattn.kernels import (
+    KERNELS,
+    build_attention_mask,
+    eager_attention,
+    fused_bias,
+    register_kernel,
+)
+from posattn.kernels.fused_bias import (
+    DiagonalSums,
+    fused_bias_attention,
+    fused_table_attention,
+    toeplitz,
+)
+
+# (encoding, options) whose bias is described by its diagonals; alibi's table is fixed.
+TABLE_ENCODINGS = [
+    ("t5", {}),
+    ("t5", {"bidirectional": False}),
+    ("bert-r", {}),
+    ("diet-rel", {"max_distance": 3}),
+    ("kerple", {"kernel": "power"}),
+    ("kerple", {"kernel": "log"}),
+    ("alibi", {}),
+]
+TRAINING_KERNELS = ("sdpa", "sdpa-lowmem", "auto")
+
+
+def masks(batch: int, n: int) -> dict:
+    padding = torch.ones(batch, n, dtype=torch.bool)
+    padding[1, n - 2 :] = False  # right padding
+    padding[-1, :2] = False  # left padding
+    return {
+        "none": None,
+        "padded": build_attention_mask(padding, n, False, "cpu"),
+        "causal": build_attention_mask(None, n, True, "cpu"),
+        "padded causal": build_attention_mask(padding, n, True, "cpu"),
+    }
+
+
+@pytest.fixture(params=[2**20, 30], ids=["one head group", "a group per head"])
+def chunk_elements(request, monkeypatch):
+    """The backward in one head group, and in several (a block smaller than [H, n, n])."""
+    monkeypatch.setattr(fused_bias, "CHUNK_ELEMENTS", request.param)
+    return request.param
+
+
+@pytest.mark.parametrize("mask_name", ["none", "padded", "causal", "padded causal"])
+def test_table_attention_gradcheck(mask_name, chunk_elements):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, 2, 5, 4, requires_grad=True) for _ in range(3))
+    table = torch.randn(2, 9, requires_grad=True)
+    mask = masks(3, 5)[mask_name]
+    assert torch.autograd.gradcheck(
+        lambda q, k, v, t: fused_table_attention(q, k, v, t, mask, 0.6), (q, k, v, table)
+    )
+
+
+@pytest.mark.parametrize("mask_name", ["none", "padded", "padded causal"])
+@pytest.mark.parametrize("bias_shape", [(1, 2, 5, 5), (3, 2, 5, 5), (1, 1, 5, 5), (3, 1, 1, 5)])
+def test_bias_attention_gradcheck_over_head_groups(mask_name, bias_shape, chunk_elements):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, 2, 5, 4, requires_grad=True) for _ in range(3))
+    bias = torch.randn(bias_shape, requires_grad=True)
+    mask = masks(3, 5)[mask_name]
+    assert torch.autograd.gradcheck(
+        lambda q, k, v, b: fused_bias_attention(q, k, v, b, mask, 0.6), (q, k, v, bias)
+    )
+
+
+@pytest.mark.parametrize("mask_name", ["none", "padded", "causal"])
+def test_table_attention_equals_eager_with_the_toeplitz_bias(mask_name, chunk_elements):
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(4, 3, 11, 8, requires_grad=True) for _ in range(3))
+    table = torch.randn(3, 21, requires_grad=True)
+    mask = masks(4, 11)[mask_name]
+    grad_out = torch.randn(4, 3, 11, 8)
+    results = []
+    for attend in (
+        lambda: fused_table_attention(q, k, v, table, mask, 0.3),
+        lambda: eager_attention(q, k, v, mask=mask, bias=toeplitz(table), scale=0.3),
+    ):
+        out = attend()
+        results.append((out, *torch.autograd.grad(out, (q, k, v, table), grad_out)))
+    for ours, reference in zip(*results, strict=True):
+        torch.testing.assert_close(ours, reference, rtol=1e-10, atol=1e-10)
+
+
+def test_diagonal_sums_are_the_toeplitz_backward():
+    torch.manual_seed(0)
+    table = torch.randn(3, 13, requires_grad=True)
+    blocks = torch.randn(2, 3, 7, 7)
+    (expected,) = torch.autograd.grad(toeplitz(table), table, blocks.sum(0))
+    sums = DiagonalSums(3, 7, torch.float64)
+    for block in blocks:
+        sums.add(block)
+    torch.testing.assert_close(sums.total(), expected, rtol=0, atol=1e-12)
+
+
+def test_a_table_of_the_wrong_shape_is_refused():
+    q = torch.randn(1, 2, 5, 4)
+    with pytest.raises(PosAttnConfigError, match=r"offset_bias.*\(2, 9\)"):
+        fused_table_attention(q, q, q, torch.randn(2, 7), None, 1.0)
+
+
+@pytest.fixture
+def table_calls(monkeypatch):
+    calls = []
+    original = fused_bias.FusedTableAttention.apply
+    monkeypatch.setattr(
+        fused_bias.FusedTableAttention, "apply", lambda *a: calls.append(1) or original(*a)
+    )
+    return calls
+
+
+@pytest.mark.parametrize(("encoding", "options"), TABLE_ENCODINGS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_models_train_through_the_table_with_eager_gradients(
+    encoding, options, causal, table_calls
+):
+    torch.manual_seed(3)
+    ids = torch.randint(1, 40, (3, 9))
+    padding = torch.ones(3, 9, dtype=torch.bool)
+    padding[1, 6:] = False
+    padding[2, :2] = False
+    if causal and encoding in ("t5", "bert-r"):
+        options = {**options, "bidirectional": False}
+    model = tiny_encoder(encoding, causal=causal, encoding_options=options)
+    learned = any(p.requires_grad for p in model.encoding.parameters())
+    results = {}
+    for kernel in ("eager", *TRAINING_KERNELS):
+        model.set_kernel(kernel)
+        model.zero_grad()
+        out = model(ids, padding)
+        out[padding].square().sum().backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        results[kernel] = (out.detach(), grads)
+    # sdpa-lowmem reads the table on CPU when it is learned (2 layers)
+    assert len(table_calls) == (2 if learned else 0)
+    out_eager, grads_eager = results["eager"]
+    for kernel in TRAINING_KERNELS:
+        out, grads = results[kernel]
+        torch.testing.assert_close(out, out_eager, rtol=1e-10, atol=1e-10)
+        assert len(grads) == len(grads_eager)
+        for ours, reference in zip(grads, grads_eager, strict=True):
+            torch.testing.assert_close(ours, reference, rtol=1e-9, atol=1e-9)
+
+
+def test_decoding_rows_read_the_sliced_bias_and_keep_eager_gradients(table_calls):
+    """query_rows keeps the table's first n_q + n_k - 1 values: the rows [start, n) read it
+    with the gradients of eager."""
+    dims = ModelDims(d_model=12, num_heads=3, num_layers=1, max_len=16, causal=True)
+    encoding = build_encoding("t5", dims, {"bidirectional": False})
+    attention = MultiHeadAttention(12, 3, kernel="sdpa-lowmem")
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 9, 4) for _ in range(3))
+    q = q[:, :, 6:]
+    mask = build_attention_mask(None, 9, True, "cpu", query_start=6)
+    results = []
+    for kernel in ("sdpa-lowmem", "eager"):
+        attention.set_kernel(kernel)
+        encoding.zero_grad()
+        terms = encoding.window_terms(6, 9, torch.device("cpu"), torch.float64)[0]
+        out = attention.attend(q, k, v, terms, mask)
+        out.square().sum().backward()
+        results.append((out, *[p.grad.clone() for p in encoding.parameters()]))
+    assert len(table_calls) == 1
+    for ours, reference in zip(*results, strict=True):
+        torch.testing.assert_close(ours, reference, rtol=1e-10, atol=1e-10)
+
+
+def test_a_user_kernel_declaring_offset_bias_receives_the_table():
+    seen = []
+
+    def reads_table(q, k, v, *, mask, bias, scale, dropout_p=0.0, offset_bias=None):
+        seen.append(offset_bias)
+        return eager_attention(q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p)
+
+    def plain(q, k, v, *, mask, bias, scale, dropout_p=0.0):
+        return eager_attention(q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p)
+
+    register_kernel("reads-table", reads_table)
+    register_kernel("plain", plain)
+    try:
+        ids = torch.randint(1, 40, (2, 6))
+        for encoding, has_table in (("t5", True), ("tupe-r", False)):
+            seen.clear()
+            model = tiny_encoder(encoding, kernel="reads-table")
+            with torch.no_grad():
+                model(ids)
+            terms = model.encoding.layer_terms(6, torch.device("cpu"), torch.float64)[0]
+            assert len(seen) == 2
+            if has_table:
+                torch.testing.assert_close(seen[0], terms.offset_bias)
+            else:
+                assert seen == [None, None]
+        tiny_encoder("t5", kernel="plain")(ids)  # the plain contract: no table keyword
+    finally:
+        del KERNELS["reads-table"], KERNELS["plain"]
+
+
+@pytest.mark.parametrize("mask_name", ["none", "padded", "causal", "padded causal"])
+def test_flex_reads_the_table_and_skips_masked_blocks(mask_name):
+    """FlexAttention's score_mod reads table[h, j - i + n - 1] and the mask is a BlockMask:
+    the same values as eager with the Toeplitz bias (its reference forward on CPU)."""
+    from posattn.kernels.flex import block_mask_of, flex_attention_kernel
+
+    torch.manual_seed(2)
+    n = 300  # more than two of flex's 128-wide blocks
+    q, k, v = (torch.randn(2, 3, n, 4) for _ in range(3))
+    table = torch.randn(3, 2 * n - 1)
+    mask = masks(2, n)[mask_name]
+    ours = flex_attention_kernel(
+        q, k, v, mask=mask, bias=torch.zeros(1), scale=0.5, offset_bias=table
+    )
+    reference = eager_attention(q, k, v, mask=mask, bias=toeplitz(table), scale=0.5)
+    torch.testing.assert_close(ours, reference, rtol=1e-10, atol=1e-10)
+    if mask_name == "causal":  # of 3 x 3 blocks, the 3 above the diagonal are never visited
+        block_mask = block_mask_of(mask, n, n)
+        assert (block_mask.kv_num_blocks + block_mask.full_kv_num_blocks).sum() == 6
