@@ -8,6 +8,7 @@ from torch.nn import functional as F
 
 from ..attention import MultiHeadAttention
 from ..encodings import LayerTerms, build_encoding
+from ..encodings.base import OwnsParameters
 from ..errors import invalid, require
 from ..kernels import build_attention_mask
 from .config import PosAttnConfig
@@ -203,7 +204,11 @@ class Encoder(nn.Module):
 
 
 def init_weights(module: nn.Module, std: float) -> None:
-    """BERT's initialisation: N(0, std) weights, zero biases, unit LayerNorm."""
+    """BERT's initialisation: N(0, std) weights, zero biases, unit LayerNorm; posattn's own
+    parameters (encodings, the segment bias) as their module's `reset_parameters` says.
+
+    Only the parameters `module` holds directly, through `torch.nn.init`: transformers calls
+    this for every module and guards those functions so that loaded parameters are kept."""
     if isinstance(module, nn.Linear):
         nn.init.normal_(module.weight, std=std)
         if module.bias is not None:
@@ -213,3 +218,5 @@ def init_weights(module: nn.Module, std: float) -> None:
     elif isinstance(module, nn.LayerNorm):
         nn.init.ones_(module.weight)
         nn.init.zeros_(module.bias)
+    elif isinstance(module, OwnsParameters):
+        module.reset_parameters()

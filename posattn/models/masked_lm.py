@@ -49,7 +49,7 @@ class PosAttnForMaskedLM(PosAttnPreTrainedModel):
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
         if isinstance(module, MaskedLMHead):
-            module.decoder.bias.zero_()
+            nn.init.zeros_(module.decoder.bias)
 
     def get_output_embeddings(self) -> nn.Linear:
         return self.head.decoder

@@ -8,7 +8,9 @@ DIET Sec. 4.3 changes the positions of every encoder and decoder self-attention 
               N(0, 1/d_model): word vectors of unit scale next to sinusoids of unit scale
               (Vaswani Sec. 3.4; fairseq's transformer)
     output:   logits = h W_e^T with W_e the word embedding, one vocabulary for source and
-              target (tied: encoder input, decoder input and output projection share it)
+              target (tied: encoder input, decoder input and output projection share it);
+              with tie_word_embeddings=False the decoder input and the output projection
+              are matrices of their own, each initialised N(0, 1/d_model)
     loss:     token cross-entropy over target positions (label -100 ignored), with label
               smoothing eps in training: (1 - eps) * NLL + eps * mean_v(-log p_v) (Szegedy et
               al. 2016; Vaswani Sec. 5.4); evaluation reports the plain NLL.
@@ -87,17 +89,25 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel):
         self.decoder = Decoder(
             stack_config(config, causal=True, num_layers=config.num_decoder_layers)
         )
-        self.decoder.embeddings.word = self.encoder.embeddings.word
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        self.lm_head.weight = self.encoder.embeddings.word.weight
         for stack in (self.encoder, self.decoder):
             stack.embeddings.scale = config.d_model**0.5
+        # Tied by parameter (transformers' `_tied_weights_keys`, when tie_word_embeddings says
+        # so), never by sharing a module: loading cannot draw a missing matrix of shared modules.
         self.post_init()
+
+    def word_matrices(self) -> tuple[nn.Module, ...]:
+        """The modules holding a [vocab, d_model] word matrix: one shared parameter when tied."""
+        return (self.encoder.embeddings.word, self.decoder.embeddings.word, self.lm_head)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        super()._init_weights(module)
-        if module is self.get_input_embeddings():
+        """Word matrices N(0, 1/d_model), a tied one drawn once (through the encoder's
+        embedding); everything else as `init_weights` says."""
+        words = self.word_matrices()
+        if not any(module is word for word in words):
+            super()._init_weights(module)
+        elif module is words[0] or not self.config.tie_word_embeddings:
             nn.init.normal_(module.weight, std=self.config.d_model**-0.5)
 
     def get_input_embeddings(self) -> nn.Embedding:
