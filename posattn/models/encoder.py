@@ -12,6 +12,7 @@ from ..encodings.base import OwnsParameters
 from ..errors import invalid, require
 from ..kernels import build_attention_mask
 from .config import PosAttnConfig
+from .outputs import StackRecord
 from .segments import SegmentAttentionBias
 
 
@@ -33,8 +34,21 @@ class Embeddings(nn.Module):
         self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, input_ids: Tensor, segment_ids: Tensor, positions: Tensor | None) -> Tensor:
-        x = self.word(input_ids) * self.scale if self.scale != 1.0 else self.word(input_ids)
+    def forward(
+        self,
+        input_ids: Tensor | None,
+        segment_ids: Tensor,
+        positions: Tensor | None,
+        inputs_embeds: Tensor | None = None,
+    ) -> Tensor:
+        """inputs_embeds [B, n, d_model] replace the (scaled) word vectors of input_ids, as in
+        transformers: segments, positions, LayerNorm and dropout still apply."""
+        if inputs_embeds is not None:
+            x = inputs_embeds
+        elif self.scale != 1.0:
+            x = self.word(input_ids) * self.scale
+        else:
+            x = self.word(input_ids)
         if self.segment is not None:
             x = x + self.segment(segment_ids)
         if positions is not None:
@@ -66,17 +80,34 @@ class EncoderLayer(nn.Module):
         self.ffn_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
     def forward(
-        self, x: Tensor, terms: LayerTerms, mask, segment_bias, cache=None, layer_index: int = 0
-    ) -> Tensor:
+        self,
+        x: Tensor,
+        terms: LayerTerms,
+        mask,
+        segment_bias,
+        cache=None,
+        layer_index: int = 0,
+        output_attentions: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """The layer's output; with output_attentions, (output, attention probabilities)."""
+        probs = []
+
         def attend(h: Tensor) -> Tensor:
-            out = self.attention(h, terms, mask, segment_bias, cache, layer_index)
+            out = self.attention(
+                h, terms, mask, segment_bias, cache, layer_index, output_attentions
+            )
+            if output_attentions:
+                out, p = out
+                probs.append(p)
             return self.attention_dropout(out)
 
         if self.pre_norm:
             x = x + attend(self.attention_norm(x))
-            return x + self.ffn(self.ffn_norm(x))
-        x = self.attention_norm(x + attend(x))
-        return self.ffn_norm(x + self.ffn(x))
+            x = x + self.ffn(self.ffn_norm(x))
+        else:
+            x = self.attention_norm(x + attend(x))
+            x = self.ffn_norm(x + self.ffn(x))
+        return (x, probs[0]) if output_attentions else x
 
 
 class Encoder(nn.Module):
@@ -118,14 +149,35 @@ class Encoder(nn.Module):
             layer.attention.set_kernel(name)
         self.config.kernel = name
 
-    def _check_inputs(self, input_ids, attention_mask, segment_ids, past_length: int) -> None:
+    def token_shape(self, input_ids, inputs_embeds) -> tuple[int, int]:
+        """(batch, n) of the new tokens, given as ids [B, n] or as vectors [B, n, d_model]."""
         require(
-            input_ids.dim() == 2,
+            (input_ids is None) != (inputs_embeds is None),
             "input_ids",
-            tuple(input_ids.shape),
-            "expected a [batch, seq_len] tensor of token ids",
+            "given with inputs_embeds" if input_ids is not None else None,
+            "exactly one of input_ids and inputs_embeds",
         )
-        seq_len = past_length + input_ids.shape[1]
+        if input_ids is not None:
+            require(
+                input_ids.dim() == 2,
+                "input_ids",
+                tuple(input_ids.shape),
+                "expected a [batch, seq_len] tensor of token ids",
+            )
+            return tuple(input_ids.shape)
+        require(
+            inputs_embeds.dim() == 3 and inputs_embeds.shape[-1] == self.config.d_model,
+            "inputs_embeds",
+            tuple(inputs_embeds.shape),
+            f"expected a [batch, seq_len, d_model={self.config.d_model}] tensor",
+        )
+        return tuple(inputs_embeds.shape[:2])
+
+    def _check_inputs(
+        self, input_ids, attention_mask, segment_ids, past_length: int, inputs_embeds=None
+    ) -> None:
+        tokens = self.token_shape(input_ids, inputs_embeds)
+        seq_len = past_length + tokens[1]
         limit = self.encoding.max_positions
         if limit is not None and seq_len > limit:
             raise invalid(
@@ -148,10 +200,10 @@ class Encoder(nn.Module):
                 "'input' or 'none' for incremental decoding: segments inside attention would "
                 "need the segment ids of the cached tokens; run the full forward instead",
             )
-        batch = input_ids.shape[0]
+        batch = tokens[0]
         for name, value, shape in (
             ("attention_mask", attention_mask, (batch, seq_len)),
-            ("segment_ids", segment_ids, tuple(input_ids.shape)),
+            ("segment_ids", segment_ids, tokens),
         ):
             if value is not None and tuple(value.shape) != shape:
                 what = "cached + new tokens" if name == "attention_mask" else "input_ids.shape"
@@ -166,17 +218,20 @@ class Encoder(nn.Module):
                     f"{self.config.num_segments})",
                 )
 
-    def layer_inputs(self, input_ids, attention_mask=None, segment_ids=None, past_length=0):
+    def layer_inputs(
+        self, input_ids, attention_mask=None, segment_ids=None, past_length=0, inputs_embeds=None
+    ):
         """(embeddings, per-layer terms, mask, per-layer segment bias) for one forward of the
-        tokens at positions [past_length, past_length + n)."""
-        self._check_inputs(input_ids, attention_mask, segment_ids, past_length)
-        seq_len, device = past_length + input_ids.shape[1], input_ids.device
+        tokens at positions [past_length, past_length + n), given as ids or as vectors."""
+        self._check_inputs(input_ids, attention_mask, segment_ids, past_length, inputs_embeds)
+        tokens = input_ids if input_ids is not None else inputs_embeds
+        seq_len, device = past_length + tokens.shape[1], tokens.device
         if segment_ids is None:
-            segment_ids = torch.zeros_like(input_ids)
+            segment_ids = torch.zeros(tokens.shape[:2], dtype=torch.long, device=device)
         dtype = self.embeddings.word.weight.dtype
         positions = self.encoding.input_embedding(seq_len, device, dtype)
         positions = None if positions is None else positions[past_length:]
-        x = self.embeddings(input_ids, segment_ids, positions)
+        x = self.embeddings(input_ids, segment_ids, positions, inputs_embeds)
         terms = self.encoding.window_terms(past_length, seq_len, device, dtype)
         mask = build_attention_mask(
             attention_mask, seq_len, self.config.causal, device, query_start=past_length
@@ -188,19 +243,43 @@ class Encoder(nn.Module):
         )
         return x, terms, mask, segment_bias
 
-    def forward(self, input_ids, attention_mask=None, segment_ids=None, cache=None) -> Tensor:
+    def forward(
+        self,
+        input_ids,
+        attention_mask=None,
+        segment_ids=None,
+        cache=None,
+        record: StackRecord | None = None,
+        inputs_embeds: Tensor | None = None,
+    ) -> Tensor:
         """cache: None, or an object with `get_seq_length()` and `update(k, v, layer_index)`
         (transformers' `DynamicCache`); it then holds the past tokens and receives the new
-        ones, attention_mask covers past + new tokens and segment_ids the new ones."""
+        ones, attention_mask covers past + new tokens and segment_ids the new ones.
+        record: a `StackRecord` that gathers the hidden states and attention probabilities.
+        inputs_embeds: [B, n, d_model] vectors in place of input_ids (`Embeddings.forward`)."""
         past_length = 0 if cache is None else cache.get_seq_length()
         x, terms, mask, segment_bias = self.layer_inputs(
-            input_ids, attention_mask, segment_ids, past_length
+            input_ids, attention_mask, segment_ids, past_length, inputs_embeds
         )
+        record = record or StackRecord()
+        record.add_hidden(x)
         for index, (layer, layer_terms, layer_segments) in enumerate(
             zip(self.layers, terms, segment_bias, strict=True)
         ):
-            x = layer(x, layer_terms, mask, layer_segments, cache, index)
-        return x if self.final_norm is None else self.final_norm(x)
+            x = layer(x, layer_terms, mask, layer_segments, cache, index, record.attention)
+            if record.attention:
+                x, probs = x
+                record.attentions.append(probs)
+            record.add_hidden(x)
+        return self.finish(x, record)
+
+    def finish(self, x: Tensor, record: StackRecord) -> Tensor:
+        """The final LayerNorm (pre-norm), which the last recorded hidden state includes."""
+        if self.final_norm is None:
+            return x
+        x = self.final_norm(x)
+        record.replace_last_hidden(x)
+        return x
 
 
 def init_weights(module: nn.Module, std: float) -> None:

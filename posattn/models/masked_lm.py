@@ -59,21 +59,39 @@ class PosAttnForMaskedLM(PosAttnPreTrainedModel):
 
     def forward(
         self,
-        input_ids: Tensor,
+        input_ids: Tensor | None = None,
         attention_mask: Tensor | None = None,
         token_type_ids: Tensor | None = None,
         labels: Tensor | None = None,
         return_dict: bool | None = None,
         num_items_in_batch: int | Tensor | None = None,
+        inputs_embeds: Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
         **kwargs,
-    ) -> MaskedLMOutput:
-        hidden = self.posattn(input_ids, attention_mask, token_type_ids).last_hidden_state
+    ) -> MaskedLMOutput | tuple:
+        """With labels, the logits are those of the labelled positions only ([N, vocab], the
+        loss's rows): the vocabulary projection of unlabelled positions would be wasted."""
+        base = self.posattn(
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        hidden, loss = base.last_hidden_state, None
         if labels is None:
-            return MaskedLMOutput(logits=self.head(hidden))
-        labelled = labels != -100
-        logits = self.head(hidden[labelled])
-        loss = cross_entropy(logits, labels[labelled], num_items_in_batch)
-        return MaskedLMOutput(loss=loss, logits=logits)
+            logits = self.head(hidden)
+        else:
+            labelled = labels != -100
+            logits = self.head(hidden[labelled])
+            loss = cross_entropy(logits, labels[labelled], num_items_in_batch)
+        output = MaskedLMOutput(
+            loss=loss, logits=logits, hidden_states=base.hidden_states, attentions=base.attentions
+        )
+        return self.returned(output, return_dict)
 
 
 AutoModelForMaskedLM.register(PosAttnConfig, PosAttnForMaskedLM, exist_ok=True)

@@ -165,21 +165,56 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel):
         encoder_outputs: BaseModelOutput | tuple | None = None,
         return_dict: bool | None = None,
         num_items_in_batch: int | Tensor | None = None,
+        inputs_embeds: Tensor | None = None,
+        decoder_inputs_embeds: Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
         **kwargs,
-    ) -> Seq2SeqLMOutput:
+    ) -> Seq2SeqLMOutput | tuple:
+        """inputs_embeds / decoder_inputs_embeds: [B, n, d_model] in place of the (scaled by
+        sqrt(d_model)) word vectors of input_ids / decoder_input_ids.
+        output_attentions: encoder self-, decoder self- and cross-attention probabilities per
+        layer; output_hidden_states: each stack's embeddings output and layer outputs."""
         if encoder_outputs is None:
-            memory = self.encode(input_ids, attention_mask)
-        else:
-            memory = encoder_outputs[0]
-        if decoder_input_ids is None:
+            record = self.record_for(output_attentions, output_hidden_states)
+            memory = self.encoder(
+                input_ids, attention_mask, record=record, inputs_embeds=inputs_embeds
+            )
+            encoder_outputs = BaseModelOutput(
+                last_hidden_state=memory,
+                hidden_states=record.outputs("hidden_states"),
+                attentions=record.outputs("attentions"),
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):  # a tuple, as return_dict=False
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        memory = encoder_outputs.last_hidden_state
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
             require(labels is not None, "decoder_input_ids", None, "given, or labels to shift")
             decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
-        memory_kv = self.decoder.memory_keys_values(memory)
-        logits = self.decode(decoder_input_ids, memory_kv, attention_mask, decoder_attention_mask)
+        record = self.record_for(output_attentions, output_hidden_states)
+        hidden = self.decoder(
+            decoder_input_ids,
+            self.decoder.memory_keys_values(memory),
+            attention_mask,
+            decoder_attention_mask,
+            record=record,
+            inputs_embeds=decoder_inputs_embeds,
+        )
+        logits = self.lm_head(hidden)
         loss = None
         if labels is not None:
             loss = self.loss(logits, labels, num_items_in_batch)
-        return Seq2SeqLMOutput(loss=loss, logits=logits, encoder_last_hidden_state=memory)
+        output = Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            decoder_hidden_states=record.outputs("hidden_states"),
+            decoder_attentions=record.outputs("attentions"),
+            cross_attentions=record.outputs("cross_attentions"),
+            encoder_last_hidden_state=memory,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+        return self.returned(output, return_dict)
 
     def loss(self, logits: Tensor, labels: Tensor, num_items_in_batch=None) -> Tensor:
         """Label-smoothed in training, plain NLL in evaluation; summed and divided by the
