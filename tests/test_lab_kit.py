@@ -85,3 +85,28 @@ def test_a_stage_resumes_or_is_reused_only_with_its_own_settings(tmp_path):
     (old.directory / "checkpoints" / "checkpoint-5").mkdir(parents=True)
     with pytest.raises(PosAttnConfigError, match=r"settings are unknown.*--overwrite"):
         stage_state(old)
+
+
+def test_model_card_names_encoding_paper_options_run_and_metrics(tmp_path):
+    from huggingface_hub import ModelCard
+
+    from posattn import PosAttnConfig
+    from posattn.lab.pretraining.runconfig import load_run_config
+    from posattn.lab.runs.model_card import write_model_card
+
+    config = PosAttnConfig(
+        encoding="diet-rel",
+        encoding_options={"max_distance": 5},
+        num_layers=2,
+        d_model=32,
+        num_heads=4,
+    )
+    run = load_run_config(preset="smoke", overrides=["pretrain.steps=7"])
+    metrics = {"final_eval_loss": 5.25, "eval_loss": [[1, 6.0]], "steps": 7}
+    card = ModelCard.load(write_model_card(tmp_path, config, run, metrics, kind="masked LM"))
+    assert card.data.library_name == "posattn" and "diet-rel" in card.data.tags
+    text = card.text
+    assert "Chen et al. 2021 (DIET), DIET Eq. 3" in text
+    assert '`{"max_distance": 5}`' in text and "2 layers, d_model 32" in text
+    assert "steps: 7" in text  # the run config, as YAML
+    assert "| final_eval_loss | 5.25 |" in text and "| eval_loss |" not in text

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
 from posattn import PosAttnConfigError
@@ -72,8 +73,14 @@ def test_compare_smoke_writes_table_results_claims_and_plots(data_dir, tmp_path)
                 correct = run["test_correct"]
                 assert correct and set(correct) <= {0, 1}
                 assert sum(correct) / len(correct) == pytest.approx(run["test"])
+                assert -1 <= run["test_matthews"] <= 1 and 0 <= run["test_f1_macro"] <= 1
         model = output / arm / "seed0" / "pretrain" / "model" / "model.safetensors"
         assert model.is_file()
+        card = ModelCard.load(model.parent / "README.md")
+        encoding = "learned" if arm == "random-init" else arm.split("/")[0]
+        assert encoding in card.data.tags and card.data.library_name == "posattn"
+        if arm != "random-init":
+            assert f"| final_eval_loss | {pretrained['final_eval_loss']} |" in card.text
     for task in ("sentiment", "paraphrase"):
         downstream = summary["downstream"][task]["tupe-r"]
         low, high = downstream["interval"]

@@ -92,3 +92,19 @@ def test_last_checkpoint_and_pruning(tmp_path):
         "checkpoint-10",
         "checkpoint-40",
     ]
+
+
+def test_finetuning_reports_macro_f1_and_matthews_beside_accuracy():
+    import numpy as np
+
+    from posattn.lab.pretraining.finetune import EvaluationRecord
+
+    labels = np.array([0, 0, 1, 1, 2])
+    predicted = np.array([0, 1, 1, 1, 0])
+    logits = np.eye(3)[predicted]
+    metrics = EvaluationRecord()((logits, labels))
+    assert metrics["accuracy"] == pytest.approx(0.6)
+    # per-class F1: 0.5 (class 0), 0.8 (class 1), 0 (class 2, never predicted)
+    assert metrics["f1_macro"] == pytest.approx((0.5 + 0.8 + 0.0) / 3)
+    # Gorodkin's multiclass MCC: (c s - sum p_k t_k) / sqrt((s^2 - sum p_k^2)(s^2 - sum t_k^2))
+    assert metrics["matthews"] == pytest.approx((3 * 5 - (2 * 2 + 3 * 2)) / (12 * 16) ** 0.5)

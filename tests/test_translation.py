@@ -23,7 +23,7 @@ from posattn.lab.translation.decoding import (
     length_penalty,
 )
 from posattn.lab.translation.runconfig import load_translation_config
-from posattn.lab.translation.scoring import corpus_scores
+from posattn.lab.translation.scoring import corpus_scores, paired_significance
 from posattn.lab.translation.translate import (
     CachedScorer,
     RecomputingScorer,
@@ -110,6 +110,32 @@ def test_bleu_and_chrf_of_the_scoring_path():
     assert corpus_scores(shuffled, references)["bleu"] < 5.0
     with pytest.raises(PosAttnConfigError, match="one per reference"):
         corpus_scores(references[:2], references)
+
+
+def test_paired_significance_separates_a_better_system_from_a_tie():
+    rng = random.Random(0)
+    references = [" ".join(rng.choice("abcdefghij") * 3 for _ in range(8)) for _ in range(60)]
+
+    def damaged(sentence: str) -> str:
+        return " ".join(sentence.split()[:4])
+
+    # System B repairs the second half of A's damaged outputs: better, surely not by chance.
+    a = [damaged(r) for r in references]
+    b = a[:30] + references[30:]
+    better = paired_significance(a, b, references)
+    scores_a, scores_b = corpus_scores(a, references), corpus_scores(b, references)
+    assert better["bleu"]["difference"] == pytest.approx(scores_b["bleu"] - scores_a["bleu"])
+    assert better["bleu"]["difference"] > 10 and better["bleu"]["p_value"] < 0.01
+    assert better["chrf"]["p_value"] < 0.01
+    # C damages the other half: as good as A on average, so no significance.
+    c = references[:30] + [damaged(r) for r in references[30:]]
+    d = [damaged(r) for r in references[:30]] + references[30:]
+    tie = paired_significance(c, d, references, test_type="bs")
+    assert tie["bleu"]["p_value"] > 0.2
+    same = paired_significance(a, a, references)
+    assert same["bleu"]["p_value"] == 1.0 and same["bleu"]["difference"] == 0.0
+    with pytest.raises(PosAttnConfigError, match="test_type='t'"):
+        paired_significance(a, b, references, test_type="t")
 
 
 def test_bad_decoding_input():
@@ -268,3 +294,34 @@ def test_translation_compare_reuses_only_runs_of_the_same_settings(toy, tmp_path
         assert main([*base, "train.steps=6", "--overwrite"]) == 0
     assert json.loads(metrics.read_text())["steps"] == 6
     assert "| `sinusoidal` |" in (output / "results.md").read_text()
+
+
+def test_translation_compare_tests_each_encoding_against_the_first(toy, tmp_path):
+    from posattn.cli import main
+
+    output = tmp_path / "compare"
+    torch.set_num_threads(1)
+    with torch.random.fork_rng():
+        assert main(["compare", "--task", "translation", "--preset", "smoke", "--data-dir",
+                     str(toy), "--output", str(output), "--encodings", "sinusoidal,t5",
+                     "data.pairs=toy"]) == 0  # fmt: skip
+    summary = json.loads((output / "results.json").read_text())
+    test = summary["significance"]["t5"]
+    assert test["against"] == "sinusoidal" and test["test"] == "ar"
+    runs = summary["results"]
+    stacked = {
+        e: [
+            h
+            for s in test["seeds"]
+            for h in runs[e][str(s)]["evaluation"]["test"]["beam"]["hypotheses"]
+        ]
+        for e in ("sinusoidal", "t5")
+    }
+    references = [
+        r for s in test["seeds"] for r in runs["t5"][str(s)]["evaluation"]["test"]["references"]
+    ]
+    expected = corpus_scores(stacked["t5"], references)["bleu"]
+    expected -= corpus_scores(stacked["sinusoidal"], references)["bleu"]
+    assert test["bleu"]["difference"] == pytest.approx(expected)
+    assert 0 < test["bleu"]["p_value"] <= 1
+    assert "## Paired significance" in (output / "results.md").read_text()

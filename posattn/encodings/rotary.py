@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from ..errors import require, require_choice
 from .base import LayerTerms, ModelDims, Place, PositionalEncoding, require_causal
+from .rope_scaling import check_scaling, scaled_inverse_frequency
 
 LAYOUTS = ("interleaved", "half")
 
@@ -21,6 +23,9 @@ class RopeOptions:
     base: float = 10000.0
     fraction: float = 1.0
     scale: float = 1.0
+    # A context-extension rule in transformers' rope_parameters keys (rope_scaling.py), e.g.
+    # {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}.
+    scaling: dict[str, Any] | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         require(
@@ -34,6 +39,15 @@ class RopeOptions:
         require(self.base > 1.0, "base", self.base, "a rotary base theta > 1")
         require(0.0 < self.fraction <= 1.0, "fraction", self.fraction, "a fraction in (0, 1]")
         require(self.scale >= 1.0, "scale", self.scale, "an interpolation factor >= 1")
+        if self.scaling is not None:
+            check_scaling(self.scaling)
+            require(
+                self.scale == 1.0,
+                "scale",
+                self.scale,
+                "1.0 when `scaling` is set (scaling={'rope_type': 'linear', 'factor': s} is the "
+                "same interpolation)",
+            )
 
 
 def rotary_dim(head_dim: int, fraction: float) -> int:
@@ -82,7 +96,10 @@ class Rope(PositionalEncoding):
     "interleaved" pairs (x_{2i}, x_{2i+1}) (RoFormer, GPT-J), "half" pairs (x_i, x_{i+d_rot/2})
     (GPT-NeoX, Llama). `fraction` rotates only the first fraction * d_h dims (GPT-NeoX
     rotary_pct); `scale` > 1 is position interpolation (Chen et al. 2023): m -> m / scale.
-    No parameters; any length; causal or bidirectional.
+    `scaling` takes the context-extension rules of transformers' rope_parameters (linear,
+    dynamic NTK, YaRN, Llama 3.1, LongRoPE; `rope_scaling.py`): other inverse frequencies, and
+    for YaRN and LongRoPE a factor on cos and sin. No parameters; any length; causal or
+    bidirectional.
     """
 
     name = "rope"
@@ -95,11 +112,31 @@ class Rope(PositionalEncoding):
     def __init__(self, dims: ModelDims, options: RopeOptions) -> None:
         super().__init__(dims, options)
         self.rotary_dim = rotary_dim(dims.head_dim, options.fraction)
+        if options.scaling is not None:
+            check_scaling(options.scaling, rotary_pairs=self.rotary_dim // 2)
+
+    def frequencies(self, seq_len: int) -> tuple[Tensor, float]:
+        """(inv_freq [d_rot/2] float64, the factor on cos and sin) at length seq_len."""
+        o = self.options
+        inverse, factor = scaled_inverse_frequency(
+            o.scaling, self.rotary_dim, o.base, self.dims.max_len, seq_len
+        )
+        return inverse / o.scale, factor
 
     def angles(self, seq_len: int, device) -> Tensor:
-        o = self.options
-        positions = torch.arange(seq_len, device=device)
-        return rotary_angles(positions, self.rotary_dim, o.base, o.scale)
+        if self.options.scaling is None:
+            o = self.options
+            positions = torch.arange(seq_len, device=device)
+            return rotary_angles(positions, self.rotary_dim, o.base, o.scale)
+        inverse, _ = self.frequencies(seq_len)
+        positions = torch.arange(seq_len, device=device, dtype=torch.float64)
+        return positions[:, None] * inverse.to(device)
+
+    def cos_sin(self, seq_len: int, device) -> tuple[Tensor, Tensor]:
+        """cos and sin of the angles, times the rule's attention factor (1 without one)."""
+        angles = self.angles(seq_len, device)
+        factor = 1.0 if self.options.scaling is None else self.frequencies(seq_len)[1]
+        return angles.cos() * factor, angles.sin() * factor
 
     @staticmethod
     def _rotate_qk(cos, sin, layout, q, k):
@@ -107,8 +144,7 @@ class Rope(PositionalEncoding):
         return rotate(q, cos, sin, layout), rotate(k, cos, sin, layout)
 
     def layer_terms(self, seq_len, device, dtype):
-        angles = self.angles(seq_len, device)
-        transform = partial(self._rotate_qk, angles.cos(), angles.sin(), self.options.layout)
+        transform = partial(self._rotate_qk, *self.cos_sin(seq_len, device), self.options.layout)
         terms = LayerTerms(scale=self.content_scale(), transform_qk=transform)
         return [terms] * self.dims.num_layers
 
@@ -164,11 +200,9 @@ class Xpos(Rope):
         )
 
     def layer_terms(self, seq_len, device, dtype):
-        angles = self.angles(seq_len, device)
         transform = partial(
             self._rotate_scaled,
-            angles.cos(),
-            angles.sin(),
+            *self.cos_sin(seq_len, device),
             self.decay(seq_len, device),
             self.options.layout,
         )

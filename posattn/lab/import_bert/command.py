@@ -10,6 +10,7 @@ from pathlib import Path
 from ...errors import invalid
 from ...models import PosAttnForMaskedLM
 from ...models.bert_import import import_bert
+from ..runs.model_card import write_model_card
 
 TOKENIZER_FILES = (
     "vocab.txt",
@@ -40,6 +41,9 @@ def run_import_bert(args: argparse.Namespace) -> int:
     )
     output = Path(args.output or f"runs/import-bert-{args.encoding}")
     model.save_pretrained(output)
+    write_model_card(
+        output, model.config, metrics={"imported_from": str(args.path)}, kind="imported BERT"
+    )
     for name in TOKENIZER_FILES:
         if (Path(args.path) / name).is_file():
             shutil.copy2(Path(args.path) / name, output / name)

@@ -16,6 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from ...models import PosAttnForMaskedLM
+from ..runs.model_card import write_model_card
 from ..runs.stages import save_run, start_stage
 from .pretrain import model_config, pretrain_stage
 from .runconfig import FinetuneSection, RunConfig
@@ -115,6 +116,7 @@ def random_init_model_dir(config: RunConfig, tokenizer, output: Path, seed: int 
         model = PosAttnForMaskedLM(model_config(config, tokenizer)).float()
     model.save_pretrained(str(output))
     tokenizer.save_pretrained(str(output))
+    write_model_card(output, model.config, config, {"steps": 0}, kind="untrained masked LM")
     return output
 
 

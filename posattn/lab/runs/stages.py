@@ -30,6 +30,7 @@ from ...data.manifest import write_atomic
 from ...errors import PosAttnConfigError
 from .config import to_yaml
 from .fingerprint import differences, fingerprint
+from .model_card import write_model_card
 from .trainer import checkpoints, last_intact_checkpoint
 
 STAGE_FILE = "stage.json"
@@ -127,9 +128,10 @@ def save_run(
     tokenizer: Any = None,
 ) -> None:
     """Write a run's outputs on the main process: with a trainer, its model (and tokenizer)
-    into output/model; with a config, config.yaml; then `files` in their order, each
-    atomically (str: as text, else as indented JSON). Put the stage's marker last: it is
-    written only once everything else is in place."""
+    into output/model with a model card (README.md; the first dict of `files` as its metrics);
+    with a config, config.yaml; then `files` in their order, each atomically (str: as text,
+    else as indented JSON). Put the stage's marker last: it is written only once everything
+    else is in place."""
     output = Path(output)
     main = trainer.is_world_process_zero() if trainer is not None else is_main_process()
     if not main:
@@ -138,6 +140,9 @@ def save_run(
         trainer.save_model(str(output / "model"))
         if tokenizer is not None:
             tokenizer.save_pretrained(str(output / "model"))
+        model = trainer.model
+        metrics = next((c for c in files.values() if isinstance(c, dict)), None)
+        write_model_card(output / "model", model.config, config, metrics, kind=type(model).__name__)
     if config is not None:
         write_atomic(output / "config.yaml", to_yaml(config))
     for name, content in files.items():

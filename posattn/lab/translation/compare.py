@@ -16,7 +16,7 @@ from ...errors import require
 from ..runs.config import to_yaml
 from ..runs.context import run_context
 from ..runs.stages import FINISHED, RESUME, save_run, stage_state
-from .report import translation_markdown
+from .report import significance, translation_markdown
 from .runconfig import TranslationRunConfig
 from .train import load_tokenizer, seq2seq_config, train_translation, translation_stage
 
@@ -84,9 +84,9 @@ def compare_translation(
         beam_size=config.decode.beam_size,
         length_penalty=config.decode.length_penalty,
     )
-    markdown = translation_markdown(results, context)
-    save_run(
-        output, {"results.json": {"context": context, "results": results}, "results.md": markdown}
-    )
+    tests = significance(results) if len(results) > 1 else {}
+    markdown = translation_markdown(results, context, tests)
+    summary = {"context": context, "results": results, "significance": tests}
+    save_run(output, {"results.json": summary, "results.md": markdown})
     print(markdown)
     return results

@@ -19,11 +19,16 @@ def evaluate_model(
     examples: int = 3,
     truncate: bool = True,
 ) -> dict:
-    """{"greedy": scores, "beam": scores, "copy_source": scores, ...}. Sources longer than the
-    model's max_len are truncated and counted (truncate=True), or refused with an error."""
+    """{"greedy": scores, "beam": scores, "copy_source": scores, "references", ...}; each
+    search keeps every hypothesis (paired significance tests need them). Sources longer than
+    the model's max_len are truncated and counted (truncate=True), or refused with an error."""
     sources = [s for s, _ in pairs]
     references = [t for _, t in pairs]
-    result = {"pairs": len(pairs), "copy_source": corpus_scores(sources, references)}
+    result = {
+        "pairs": len(pairs),
+        "copy_source": corpus_scores(sources, references),
+        "references": references,
+    }
     searches = {"greedy": 1, "beam": decode.beam_size}
     for name, beam in searches.items():
         settings = SearchSettings(beam, decode.length_penalty, decode.max_new_tokens)
@@ -36,6 +41,7 @@ def evaluate_model(
             "beam_size": beam,
             "length_penalty": decode.length_penalty,
             "seconds": time.perf_counter() - start,
+            "hypotheses": hypotheses,
         }
         result["truncated_sources"] = len(truncated)
         result[f"{name}_examples"] = [

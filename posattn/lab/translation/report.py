@@ -8,8 +8,10 @@ import statistics
 
 from ..runs.tables import markdown_table as table
 from ..runs.verdicts import Spread, verdict_lines
+from .scoring import paired_significance
 
 METRICS = (("bleu", "BLEU"), ("chrf", "chrF"))
+TEST_NAMES = {"ar": "approximate randomisation", "bs": "paired bootstrap resampling"}
 
 
 def test_scores(runs: dict, search: str, metric: str) -> list[float]:
@@ -60,13 +62,69 @@ def verdicts(results: dict) -> list[str]:
     return lines
 
 
+def stacked_outputs(runs: dict, seeds: list[int]) -> tuple[list[str], list[str]]:
+    """Beam hypotheses and references of the test pairs, the given seeds one after another."""
+    hypotheses: list[str] = []
+    references: list[str] = []
+    for seed in seeds:
+        test = runs[seed]["evaluation"]["test"]
+        hypotheses += test["beam"]["hypotheses"]
+        references += test["references"]
+    return hypotheses, references
+
+
+def significance(results: dict, test_type: str = "ar", samples: int = 1000) -> dict:
+    """Every encoding against the first one, paired sentence by sentence and seed by seed: the
+    test outputs of the seeds both ran, stacked, under sacrebleu's paired test. {} where the
+    runs did not keep their hypotheses."""
+    encodings = list(results)
+    baseline = encodings[0]
+    tests = {}
+    for encoding in encodings[1:]:
+        seeds = sorted(set(results[baseline]) & set(results[encoding]))
+        runs = [results[baseline][s] for s in seeds] + [results[encoding][s] for s in seeds]
+        if not seeds or any("hypotheses" not in r["evaluation"]["test"]["beam"] for r in runs):
+            return {}
+        base, references = stacked_outputs(results[baseline], seeds)
+        system, _ = stacked_outputs(results[encoding], seeds)
+        tests[encoding] = {
+            "against": baseline,
+            "seeds": seeds,
+            **paired_significance(base, system, references, test_type, samples),
+        }
+    return tests
+
+
+def significance_lines(tests: dict) -> list[str]:
+    if not tests:
+        return ["The runs kept no hypotheses, so no paired test was run."]
+    first = next(iter(tests.values()))
+    name = TEST_NAMES[first["test"]]
+    lines = [
+        f"Each encoding against `{first['against']}` on the same test sentences, seeds paired "
+        f"and stacked, sacrebleu's {name} ({first['samples']} samples; two-sided p):",
+        "",
+    ]
+    rows = [
+        [
+            f"`{encoding}`",
+            f"{t['bleu']['difference']:+.2f}",
+            f"{t['bleu']['p_value']:.3f}",
+            f"{t['chrf']['difference']:+.2f}",
+            f"{t['chrf']['p_value']:.3f}",
+        ]
+        for encoding, t in tests.items()
+    ]
+    return [*lines, table(["encoding", "BLEU diff", "p", "chrF diff", "p"], rows)]
+
+
 def copy_baseline(results: dict) -> str:
     run = next(iter(next(iter(results.values())).values()))
     copy = run["evaluation"]["test"]["copy_source"]
     return f"copying the source scores BLEU {copy['bleu']:.2f}, chrF {copy['chrf']:.2f}"
 
 
-def translation_markdown(results: dict, context: dict) -> str:
+def translation_markdown(results: dict, context: dict, tests: dict | None = None) -> str:
     any_run = next(iter(next(iter(results.values())).values()))
     test = any_run["evaluation"]["test"]
     parts = [
@@ -83,6 +141,9 @@ def translation_markdown(results: dict, context: dict) -> str:
         "",
         "## Verdicts",
         *verdicts(results),
+        "",
+        "## Paired significance",
+        *significance_lines(significance(results) if tests is None else tests),
         "",
         f"Wall time: {context['wall_seconds'] / 60:.1f} min.",
     ]
