@@ -170,7 +170,7 @@ def test_shift_labels_follow_transformers_causal_lm_loss():
         rtol=1e-6,
         atol=1e-6,
     )
-    with pytest.raises(PosAttnConfigError, match="shift_labels.shape"):
+    with pytest.raises(PosAttnConfigError, match=r"shift_labels\.shape"):
         model(ids, shift_labels=shift[:, :-1])
 
 
