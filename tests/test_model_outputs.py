@@ -251,3 +251,20 @@ def test_encoder_outputs_given_as_a_tuple_are_reused():
             attention_mask=src_mask, decoder_input_ids=tgt, encoder_outputs=(encoded,)
         ).logits
     torch.testing.assert_close(reused, direct, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("encoding", ["t5", "rope", "shaw"])
+def test_causal_lm_attentions_of_cached_steps_are_the_last_rows_of_the_full_forward(encoding):
+    """With a cache, a new token's probabilities cover every cached key: they equal the last
+    query row of the full forward's."""
+    config = tiny_config(encoding, causal=True, segments="none")
+    model = randomised(PosAttnForCausalLM(config))
+    ids, _, _ = batch()
+    with torch.no_grad():
+        full = model(ids, output_attentions=True)
+        prefix = model(ids[:, :-1], use_cache=True)
+        step = model(ids[:, -1:], past_key_values=prefix.past_key_values, output_attentions=True)
+    assert len(step.attentions) == config.num_layers
+    for cached, whole in zip(step.attentions, full.attentions, strict=True):
+        assert cached.shape == (2, config.num_heads, 1, ids.shape[1])
+        torch.testing.assert_close(cached, whole[:, :, -1:], rtol=1e-9, atol=1e-12)
