@@ -24,12 +24,17 @@ class NoPosition(PositionalEncoding):
 def sinusoidal_table(seq_len: int, d_model: int, device=None, dtype=torch.float32) -> Tensor:
     """Vaswani et al. (2017) Sec. 3.5, interleaved: PE[t, 2i] = sin(t / 10000^(2i/d)),
     PE[t, 2i+1] = cos(t / 10000^(2i/d))."""
-    positions = torch.arange(seq_len, device=device, dtype=torch.float64)[:, None]
-    even = torch.arange(0, d_model, 2, device=device, dtype=torch.float64)
+    return sinusoids(torch.arange(seq_len, device=device), d_model, dtype)
+
+
+def sinusoids(positions: Tensor, d_model: int, dtype=torch.float32) -> Tensor:
+    """`sinusoidal_table`'s rows at any positions: [...] -> [..., d_model]."""
+    positions = positions.to(torch.float64)[..., None]
+    even = torch.arange(0, d_model, 2, device=positions.device, dtype=torch.float64)
     angles = positions / torch.pow(10000.0, even / d_model)
-    table = torch.empty(seq_len, d_model, device=device, dtype=torch.float64)
-    table[:, 0::2] = torch.sin(angles)
-    table[:, 1::2] = torch.cos(angles[:, : d_model // 2])
+    table = torch.empty(*angles.shape[:-1], d_model, device=positions.device, dtype=torch.float64)
+    table[..., 0::2] = torch.sin(angles)
+    table[..., 1::2] = torch.cos(angles[..., : d_model // 2])
     return table.to(dtype)
 
 
@@ -48,6 +53,9 @@ class Sinusoidal(PositionalEncoding):
 
     def input_embedding(self, seq_len, device, dtype):
         return sinusoidal_table(seq_len, self.dims.d_model, device, dtype)
+
+    def input_embedding_at(self, positions, dtype):
+        return sinusoids(positions, self.dims.d_model, dtype)
 
 
 class Learned(PositionalEncoding):
@@ -74,3 +82,6 @@ class Learned(PositionalEncoding):
 
     def input_embedding(self, seq_len, device, dtype):
         return self.table.weight[:seq_len]
+
+    def input_embedding_at(self, positions, dtype):
+        return self.table(positions)

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from .base import LayerTerms, Place, PositionalEncoding
-from .relative import offsets, toeplitz
+from .relative import offsets, position_differences, toeplitz
 
 
 def alibi_slopes(num_heads: int) -> Tensor:
@@ -52,3 +52,10 @@ class Alibi(PositionalEncoding):
             scale=self.content_scale(), bias=toeplitz(by_offset).unsqueeze(0), offset_bias=by_offset
         )
         return [terms] * self.dims.num_layers
+
+    def layer_terms_at(self, positions, dtype):
+        self.require_positions(positions)
+        distance = position_differences(positions).abs()[:, None]  # [B, 1, n, n]
+        slopes = alibi_slopes(self.dims.num_heads).to(positions.device)
+        bias = (-slopes[:, None, None] * distance).to(dtype)
+        return [LayerTerms(scale=self.content_scale(), bias=bias)] * self.dims.num_layers

@@ -12,6 +12,12 @@ acts"):
 `PositionalEncoding.layer_terms` is called once per model forward and returns one `LayerTerms`
 per layer; where a method shares its terms across layers the same object is returned for each
 layer, so an input-independent bias is built once and broadcast over the batch.
+
+Positions as an input (`position_ids`: packed documents, left padding, custom positions):
+`input_embedding_at` and `layer_terms_at` take the position of every token, [B, n], instead of
+0..n-1; their terms are per batch row ([B, H, n, n] biases). The default positions keep the
+shared fast path above; an encoding that cannot take arbitrary positions says why
+(`positions_refusal`).
 """
 
 from __future__ import annotations
@@ -204,6 +210,9 @@ class PositionalEncoding(OwnsParameters, nn.Module):
     def max_positions(self) -> int | None:
         return None
 
+    # Why the encoding cannot take positions other than 0..n-1 (None: it can, `*_at`).
+    positions_refusal: ClassVar[str | None] = None
+
     def content_scale(self) -> float:
         return 1.0 / math.sqrt(self.dims.head_dim)
 
@@ -229,6 +238,46 @@ class PositionalEncoding(OwnsParameters, nn.Module):
             cache[key] = self.layer_terms(seq_len, device, dtype)
         return cache[key]
 
+    def input_embedding_at(self, positions: Tensor, dtype: torch.dtype) -> Tensor | None:
+        """[B, n, d_model] added to the token embeddings of tokens at `positions` [B, n], or
+        None. Equal to `input_embedding`'s rows where positions are 0..n-1."""
+        self.require_positions(positions)
+        require(
+            Place.INPUT not in self.places,
+            "position_ids",
+            "given",
+            f"default positions: encoding {self.name!r} does not implement input_embedding_at",
+        )
+        return None
+
+    def layer_terms_at(self, positions: Tensor, dtype: torch.dtype) -> list[LayerTerms]:
+        """One `LayerTerms` per layer for tokens at `positions` [B, n] (token t of row b sits at
+        positions[b, t], as query and as key): per-row terms, biases [B, H, n, n]. Equal to
+        `layer_terms` where positions are 0..n-1. Every encoding with a positional term
+        overrides it; the base form is content attention (no positional term in attention)."""
+        self.require_positions(positions)
+        require(
+            set(self.places) <= {Place.INPUT},
+            "position_ids",
+            "given",
+            f"default positions: encoding {self.name!r} does not implement layer_terms_at",
+        )
+        return self.layer_terms(positions.shape[-1], positions.device, dtype)
+
+    def require_positions(self, positions: Tensor) -> None:
+        """Refuse `position_ids` where the encoding cannot take them (`positions_refusal`)."""
+        if self.positions_refusal is not None:
+            raise invalid(
+                "position_ids",
+                "positions other than 0..n-1",
+                f"default positions only: encoding {self.name!r} {self.positions_refusal}",
+            )
+
+    def window_terms_at(self, start: int, positions: Tensor, dtype: torch.dtype):
+        """`window_terms` at given positions: the terms of the tokens at `positions` [B, end]
+        (cached and new) restricted to the query rows [start, end)."""
+        return restrict_rows(self.layer_terms_at(positions, dtype), start)
+
     def window_terms(self, start: int, end: int, device: torch.device, dtype: torch.dtype):
         """One `LayerTerms` per layer for the query rows [start, end) over the keys [0, end):
         incremental (cached key/value) decoding of a causal model, where tokens [0, start) are
@@ -242,14 +291,18 @@ class PositionalEncoding(OwnsParameters, nn.Module):
         *before* any q/k transform (cache the raw projections), since the transform is
         re-applied to all of them.
         """
-        terms = self.terms_for(end, device, dtype)
-        if start == 0:
-            return terms
-        restricted: dict[int, LayerTerms] = {}
-        for layer_terms in terms:
-            if id(layer_terms) not in restricted:
-                restricted[id(layer_terms)] = layer_terms.query_rows(start)
-        return [restricted[id(layer_terms)] for layer_terms in terms]
+        return restrict_rows(self.terms_for(end, device, dtype), start)
+
+
+def restrict_rows(terms: list[LayerTerms], start: int) -> list[LayerTerms]:
+    """Each layer's terms restricted to the query rows [start, n); shared terms stay shared."""
+    if start == 0:
+        return terms
+    restricted: dict[int, LayerTerms] = {}
+    for layer_terms in terms:
+        if id(layer_terms) not in restricted:
+            restricted[id(layer_terms)] = layer_terms.query_rows(start)
+    return [restricted[id(layer_terms)] for layer_terms in terms]
 
 
 def require_causal(name: str, dims: ModelDims) -> None:

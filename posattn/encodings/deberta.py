@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from ..errors import require
 from .base import LayerTerms, ModelDims, Place, PositionalEncoding, empty_parameter
-from .relative import offsets, skew, toeplitz, use_skew
+from .relative import offsets, position_differences, skew, toeplitz, use_skew
 
 TERMS = ("c2p", "p2c")
 
@@ -120,7 +120,10 @@ class Deberta(PositionalEncoding):
     def offset_index(self, seq_len: int, device) -> Tensor:
         """[2n - 1] the embedding row clip(bucket(i - j) + s, 0, 2s - 1) of every offset
         o = j - i in `offsets` order."""
-        relative = -offsets(seq_len, device)  # i - j
+        return self.embedding_row(-offsets(seq_len, device))
+
+    def embedding_row(self, relative: Tensor) -> Tensor:
+        """The embedding row clip(bucket(r) + s, 0, 2s - 1) of relative positions r = i - j."""
         if self.options.position_buckets > 0:
             relative = deberta_log_bucket(
                 relative, self.options.position_buckets, self.max_relative
@@ -133,7 +136,11 @@ class Deberta(PositionalEncoding):
     def _logits(self, layer: int, index: Tensor, embeddings: Tensor, q, k, attention) -> Tensor:
         if use_skew(q.device):
             return self._logits_by_offset(layer, embeddings, q, k, attention)
-        expand = index.expand(*q.shape[:2], *index.shape)
+        return self._gathered_logits(layer, index, embeddings, q, k, attention)
+
+    def _gathered_logits(self, layer: int, index: Tensor, embeddings: Tensor, q, k, attention):
+        """c2p and p2c by index gathers; index [n, n] or per row [B, 1, n, n] holds d(i, j)."""
+        expand = index.expand(*q.shape[:2], *index.shape[-2:])
         logits = 0
         if "c2p" in self.options.terms:
             project = (
@@ -149,7 +156,7 @@ class Deberta(PositionalEncoding):
             )
             per_offset = k @ self._heads(project(embeddings)).to(k.dtype).transpose(-1, -2)
             # row j (a key) reads offset bucket(j - i) = -bucket(i - j): the transposed index
-            reverse = index.T.expand(*q.shape[:2], *index.shape)
+            reverse = index.transpose(-1, -2).expand(*q.shape[:2], *index.shape[-2:])
             logits = logits + torch.gather(per_offset, -1, reverse).transpose(-1, -2)
         return logits * self.content_scale()
 
@@ -177,6 +184,19 @@ class Deberta(PositionalEncoding):
             table = self._heads(project(embeddings[rows.flip(0)])).to(k.dtype)
             logits = logits + skew(k @ table.transpose(-1, -2)).transpose(-1, -2)
         return logits * self.content_scale()
+
+    def layer_terms_at(self, positions, dtype):
+        self.require_positions(positions)
+        # [B, 1, n, n] row of P for (query i, key j): d(i, j) from p_i - p_j
+        index = self.embedding_row(-position_differences(positions))[:, None]
+        embeddings = self.embeddings if self.norm is None else self.norm(self.embeddings)
+        return [
+            LayerTerms(
+                scale=self.content_scale(),
+                qk_logits=partial(self._gathered_logits, layer, index, embeddings),
+            )
+            for layer in range(self.dims.num_layers)
+        ]
 
     def layer_terms(self, seq_len, device, dtype):
         index = self.relative_index(seq_len, device)

@@ -16,7 +16,7 @@ from .base import (
     layer_group,
     sharing_groups,
 )
-from .relative import offsets, toeplitz
+from .relative import offsets, position_differences, toeplitz
 
 SHARING = ("none", "layer", "head")
 
@@ -98,6 +98,21 @@ class DietAbsolute(PositionalEncoding):
             lambda g: self.group_terms(g, seq_len),
         )
 
+    def group_terms_at(self, group: int, positions: Tensor) -> LayerTerms:
+        """P_Q P_K^T at the rows of the positions: factors [B, H or 1, n, d_p]."""
+        pq, pk = (table[group][:, positions].transpose(0, 1) for table in (self.query, self.key))
+        return LayerTerms(
+            scale=self.content_scale(), bias=pq @ pk.transpose(-1, -2), bias_factors=(pq, pk)
+        )
+
+    def layer_terms_at(self, positions, dtype):
+        self.require_positions(positions)
+        return per_layer_terms(
+            self.options.sharing,
+            self.dims.num_layers,
+            lambda g: self.group_terms_at(g, positions),
+        )
+
 
 @dataclass(frozen=True)
 class DietRelOptions:
@@ -151,6 +166,17 @@ class DietRelative(PositionalEncoding):
             self.options.sharing,
             self.dims.num_layers,
             lambda g: self.toeplitz_terms(scale, self.table[g][rows].T),
+        )
+
+    def layer_terms_at(self, positions, dtype):
+        self.require_positions(positions)
+        m = self.max_distance
+        rows = (-position_differences(positions)).clamp(-m, m) + m  # clip(i - j) + m, [B, n, n]
+        scale = self.content_scale()
+        return per_layer_terms(
+            self.options.sharing,
+            self.dims.num_layers,
+            lambda g: LayerTerms(scale=scale, bias=self.table[g][rows].movedim(-1, -3)),
         )
 
     @staticmethod

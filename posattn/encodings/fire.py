@@ -17,7 +17,7 @@ from .base import (
     empty_parameter,
     require_causal,
 )
-from .relative import relative_positions
+from .relative import position_differences, relative_positions
 
 
 @dataclass(frozen=True)
@@ -60,10 +60,23 @@ class FireBias(OwnsParameters, nn.Module):
         psi = lambda x: torch.log1p(torch.abs(self.c * x))  # noqa: E731
         return psi(relative) / (psi(normaliser) + self.eps)
 
+    def normalised_distance_at(self, positions: Tensor) -> Tensor:
+        """`normalised_distance` at given positions [B, n]: [B, n, n] with i, j the positions
+        of the query and the key."""
+        relative = -position_differences(positions).to(self.c.dtype)  # p_i - p_j
+        query = positions.to(self.c.dtype)
+        normaliser = torch.maximum(query, self.threshold.abs())[..., :, None]
+        psi = lambda x: torch.log1p(torch.abs(self.c * x))  # noqa: E731
+        return psi(relative) / (psi(normaliser) + self.eps)
+
     def forward(self, seq_len: int, device) -> Tensor:
         """[1, H, n, n] bias."""
         distance = self.normalised_distance(seq_len, device)
         return self.mlp(distance[..., None]).permute(2, 0, 1).unsqueeze(0)
+
+    def at(self, positions: Tensor) -> Tensor:
+        """[B, H, n, n] bias of tokens at positions [B, n]."""
+        return self.mlp(self.normalised_distance_at(positions)[..., None]).movedim(-1, -3)
 
 
 class Fire(PositionalEncoding):
@@ -95,5 +108,12 @@ class Fire(PositionalEncoding):
     def layer_terms(self, seq_len, device, dtype):
         return [
             LayerTerms(scale=self.content_scale(), bias=layer(seq_len, device))
+            for layer in self.layers
+        ]
+
+    def layer_terms_at(self, positions, dtype):
+        self.require_positions(positions)
+        return [
+            LayerTerms(scale=self.content_scale(), bias=layer.at(positions))
             for layer in self.layers
         ]

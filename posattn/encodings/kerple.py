@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from ..errors import require_choice
 from .base import LayerTerms, ModelDims, Place, PositionalEncoding, empty_parameter
-from .relative import offsets, toeplitz
+from .relative import offsets, position_differences, toeplitz
 
 EPS = 1e-2  # the official code's floor for both kernel parameters
 
@@ -59,6 +59,31 @@ class Kerple(PositionalEncoding):
     def valid_parameters(self) -> tuple[Tensor, Tensor]:
         r2_max = 2.0 if self.options.kernel == "power" else None
         return self.r1.clamp(min=EPS), self.r2.clamp(min=EPS, max=r2_max)
+
+    def kernel(self, distance: Tensor) -> Tensor:
+        """-r1 log(1 + r2 d) or -r1 d^r2 of distances [..., m] per head: [..., H, m]."""
+        r1, r2 = self.valid_parameters()
+        r1, r2 = r1[:, None], r2[:, None]
+        distance = distance.to(r1.dtype)[..., None, :]
+        if self.options.kernel == "log":
+            return -r1 * torch.log1p(r2 * distance)
+        return -r1 * distance.pow(r2)
+
+    def project_parameters(self) -> None:
+        """The official projection: keep the stored values in range so that they keep
+        receiving gradients after an update has pushed them out (in training)."""
+        if self.training:
+            with torch.no_grad():
+                r1, r2 = self.valid_parameters()
+                self.r1.copy_(r1)
+                self.r2.copy_(r2)
+
+    def layer_terms_at(self, positions, dtype):
+        self.require_positions(positions)
+        self.project_parameters()
+        distance = position_differences(positions).abs()  # [B, n, n]
+        bias = self.kernel(distance.flatten(-2)).unflatten(-1, distance.shape[-2:])
+        return [LayerTerms(scale=self.content_scale(), bias=bias)] * self.dims.num_layers
 
     def layer_terms(self, seq_len, device, dtype):
         if self.training:

@@ -26,6 +26,12 @@ class SequenceProjection(PositionalEncoding):
     """Per-layer projections E, F in R^{k x max_len} along the sequence, shared by the heads;
     a sequence of n <= max_len tokens uses their first n columns."""
 
+    positions_refusal = (
+        "projects keys and values along the sequence with E, F in R^{k x max_len}, whose "
+        "columns are token indices 0..n-1, not positions: other positions (packed documents, "
+        "left padding) have no meaning there"
+    )
+
     def __init__(self, dims: ModelDims, options: LinformerOptions) -> None:
         super().__init__(dims, options)
         require(

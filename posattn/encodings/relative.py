@@ -8,13 +8,26 @@ from torch import Tensor
 
 from ..execution import use_skew
 
-__all__ = ["offsets", "relative_positions", "skew", "toeplitz", "use_skew"]
+__all__ = [
+    "offsets",
+    "position_differences",
+    "relative_positions",
+    "skew",
+    "toeplitz",
+    "use_skew",
+]
 
 
 def relative_positions(seq_len: int, device) -> Tensor:
     """[n, n] with entry (i, j) = j - i."""
     positions = torch.arange(seq_len, device=device)
     return positions[None, :] - positions[:, None]
+
+
+def position_differences(positions: Tensor) -> Tensor:
+    """[B, n] positions of the tokens -> [B, n, n] with entry (b, i, j) = p_bj - p_bi: the
+    relative position j - i of `relative_positions` at given positions."""
+    return positions[..., None, :] - positions[..., :, None]
 
 
 def offsets(seq_len: int, device) -> Tensor:

@@ -69,9 +69,10 @@ def rotary_dim(head_dim: int, fraction: float) -> int:
 
 
 def rotary_angles(positions: Tensor, dim: int, base: float, scale: float) -> Tensor:
-    """[n, dim/2] angles (m / scale) * base^(-2i/dim)  (RoFormer Eq. 15; PI: m -> m / scale)."""
+    """[..., dim/2] angles (m / scale) * base^(-2i/dim) of positions [...]  (RoFormer Eq. 15;
+    PI: m -> m / scale)."""
     inverse_frequency = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
-    return (positions.double()[:, None] / scale) * inverse_frequency.to(positions.device)
+    return (positions.double()[..., None] / scale) * inverse_frequency.to(positions.device)
 
 
 def rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
@@ -148,6 +149,25 @@ class Rope(PositionalEncoding):
         terms = LayerTerms(scale=self.content_scale(), transform_qk=transform)
         return [terms] * self.dims.num_layers
 
+    def cos_sin_at(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """`cos_sin` of the tokens at positions [B, n]: [B, 1, n, d_rot/2] each (broadcast
+        over heads). A scaling rule that depends on the length (dynamic NTK, LongRoPE) takes
+        the largest position + 1, as transformers' rotary embeddings do with position_ids."""
+        o = self.options
+        if o.scaling is None:
+            angles = rotary_angles(positions, self.rotary_dim, o.base, o.scale)[:, None]
+            return angles.cos(), angles.sin()
+        inverse, factor = self.frequencies(int(positions.max()) + 1)
+        angles = (positions.double()[..., None] * inverse.to(positions.device))[:, None]
+        return angles.cos() * factor, angles.sin() * factor
+
+    def layer_terms_at(self, positions, dtype):
+        self.require_positions(positions)
+        transform = partial(self._rotate_qk, *self.cos_sin_at(positions), self.options.layout)
+        return [LayerTerms(scale=self.content_scale(), transform_qk=transform)] * (
+            self.dims.num_layers
+        )
+
 
 @dataclass(frozen=True)
 class XposOptions(RopeOptions):
@@ -185,11 +205,30 @@ class Xpos(Rope):
 
     def decay(self, seq_len: int, device) -> Tensor:
         """[n, d_rot/2] zeta_i^(m / B), m centred."""
-        o = self.options
-        index = torch.arange(0, self.rotary_dim, 2, dtype=torch.float64, device=device)
-        zeta = (index / self.rotary_dim + o.gamma) / (1 + o.gamma)
         positions = torch.arange(seq_len, device=device, dtype=torch.float64) - seq_len // 2
-        return zeta[None, :] ** (positions[:, None] / o.scale_base)
+        return self.decay_of(positions)
+
+    def decay_of(self, centred: Tensor) -> Tensor:
+        """[..., d_rot/2] zeta_i^(m / B) of centred positions m [...]."""
+        o = self.options
+        index = torch.arange(0, self.rotary_dim, 2, dtype=torch.float64, device=centred.device)
+        zeta = (index / self.rotary_dim + o.gamma) / (1 + o.gamma)
+        return zeta ** (centred.double()[..., None] / o.scale_base)
+
+    def layer_terms_at(self, positions, dtype):
+        self.require_positions(positions)
+        # Centred per row as the default path centres on the length: (max + 1) // 2 is
+        # n // 2 for positions 0..n-1. The centre cancels in every logit.
+        centre = torch.div(positions.amax(-1, keepdim=True) + 1, 2, rounding_mode="floor")
+        transform = partial(
+            self._rotate_scaled,
+            *self.cos_sin_at(positions),
+            self.decay_of(positions - centre)[:, None],
+            self.options.layout,
+        )
+        return [LayerTerms(scale=self.content_scale(), transform_qk=transform)] * (
+            self.dims.num_layers
+        )
 
     @staticmethod
     def _rotate_scaled(cos, sin, decay, layout, q, k):

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from ..errors import require_positive_int
 from .base import LayerTerms, ModelDims, Place, PositionalEncoding, empty_parameter
-from .relative import offsets, skew, toeplitz, use_skew
+from .relative import offsets, position_differences, skew, toeplitz, use_skew
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,34 @@ class ShawRelative(PositionalEncoding):
         per_offset = probs.new_zeros(*probs.shape[:-1], self.values.shape[1])
         per_offset.scatter_add_(-1, index, probs)
         return per_offset @ self.values[layer].to(probs.dtype)
+
+    def _key_logits_at(self, layer: int, index: Tensor, q: Tensor, k: Tensor, attention):
+        """q a^K_{clip(p_j - p_i)}: q against every table row, gathered by the [B, 1, n, n]
+        row index of each (query, key) pair."""
+        per_offset = q @ self.keys[layer].to(q.dtype).T  # [B, H, n, 2t+1]
+        index = index.expand(*q.shape[:2], -1, -1)
+        return torch.gather(per_offset, -1, index) * self.content_scale()
+
+    def _value_term_at(self, layer: int, index: Tensor, probs: Tensor) -> Tensor:
+        index = index.expand(*probs.shape[:2], -1, -1)
+        per_offset = probs.new_zeros(*probs.shape[:-1], self.values.shape[1])
+        per_offset.scatter_add_(-1, index, probs)
+        return per_offset @ self.values[layer].to(probs.dtype)
+
+    def layer_terms_at(self, positions, dtype):
+        self.require_positions(positions)
+        t = self.options.max_distance
+        index = (position_differences(positions).clamp(-t, t) + t)[:, None]  # [B, 1, n, n]
+        return [
+            LayerTerms(
+                scale=self.content_scale(),
+                qk_logits=partial(self._key_logits_at, layer, index),
+                value_term=(
+                    partial(self._value_term_at, layer, index) if self.values is not None else None
+                ),
+            )
+            for layer in range(self.dims.num_layers)
+        ]
 
     def layer_terms(self, seq_len, device, dtype):
         rows = self.rows(seq_len, device)

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from ..errors import require, require_positive_int
 from .absolute import Learned
 from .base import LayerTerms, ModelDims, OwnsParameters, Place, PositionalEncoding, empty_parameter
-from .relative import offsets, toeplitz
+from .relative import offsets, position_differences, toeplitz
 
 
 def t5_relative_bucket(
@@ -93,6 +93,10 @@ class T5BiasTable(OwnsParameters, nn.Module):
         """[2n - 1] buckets of the offsets (`cached_buckets`) -> [H, 2n - 1] per offset."""
         return self.weight[offset_buckets].T
 
+    def at(self, buckets: Tensor) -> Tensor:
+        """Bucket ids [B, n, n] (any shape [..., n, n]) -> the bias [..., H, n, n]."""
+        return self.weight[buckets].movedim(-1, -3)
+
     def forward(self, offset_buckets: Tensor) -> Tensor:
         """[2n - 1] buckets of the offsets (`cached_buckets`) -> the bias [1, H, n, n]."""
         return toeplitz(self.by_offset(offset_buckets)).unsqueeze(0)
@@ -131,6 +135,17 @@ class T5Bias(PositionalEncoding):
         )
         return [terms] * self.dims.num_layers
 
+    def buckets_at(self, positions: Tensor) -> Tensor:
+        """[B, n] positions -> [B, n, n] bucket of each difference p_j - p_i."""
+        o = self.options
+        relative = position_differences(positions)
+        return t5_relative_bucket(relative, o.bidirectional, o.num_buckets, o.max_distance)
+
+    def layer_terms_at(self, positions, dtype):
+        self.require_positions(positions)
+        bias = self.relative.at(self.buckets_at(positions))
+        return [LayerTerms(scale=self.content_scale(), bias=bias)] * self.dims.num_layers
+
 
 class BertRelative(T5Bias):
     """[bert-r] TUPE's BERT-R baseline (TUPE Eq. 3 + Eq. 5): BERT-A input embeddings plus the
@@ -155,3 +170,6 @@ class BertRelative(T5Bias):
 
     def input_embedding(self, seq_len, device, dtype):
         return self.absolute.input_embedding(seq_len, device, dtype)
+
+    def input_embedding_at(self, positions, dtype):
+        return self.absolute.input_embedding_at(positions, dtype)

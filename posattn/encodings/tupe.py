@@ -11,7 +11,8 @@ from torch import Tensor, nn
 
 from ..errors import require
 from .base import LayerTerms, ModelDims, OwnsParameters, Place, PositionalEncoding, empty_parameter
-from .t5 import T5BiasTable, T5Options, cached_buckets
+from .relative import position_differences
+from .t5 import T5BiasTable, T5Options, cached_buckets, t5_relative_bucket
 
 
 class UntiedPositions(OwnsParameters, nn.Module):
@@ -42,10 +43,10 @@ class UntiedPositions(OwnsParameters, nn.Module):
         nn.init.normal_(self.special, std=self.std)
 
     def _heads(self, x: Tensor) -> Tensor:
-        return x.unflatten(-1, (self.num_heads, -1)).transpose(0, 1)  # [H, m, d_h]
+        return x.unflatten(-1, (self.num_heads, -1)).transpose(-2, -3)  # [..., H, m, d_h]
 
     def project(self, rows: Tensor) -> tuple[Tensor, Tensor]:
-        """[m, d] position rows -> (p U^Q, p U^K), each [H, m, d_h]."""
+        """[..., m, d] position rows -> (p U^Q, p U^K), each [..., H, m, d_h]."""
         normed = self.norm(rows)
         return self._heads(self.query(normed)), self._heads(self.key(normed))
 
@@ -78,6 +79,15 @@ def require_cls_inside(cls_index: int, seq_len: int) -> None:
         cls_index,
         f"must lie inside the sequence of length {seq_len} (0 <= cls_index < {seq_len})",
     )
+
+
+def untie_cls_at(values: Tensor, is_cls: Tensor, row_value: Tensor, column_value: Tensor) -> Tensor:
+    """`untie_cls` on [B, H, n, n] where the [CLS] tokens are is_cls [B, n] (True where a
+    token's position is cls_index: each packed document's own [CLS])."""
+    is_row = is_cls[:, None, :, None]
+    is_column = is_cls[:, None, None, :] & ~is_row
+    values = torch.where(is_column, column_value[:, None, None], values)
+    return torch.where(is_row, row_value[:, None, None], values)
 
 
 def untie_cls(values: Tensor, cls_index: int, row_value: Tensor, column_value: Tensor) -> Tensor:
@@ -169,6 +179,23 @@ class TupeAbsolute(PositionalEncoding):
         )
         return [terms] * self.dims.num_layers
 
+    def absolute_logits_at(self, positions: Tensor) -> Tensor:
+        """`absolute_logits` of tokens at positions [B, n]: [B, H, n, n], the [CLS] untie on
+        the tokens at position cls_index."""
+        pq, pk = self.positions.project(self.positions.table[positions])  # [B, H, n, d_h]
+        logits = (pq * self.content_scale()) @ pk.transpose(-1, -2)
+        if not self.options.untie_cls:
+            return logits
+        spq, spk = self.positions.project(self.positions.special)
+        theta = (spq * self.content_scale() * spk).sum(-1)  # [H, 2]
+        is_cls = positions == self.options.cls_index
+        return untie_cls_at(logits, is_cls, theta[:, 0], theta[:, 1])
+
+    def layer_terms_at(self, positions, dtype):
+        self.require_positions(positions)
+        terms = LayerTerms(scale=self.content_scale(), bias=self.absolute_logits_at(positions))
+        return [terms] * self.dims.num_layers
+
 
 class TupeRelative(TupeAbsolute):
     """[tupe-r] TUPE-R, TUPE Eq. 11: TUPE-A plus T5's relative bias inside the reset:
@@ -208,6 +235,24 @@ class TupeRelative(TupeAbsolute):
         bias = self.absolute_logits(seq_len) + self.relative_bias(seq_len, device)
         terms = LayerTerms(scale=self.content_scale(), bias=bias.unsqueeze(0))
         return [terms] * self.dims.num_layers
+
+    def relative_bias_at(self, positions: Tensor) -> Tensor:
+        """`relative_bias` of tokens at positions [B, n]: [B, H, n, n]."""
+        o = self.options
+        buckets = t5_relative_bucket(
+            position_differences(positions), o.bidirectional, o.num_buckets, o.max_distance
+        )
+        bias = self.relative.at(buckets)
+        if not o.untie_cls:
+            return bias
+        weight = self.relative.weight
+        is_cls = positions == o.cls_index
+        return untie_cls_at(bias, is_cls, weight[o.num_buckets], weight[o.num_buckets + 1])
+
+    def layer_terms_at(self, positions, dtype):
+        self.require_positions(positions)
+        bias = self.absolute_logits_at(positions) + self.relative_bias_at(positions)
+        return [LayerTerms(scale=self.content_scale(), bias=bias)] * self.dims.num_layers
 
 
 class BertAd(PositionalEncoding):
@@ -249,5 +294,13 @@ class BertAd(PositionalEncoding):
         terms = LayerTerms(
             scale=self.content_scale(),
             transform_qk=partial(self._add_positions, pq.unsqueeze(0), pk.unsqueeze(0)),
+        )
+        return [terms] * self.dims.num_layers
+
+    def layer_terms_at(self, positions, dtype):
+        self.require_positions(positions)
+        pq, pk = self.positions.project(self.positions.table[positions])  # [B, H, n, d_h]
+        terms = LayerTerms(
+            scale=self.content_scale(), transform_qk=partial(self._add_positions, pq, pk)
         )
         return [terms] * self.dims.num_layers

@@ -24,9 +24,10 @@ class PosAttnForCausalLM(PosAttnPreTrainedModel, GenerationMixin):
     Incremental decoding: pass `past_key_values` (a transformers `DynamicCache`, created when
     `use_cache=True` and none is given) and only the new input ids; `attention_mask`, when
     given, covers the cached and the new tokens. The logits equal the full forward's
-    (`PositionalEncoding.window_terms`). Positions are token indices in the sequence:
-    `position_ids` are not used, so left padding shifts absolute positions. Segments inside
-    attention (DIET Eq. 2) decode with the full forward only.
+    (`PositionalEncoding.window_terms`). `position_ids` (`posattn.models.positions`) place the
+    tokens: `generate` passes the attention mask's cumsum, so a left-padded row's first real
+    token is at position 0 and its logits equal the unpadded row's; without them token t is at
+    position t. Segments inside attention (DIET Eq. 2) decode with the full forward only.
     """
 
     _tied_weights_keys = {  # noqa: RUF012 - transformers reads this class attribute
@@ -70,7 +71,7 @@ class PosAttnForCausalLM(PosAttnPreTrainedModel, GenerationMixin):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         shift_labels: Tensor | None = None,
-        **kwargs,
+        position_ids: Tensor | None = None,
     ) -> CausalLMOutputWithPast | tuple:
         """logits_to_keep: 0 for every position, else the logits of the last that many (what
         `generate` asks for: the vocabulary projection of earlier positions is wasted).
@@ -91,6 +92,7 @@ class PosAttnForCausalLM(PosAttnPreTrainedModel, GenerationMixin):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
             return_dict=True,
+            position_ids=position_ids,
         )
         hidden = base.last_hidden_state
         logits = self.lm_head(hidden[:, -logits_to_keep:] if logits_to_keep else hidden)

@@ -74,7 +74,7 @@ class PosAttnForSequenceClassification(PosAttnPreTrainedModel):
         inputs_embeds: Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        **kwargs,
+        position_ids: Tensor | None = None,
     ) -> SequenceClassifierOutput | tuple:
         base = self.posattn(
             input_ids,
@@ -84,6 +84,7 @@ class PosAttnForSequenceClassification(PosAttnPreTrainedModel):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
             return_dict=True,
+            position_ids=position_ids,
         )
         logits = self.head(base.last_hidden_state)
         loss = None

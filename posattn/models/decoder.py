@@ -156,16 +156,18 @@ class Decoder(Encoder):
         memory_mask: Tensor | None = None,
         attention_mask: Tensor | None = None,
         cache=None,
+        position_ids: Tensor | None = None,
         record: StackRecord | None = None,
         inputs_embeds: Tensor | None = None,
     ) -> Tensor:
         """memory_mask: [B, n_src], 1 for real source tokens. cache: None, or a transformers
         `DynamicCache` with the past target tokens (input_ids are then the new ones only).
+        position_ids: [B, n] positions of the new target tokens (as in `Encoder.forward`).
         record: a `StackRecord` that gathers hidden states, self- and cross-attentions.
         inputs_embeds: [B, n, d_model] in place of input_ids' (scaled) word vectors."""
         past_length = 0 if cache is None else cache.get_seq_length()
         x, terms, mask, _ = self.layer_inputs(
-            input_ids, attention_mask, None, past_length, inputs_embeds
+            input_ids, attention_mask, None, past_length, position_ids, cache, inputs_embeds
         )
         cross_mask = None if memory_mask is None else memory_mask.bool()[:, None, None, :]
         record = record or StackRecord()

@@ -13,6 +13,12 @@ from ..errors import invalid, require
 from ..kernels import build_attention_mask
 from .config import PosAttnConfig
 from .outputs import StackRecord
+from .positions import (
+    all_positions,
+    check_position_ids,
+    check_position_range,
+    packed_documents,
+)
 from .segments import SegmentAttentionBias
 
 
@@ -41,7 +47,8 @@ class Embeddings(nn.Module):
         positions: Tensor | None,
         inputs_embeds: Tensor | None = None,
     ) -> Tensor:
-        """inputs_embeds [B, n, d_model] replace the (scaled) word vectors of input_ids, as in
+        """positions: the encoding's input vectors, [n, d] (default positions) or [B, n, d].
+        inputs_embeds [B, n, d_model] replace the (scaled) word vectors of input_ids, as in
         transformers: segments, positions, LayerNorm and dropout still apply."""
         if inputs_embeds is not None:
             x = inputs_embeds
@@ -174,12 +181,18 @@ class Encoder(nn.Module):
         return tuple(inputs_embeds.shape[:2])
 
     def _check_inputs(
-        self, input_ids, attention_mask, segment_ids, past_length: int, inputs_embeds=None
+        self,
+        tokens: tuple[int, int],
+        attention_mask,
+        segment_ids,
+        past_length: int,
+        positions_given=False,
     ) -> None:
-        tokens = self.token_shape(input_ids, inputs_embeds)
+        """tokens: `token_shape` of the new tokens."""
         seq_len = past_length + tokens[1]
         limit = self.encoding.max_positions
-        if limit is not None and seq_len > limit:
+        # With positions given, a table bounds the positions (checked with them), not the length.
+        if limit is not None and seq_len > limit and not positions_given:
             raise invalid(
                 "seq_len",
                 seq_len,
@@ -218,23 +231,59 @@ class Encoder(nn.Module):
                     f"{self.config.num_segments})",
                 )
 
+    def token_positions(self, tokens: tuple[int, int], position_ids, cache, past_length: int):
+        """Positions [B, past + n] of the cached and new tokens (`token_shape` [B, n]), or None
+        for the defaults 0, 1, ... (`positions.all_positions`); position_ids checked against
+        the encoding."""
+        batch, seq_len = tokens
+        if position_ids is not None:
+            position_ids = check_position_ids(position_ids, batch, seq_len)
+        positions = all_positions(position_ids, cache, past_length, batch, seq_len)
+        if positions is not None:  # the new tokens' (the cached ones were checked before)
+            limit = self.encoding.max_positions
+            check_position_range(positions[:, past_length:], limit, self.config.encoding)
+        return positions
+
     def layer_inputs(
-        self, input_ids, attention_mask=None, segment_ids=None, past_length=0, inputs_embeds=None
+        self,
+        input_ids,
+        attention_mask=None,
+        segment_ids=None,
+        past_length=0,
+        position_ids=None,
+        cache=None,
+        inputs_embeds=None,
     ):
         """(embeddings, per-layer terms, mask, per-layer segment bias) for one forward of the
-        tokens at positions [past_length, past_length + n), given as ids or as vectors."""
-        self._check_inputs(input_ids, attention_mask, segment_ids, past_length, inputs_embeds)
-        tokens = input_ids if input_ids is not None else inputs_embeds
-        seq_len, device = past_length + tokens.shape[1], tokens.device
+        new tokens, given as ids or as vectors (inputs_embeds): at positions
+        [past_length, past_length + n), or at position_ids [B, n] (see
+        `posattn.models.positions`: packed documents, left padding, custom positions)."""
+        tokens = self.token_shape(input_ids, inputs_embeds)
+        positions = self.token_positions(tokens, position_ids, cache, past_length)
+        self._check_inputs(tokens, attention_mask, segment_ids, past_length, positions is not None)
+        device = (input_ids if input_ids is not None else inputs_embeds).device
+        seq_len = past_length + tokens[1]
         if segment_ids is None:
-            segment_ids = torch.zeros(tokens.shape[:2], dtype=torch.long, device=device)
+            segment_ids = torch.zeros(tokens, dtype=torch.long, device=device)
         dtype = self.embeddings.word.weight.dtype
-        positions = self.encoding.input_embedding(seq_len, device, dtype)
-        positions = None if positions is None else positions[past_length:]
-        x = self.embeddings(input_ids, segment_ids, positions, inputs_embeds)
-        terms = self.encoding.window_terms(past_length, seq_len, device, dtype)
+        documents = None
+        if positions is None:
+            vectors = self.encoding.input_embedding(seq_len, device, dtype)
+            vectors = None if vectors is None else vectors[past_length:]
+            terms = self.encoding.window_terms(past_length, seq_len, device, dtype)
+        else:
+            vectors = self.encoding.input_embedding_at(positions[:, past_length:], dtype)
+            terms = self.encoding.window_terms_at(past_length, positions, dtype)
+            if attention_mask is None and not past_length:
+                documents = packed_documents(positions)
+        x = self.embeddings(input_ids, segment_ids, vectors, inputs_embeds)
         mask = build_attention_mask(
-            attention_mask, seq_len, self.config.causal, device, query_start=past_length
+            attention_mask,
+            seq_len,
+            self.config.causal,
+            device,
+            query_start=past_length,
+            documents=documents,
         )
         segment_bias = (
             self.segment_bias(segment_ids)
@@ -249,17 +298,19 @@ class Encoder(nn.Module):
         attention_mask=None,
         segment_ids=None,
         cache=None,
+        position_ids=None,
         record: StackRecord | None = None,
         inputs_embeds: Tensor | None = None,
     ) -> Tensor:
         """cache: None, or an object with `get_seq_length()` and `update(k, v, layer_index)`
         (transformers' `DynamicCache`); it then holds the past tokens and receives the new
         ones, attention_mask covers past + new tokens and segment_ids the new ones.
+        position_ids: [B, n] positions of the new tokens (`posattn.models.positions`).
         record: a `StackRecord` that gathers the hidden states and attention probabilities.
         inputs_embeds: [B, n, d_model] vectors in place of input_ids (`Embeddings.forward`)."""
         past_length = 0 if cache is None else cache.get_seq_length()
         x, terms, mask, segment_bias = self.layer_inputs(
-            input_ids, attention_mask, segment_ids, past_length, inputs_embeds
+            input_ids, attention_mask, segment_ids, past_length, position_ids, cache, inputs_embeds
         )
         record = record or StackRecord()
         record.add_hidden(x)

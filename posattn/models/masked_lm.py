@@ -68,7 +68,7 @@ class PosAttnForMaskedLM(PosAttnPreTrainedModel):
         inputs_embeds: Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        **kwargs,
+        position_ids: Tensor | None = None,
     ) -> MaskedLMOutput | tuple:
         """With labels, the logits are those of the labelled positions only ([N, vocab], the
         loss's rows): the vocabulary projection of unlabelled positions would be wasted."""
@@ -80,6 +80,7 @@ class PosAttnForMaskedLM(PosAttnPreTrainedModel):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
             return_dict=True,
+            position_ids=position_ids,
         )
         hidden, loss = base.last_hidden_state, None
         if labels is None:

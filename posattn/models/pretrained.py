@@ -40,6 +40,9 @@ class PosAttnPreTrainedModel(PreTrainedModel):
     base_model_prefix = "posattn"
     main_input_name = "input_ids"
     legacy_key_mapping: dict[str, str] | None = None
+    # The heads take the Trainer's num_items_in_batch (it looks for **kwargs otherwise, and
+    # posattn's forwards take no unknown keyword: a misspelt argument is an error).
+    accepts_loss_kwargs = True
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -80,6 +83,8 @@ class PosAttnPreTrainedModel(PreTrainedModel):
 class PosAttnModel(PosAttnPreTrainedModel):
     """The encoder stack alone: token ids -> hidden states (causal with causal=True)."""
 
+    accepts_loss_kwargs = False  # no loss here
+
     def __init__(self, config: PosAttnConfig) -> None:
         super().__init__(config)
         self.encoder = Encoder(config)
@@ -101,10 +106,12 @@ class PosAttnModel(PosAttnPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
-        **kwargs,
+        position_ids: Tensor | None = None,
     ) -> BaseModelOutputWithPast | tuple:
         """past_key_values: a transformers `DynamicCache` for incremental decoding of a causal
-        stack (see `Encoder.forward`). inputs_embeds: [B, n, d_model] in place of input_ids.
+        stack (see `Encoder.forward`). position_ids: [B, n] positions of the tokens
+        (`posattn.models.positions`: packed documents, left padding, custom positions).
+        inputs_embeds: [B, n, d_model] in place of input_ids.
         output_attentions / output_hidden_states: per layer the attention probabilities
         [B, H, n, n] (the eager path runs for that call) / the embeddings output and every
         layer's output (`StackRecord`)."""
@@ -114,6 +121,7 @@ class PosAttnModel(PosAttnPreTrainedModel):
             attention_mask,
             token_type_ids,
             past_key_values,
+            position_ids,
             record=record,
             inputs_embeds=inputs_embeds,
         )

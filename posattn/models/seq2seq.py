@@ -137,8 +137,13 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel):
         shifted = torch.cat([start, labels[:, :-1]], dim=1)
         return shifted.masked_fill(shifted == -100, self.config.pad_token_id)
 
-    def encode(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
-        return self.encoder(input_ids, attention_mask)
+    def encode(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        position_ids: Tensor | None = None,
+    ) -> Tensor:
+        return self.encoder(input_ids, attention_mask, position_ids=position_ids)
 
     def decode(
         self,
@@ -147,11 +152,17 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel):
         memory_mask: Tensor | None,
         decoder_attention_mask: Tensor | None = None,
         cache=None,
+        decoder_position_ids: Tensor | None = None,
     ) -> Tensor:
         """Logits [B, n_tgt, vocab] of the next token after each decoder input position; with
         a `DynamicCache` of the earlier target tokens, decoder_input_ids are the new ones."""
         hidden = self.decoder(
-            decoder_input_ids, memory_kv, memory_mask, decoder_attention_mask, cache
+            decoder_input_ids,
+            memory_kv,
+            memory_mask,
+            decoder_attention_mask,
+            cache,
+            decoder_position_ids,
         )
         return self.lm_head(hidden)
 
@@ -169,16 +180,24 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel):
         decoder_inputs_embeds: Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        **kwargs,
+        position_ids: Tensor | None = None,
+        decoder_position_ids: Tensor | None = None,
     ) -> Seq2SeqLMOutput | tuple:
-        """inputs_embeds / decoder_inputs_embeds: [B, n, d_model] in place of the (scaled by
+        """position_ids / decoder_position_ids: [B, n] positions of the source / target tokens
+        (`posattn.models.positions`). Given encoder_outputs, the encoder has already placed
+        the source tokens (`generate` passes both), so position_ids have no further use.
+        inputs_embeds / decoder_inputs_embeds: [B, n, d_model] in place of the (scaled by
         sqrt(d_model)) word vectors of input_ids / decoder_input_ids.
         output_attentions: encoder self-, decoder self- and cross-attention probabilities per
         layer; output_hidden_states: each stack's embeddings output and layer outputs."""
         if encoder_outputs is None:
             record = self.record_for(output_attentions, output_hidden_states)
             memory = self.encoder(
-                input_ids, attention_mask, record=record, inputs_embeds=inputs_embeds
+                input_ids,
+                attention_mask,
+                position_ids=position_ids,
+                record=record,
+                inputs_embeds=inputs_embeds,
             )
             encoder_outputs = BaseModelOutput(
                 last_hidden_state=memory,
@@ -197,6 +216,7 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel):
             self.decoder.memory_keys_values(memory),
             attention_mask,
             decoder_attention_mask,
+            position_ids=decoder_position_ids,
             record=record,
             inputs_embeds=decoder_inputs_embeds,
         )
