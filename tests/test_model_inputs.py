@@ -181,3 +181,17 @@ def test_token_ids_and_use_cache_have_defaults_and_round_trip(tmp_path):
     PosAttnConfig(bos_token_id=7, eos_token_id=8, use_cache=False).save_pretrained(tmp_path)
     loaded = PosAttnConfig.from_pretrained(tmp_path)
     assert (loaded.bos_token_id, loaded.eos_token_id, loaded.use_cache) == (7, 8, False)
+
+
+def test_inputs_embeds_take_position_ids_like_input_ids():
+    model = randomised(PosAttnForMaskedLM(tiny_config("learned")))
+    ids, _ = ids_and_mask()
+    positions = torch.tensor([[3, 4, 5, 6, 7, 8, 9, 10], [0, 1, 2, 0, 1, 2, 3, 4]])
+    with torch.no_grad():
+        from_ids = model(ids, position_ids=positions).logits
+        from_embeds = model(
+            inputs_embeds=model.get_input_embeddings()(ids), position_ids=positions
+        ).logits
+        default = model(ids).logits
+    torch.testing.assert_close(from_embeds, from_ids, rtol=0, atol=0)
+    assert not torch.allclose(from_ids, default)
