@@ -120,8 +120,10 @@ class MultiHeadAttention(nn.Module):
         terms: LayerTerms,
         mask: Tensor | None = None,
         extra_bias: Tensor | None = None,
-    ) -> Tensor:
-        """Heads [B, H, n, d_h] -> attention outputs [B, H, n, d_h] with the layer's terms.
+        return_probs: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Heads [B, H, n, d_h] -> attention outputs [B, H, n, d_h] with the layer's terms;
+        with return_probs, (outputs, probabilities [B, H, n, n_keys]).
 
         A layer with a value-side term (Shaw values) needs the attention probabilities, which
         no fused kernel returns: it runs here on the eager path, softmax(...) v +
@@ -129,13 +131,18 @@ class MultiHeadAttention(nn.Module):
         'sdpa', 'sdpa-lowmem', 'flex' or a user kernel). Otherwise the module's kernel runs,
         with a low-rank bias folded into q and k where the execution choice `fold` says so.
         A kernel that reads the bias from its table runs through `attend_by_tables`.
+
+        return_probs (`output_attentions`) runs the eager path for this call, as transformers
+        does: the probabilities are the ones v is multiplied by (after dropout), exactly the
+        eager kernel's. Linformer's keys are the k projected ones, so its rows have k entries.
         """
         q, k = (q, k) if terms.transform_qk is None else terms.transform_qk(q, k)
         width = v.shape[-1]
-        if getattr(self.kernel, "reads_bias_tables", False):
+        eager = terms.value_term is not None or return_probs
+        if getattr(self.kernel, "reads_bias_tables", False) and not eager:
             out = self.attend_by_tables(q, k, v, terms, mask, extra_bias)
             return out if out.shape[-1] == width else out[..., :width]
-        fused = terms.value_term is None and self.kernel_name != "eager"
+        fused = not eager and self.kernel_name != "eager"
         if terms.bias_factors is not None and fused and execution.use_fold(q.device):
             # A low-rank bias rides in the dot product: the fused kernels stay fused and
             # no [B, H, n, n] bias gradient exists.
@@ -145,11 +152,14 @@ class MultiHeadAttention(nn.Module):
             bias = self.positional_bias(q, k, terms, extra_bias)
         k, v, mask = self.project_sequence(k, v, terms, mask)
         dropout_p = self.dropout if self.training else 0.0
-        if terms.value_term is not None:
+        if eager:
             probs = attention_probabilities(
                 q, k, mask=mask, bias=bias, scale=terms.scale, dropout_p=dropout_p
             )
-            return probs @ v + terms.value_term(probs)
+            out = probs @ v
+            if terms.value_term is not None:
+                out = out + terms.value_term(probs)
+            return (out, probs) if return_probs else out
         tables = {}
         toeplitz = terms.offset_bias is not None and bias is terms.bias and not terms.project_kv
         if self.kernel_reads_tables and toeplitz:
@@ -197,15 +207,23 @@ class MultiHeadAttention(nn.Module):
         extra_bias: Tensor | None = None,
         cache=None,
         layer_index: int = 0,
-    ) -> Tensor:
+        return_probs: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
         """Self-attention: x [B, n_new, d] -> [B, n_new, d]. With a cache, x holds only the new
         tokens: their keys and values are appended to the cache's layer `layer_index` and the
         queries attend to every cached key (terms and mask then cover rows
-        [past, past + n_new))."""
+        [past, past + n_new)). return_probs: (output, probabilities) (`attend`)."""
         q, k, v = self.queries_keys_values(x)
         if cache is not None:
             k, v = cache.update(k, v, layer_index)
-        return self.out_proj(self.merge_heads(self.attend(q, k, v, terms, mask, extra_bias)))
+        return self.project_out(self.attend(q, k, v, terms, mask, extra_bias, return_probs))
+
+    def project_out(self, attended):
+        """Heads -> out_proj(merged), passing the probabilities along when `attend` gave them."""
+        if isinstance(attended, tuple):
+            out, probs = attended
+            return self.out_proj(self.merge_heads(out)), probs
+        return self.out_proj(self.merge_heads(attended))
 
     def cross_attend(
         self,
@@ -213,14 +231,16 @@ class MultiHeadAttention(nn.Module):
         memory_kv: tuple[Tensor, Tensor],
         memory_mask: Tensor | None = None,
         terms: LayerTerms | None = None,
-    ) -> Tensor:
+        return_probs: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
         """Cross-attention: queries from x [B, n, d], keys and values from
         `memory_keys_values(memory)`; memory_mask bool, broadcastable to [B, H, n, n_src]
         (True = may attend). terms: None for content attention (`content_terms`)."""
         q = self.split_heads(self.q_proj(x))
         terms = self.content_terms() if terms is None else terms
-        out = self.attend(q, *memory_kv, terms, memory_mask)
-        return self.out_proj(self.merge_heads(out))
+        return self.project_out(
+            self.attend(q, *memory_kv, terms, memory_mask, return_probs=return_probs)
+        )
 
 
 def reads_offset_bias(kernel) -> bool:

@@ -238,7 +238,8 @@ def test_left_padded_causal_lm_equals_the_unpadded_rows(encoding):
         torch.testing.assert_close(logits[0], model(long).logits[0], atol=1e-9, rtol=0)
         torch.testing.assert_close(logits[1, 3:], model(short).logits[0], atol=1e-9, rtol=0)
     # generate derives the positions itself and decodes with the cache
-    kwargs = dict(max_new_tokens=5, do_sample=False, pad_token_id=0)
+    # every step compared: no row stops early at [SEP] (the config's eos_token_id)
+    kwargs = dict(max_new_tokens=5, do_sample=False, pad_token_id=0, eos_token_id=None)
     together = model.generate(padded, attention_mask=mask, **kwargs)
     assert torch.equal(together[0], model.generate(long, **kwargs)[0])
     assert torch.equal(together[1, 3:], model.generate(short, **kwargs)[0])

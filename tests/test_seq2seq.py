@@ -261,6 +261,9 @@ NON_DEFAULT = dict(
     kernel="eager",
     init_std=0.03,
     pad_token_id=1,
+    bos_token_id=5,
+    eos_token_id=6,
+    use_cache=False,
     tie_word_embeddings=False,
 )
 

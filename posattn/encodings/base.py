@@ -158,13 +158,36 @@ def pad_rows(x: Tensor, count: int) -> Tensor:
     return F.pad(x, (0, 0, count, 0))
 
 
+def empty_parameter(*shape: int) -> nn.Parameter:
+    """A parameter whose values the owning module's `reset_parameters` sets."""
+    return nn.Parameter(torch.empty(shape))
+
+
+class OwnsParameters:
+    """A posattn module that holds raw `nn.Parameter`s (not inside a torch layer).
+
+    `reset_parameters` (re)initialises the parameters the module holds directly - its child
+    modules reset their own - and is the one place their initialisation is written: the
+    constructor calls it, and so does `PreTrainedModel._init_weights` (via
+    `posattn.models.encoder.init_weights`) when `from_pretrained` meets a checkpoint without
+    them. It must fill tensors through `torch.nn.init` functions: transformers guards those
+    during loading so that parameters read from the checkpoint are left as they are.
+    """
+
+    def reset_parameters(self) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must reset its own parameters")
+
+
 @dataclass(frozen=True)
 class NoOptions:
     """The encoding takes no options."""
 
 
-class PositionalEncoding(nn.Module):
-    """Base class. Subclasses set the class attributes used by the registry and `posattn list`."""
+class PositionalEncoding(OwnsParameters, nn.Module):
+    """Base class. Subclasses set the class attributes used by the registry and `posattn list`.
+
+    A subclass with parameters of its own (not inside child modules) overrides
+    `reset_parameters` (`OwnsParameters`) and calls it at the end of its constructor."""
 
     name: ClassVar[str]
     Options: ClassVar[type] = NoOptions
@@ -182,6 +205,9 @@ class PositionalEncoding(nn.Module):
         super().__init__()
         self.dims = dims
         self.options = options
+
+    def reset_parameters(self) -> None:
+        """No parameters of its own: child modules (tables, layers) reset theirs."""
 
     # Encodings with a position table cannot index past it; None means any length works.
     @property
@@ -318,10 +344,6 @@ def require_causal(name: str, dims: ModelDims) -> None:
         dims.causal,
         f"encoding {name!r} is defined for causal attention only (a decoder): set causal=True",
     )
-
-
-def normal_parameter(*shape: int, std: float) -> nn.Parameter:
-    return nn.Parameter(torch.randn(*shape) * std)
 
 
 def sharing_groups(sharing: str, dims: ModelDims) -> tuple[int, int]:

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import require
-from .base import LayerTerms, ModelDims, Place, PositionalEncoding, normal_parameter
+from .base import LayerTerms, ModelDims, Place, PositionalEncoding, empty_parameter
 from .relative import offsets, position_differences, skew, toeplitz, use_skew
 
 TERMS = ("c2p", "p2c")
@@ -95,7 +95,8 @@ class Deberta(PositionalEncoding):
                 f"{mid + 1}",
             )
         self.span = buckets if buckets > 0 else self.max_relative
-        self.embeddings = normal_parameter(2 * self.span, dims.d_model, std=dims.init_std)
+        self.embeddings = empty_parameter(2 * self.span, dims.d_model)
+        self.reset_parameters()
         self.norm = nn.LayerNorm(dims.d_model) if options.norm_rel_embeddings else None
         self.key_projections = self.query_projections = None
         if not options.share_att_key:
@@ -104,6 +105,10 @@ class Deberta(PositionalEncoding):
             )
             self.key_projections = per_layer() if "c2p" in options.terms else None
             self.query_projections = per_layer() if "p2c" in options.terms else None
+
+    def reset_parameters(self) -> None:
+        """P: N(0, init_std) (the LayerNorm and position projections are child layers)."""
+        nn.init.normal_(self.embeddings, std=self.dims.init_std)
 
     def content_scale(self) -> float:
         return 1.0 / math.sqrt(self.dims.head_dim * (1 + len(self.options.terms)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..errors import require, require_choice, require_positive_int
 from .base import (
@@ -12,8 +12,8 @@ from .base import (
     ModelDims,
     Place,
     PositionalEncoding,
+    empty_parameter,
     layer_group,
-    normal_parameter,
     sharing_groups,
 )
 from .relative import offsets, position_differences, toeplitz
@@ -66,8 +66,14 @@ class DietAbsolute(PositionalEncoding):
         super().__init__(dims, options)
         rank = options.rank or dims.head_dim
         layers, heads = sharing_groups(options.sharing, dims)
-        self.query = normal_parameter(layers, heads, dims.max_len, rank, std=dims.init_std)
-        self.key = normal_parameter(layers, heads, dims.max_len, rank, std=dims.init_std)
+        self.query = empty_parameter(layers, heads, dims.max_len, rank)
+        self.key = empty_parameter(layers, heads, dims.max_len, rank)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """P_Q, P_K: N(0, init_std)."""
+        nn.init.normal_(self.query, std=self.dims.init_std)
+        nn.init.normal_(self.key, std=self.dims.init_std)
 
     @property
     def max_positions(self) -> int:
@@ -141,7 +147,12 @@ class DietRelative(PositionalEncoding):
         super().__init__(dims, options)
         self.max_distance = options.max_distance or dims.max_len - 1
         layers, heads = sharing_groups(options.sharing, dims)
-        self.table = normal_parameter(layers, 2 * self.max_distance + 1, heads, std=dims.init_std)
+        self.table = empty_parameter(layers, 2 * self.max_distance + 1, heads)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """R: N(0, init_std)."""
+        nn.init.normal_(self.table, std=self.dims.init_std)
 
     def rows(self, seq_len: int, device) -> Tensor:
         """The row of R for every offset j - i in `offsets` order: clip(i - j, -m, m) + m."""

@@ -8,7 +8,15 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import require, require_positive_int
-from .base import LayerTerms, ModelDims, Place, PositionalEncoding, require_causal
+from .base import (
+    LayerTerms,
+    ModelDims,
+    OwnsParameters,
+    Place,
+    PositionalEncoding,
+    empty_parameter,
+    require_causal,
+)
 from .relative import position_differences, relative_positions
 
 
@@ -25,17 +33,24 @@ class FireOptions:
         require(self.eps > 0, "eps", self.eps, "a small positive number")
 
 
-class FireBias(nn.Module):
-    """One layer's FIRE: an MLP from the normalised log distance to a bias per head."""
+class FireBias(OwnsParameters, nn.Module):
+    """One layer's FIRE: an MLP from the normalised log distance to a bias per head; c and
+    the threshold L start at the options' init_c and init_threshold."""
 
     def __init__(self, num_heads: int, options: FireOptions) -> None:
         super().__init__()
         self.mlp = nn.Sequential(
             nn.Linear(1, options.mlp_width), nn.ReLU(), nn.Linear(options.mlp_width, num_heads)
         )
-        self.c = nn.Parameter(torch.tensor(options.init_c))
-        self.threshold = nn.Parameter(torch.tensor(options.init_threshold))
+        self.options = options
+        self.c = empty_parameter()
+        self.threshold = empty_parameter()
         self.eps = options.eps
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.constant_(self.c, self.options.init_c)
+        nn.init.constant_(self.threshold, self.options.init_threshold)
 
     def normalised_distance(self, seq_len: int, device) -> Tensor:
         """[n, n] psi(i - j) / psi(max(L, i)), psi(x) = log(|c x| + 1)."""

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import require_choice
-from .base import LayerTerms, ModelDims, Place, PositionalEncoding
+from .base import LayerTerms, ModelDims, Place, PositionalEncoding, empty_parameter
 from .relative import offsets, position_differences, toeplitz
 
 EPS = 1e-2  # the official code's floor for both kernel parameters
@@ -45,12 +45,16 @@ class Kerple(PositionalEncoding):
 
     def __init__(self, dims: ModelDims, options: KerpleOptions) -> None:
         super().__init__(dims, options)
-        heads = dims.num_heads
-        # log: (r1 ~ U(0,2), r2 ~ U(0,1)); power: (r1 ~ U(0,1), r2 ~ U(0,2))
-        wide, narrow = torch.rand(heads) * 2, torch.rand(heads)
-        log = options.kernel == "log"
-        self.r1 = nn.Parameter(wide if log else narrow)
-        self.r2 = nn.Parameter(narrow if log else wide)
+        self.r1 = empty_parameter(dims.num_heads)
+        self.r2 = empty_parameter(dims.num_heads)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """log: r1 ~ U(0, 2), r2 ~ U(0, 1); power: r1 ~ U(0, 1), r2 ~ U(0, 2)."""
+        log = self.options.kernel == "log"
+        wide, narrow = (self.r1, self.r2) if log else (self.r2, self.r1)
+        nn.init.uniform_(wide, 0.0, 2.0)
+        nn.init.uniform_(narrow, 0.0, 1.0)
 
     def valid_parameters(self) -> tuple[Tensor, Tensor]:
         r2_max = 2.0 if self.options.kernel == "power" else None

@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..errors import require, require_positive_int
 from .absolute import Learned
-from .base import LayerTerms, ModelDims, Place, PositionalEncoding, normal_parameter
+from .base import LayerTerms, ModelDims, Place, PositionalEncoding, empty_parameter
 
 
 @dataclass(frozen=True)
@@ -42,11 +42,18 @@ class SequenceProjection(PositionalEncoding):
             "defined for bidirectional (encoder) attention only",
         )
         shape = (dims.num_layers, options.k, dims.max_len)
+        self.key_projection = empty_parameter(*shape)
+        self.value_projection = None if options.share_kv else empty_parameter(*shape)
+        self.reset_projections()
+
+    def reset_parameters(self) -> None:
+        self.reset_projections()
+
+    def reset_projections(self) -> None:
         # Linformer initialises E, F like any linear layer: N(0, 1/k) keeps E k at k's scale.
-        self.key_projection = normal_parameter(*shape, std=options.k**-0.5)
-        self.value_projection = (
-            None if options.share_kv else normal_parameter(*shape, std=options.k**-0.5)
-        )
+        for projection in (self.key_projection, self.value_projection):
+            if projection is not None:
+                nn.init.normal_(projection, std=self.options.k**-0.5)
 
     @property
     def max_positions(self) -> int:
@@ -137,8 +144,18 @@ class DietAbsLin(SequenceProjection):
     def __init__(self, dims: ModelDims, options: DietAbsLinOptions) -> None:
         super().__init__(dims, options)
         rank = options.rank or dims.head_dim
-        self.query = normal_parameter(dims.num_heads, dims.max_len, rank, std=dims.init_std)
-        self.key = normal_parameter(dims.num_heads, options.k, rank, std=dims.init_std)
+        self.query = empty_parameter(dims.num_heads, dims.max_len, rank)
+        self.key = empty_parameter(dims.num_heads, options.k, rank)
+        self.reset_factors()
+
+    def reset_parameters(self) -> None:
+        self.reset_projections()
+        self.reset_factors()
+
+    def reset_factors(self) -> None:
+        """P_Q, P_K: N(0, init_std)."""
+        nn.init.normal_(self.query, std=self.dims.init_std)
+        nn.init.normal_(self.key, std=self.dims.init_std)
 
     def position_bias(self, seq_len: int) -> Tensor:
         """P_Q P_K^T: [1, H, n, k], the same in every layer."""

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from functools import partial
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..errors import require_positive_int
-from .base import LayerTerms, ModelDims, Place, PositionalEncoding, normal_parameter
+from .base import LayerTerms, ModelDims, Place, PositionalEncoding, empty_parameter
 from .relative import offsets, position_differences, skew, toeplitz, use_skew
 
 
@@ -46,8 +46,15 @@ class ShawRelative(PositionalEncoding):
         super().__init__(dims, options)
         offsets = 2 * options.max_distance + 1
         shape = (dims.num_layers, offsets, dims.head_dim)
-        self.keys = normal_parameter(*shape, std=dims.init_std)
-        self.values = normal_parameter(*shape, std=dims.init_std) if options.values else None
+        self.keys = empty_parameter(*shape)
+        self.values = empty_parameter(*shape) if options.values else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """a^K, a^V: N(0, init_std)."""
+        for table in (self.keys, self.values):
+            if table is not None:
+                nn.init.normal_(table, std=self.dims.init_std)
 
     def rows(self, seq_len: int, device) -> Tensor:
         """The table row of every offset j - i in `offsets` order: clip(j - i, -t, t) + t

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from ..errors import require, require_positive_int
 from .absolute import Learned
-from .base import LayerTerms, ModelDims, Place, PositionalEncoding, normal_parameter
+from .base import LayerTerms, ModelDims, OwnsParameters, Place, PositionalEncoding, empty_parameter
 from .relative import offsets, position_differences, toeplitz
 
 
@@ -89,12 +89,17 @@ class T5Options:
         )
 
 
-class T5BiasTable(nn.Module):
-    """A scalar per (bucket, head), looked up by bucket ids: b_{bucket(j-i), h}."""
+class T5BiasTable(OwnsParameters, nn.Module):
+    """A scalar per (bucket, head), looked up by bucket ids: b_{bucket(j-i), h}; N(0, std)."""
 
     def __init__(self, num_buckets: int, num_heads: int, std: float) -> None:
         super().__init__()
-        self.weight = normal_parameter(num_buckets, num_heads, std=std)
+        self.std = std
+        self.weight = empty_parameter(num_buckets, num_heads)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.normal_(self.weight, std=self.std)
 
     def by_offset(self, offset_buckets: Tensor) -> Tensor:
         """[2n - 1] buckets of the offsets (`cached_buckets`) -> [H, 2n - 1] per offset."""

@@ -10,30 +10,37 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import require
-from .base import LayerTerms, ModelDims, Place, PositionalEncoding, normal_parameter
+from .base import LayerTerms, ModelDims, OwnsParameters, Place, PositionalEncoding, empty_parameter
 from .relative import position_differences
 from .t5 import T5BiasTable, T5Options, cached_buckets, t5_relative_bucket
 
 
-class UntiedPositions(nn.Module):
+class UntiedPositions(OwnsParameters, nn.Module):
     """p_i -> LayerNorm -> per-head U^Q, U^K (TUPE Sec. 3.1 and App. B, official code).
 
     One table p in R^{max_len x d} shared by the heads; one LayerNorm; U^Q, U^K: Linear(d, d) with
-    bias, split into H heads of d_h. Shared across all layers.
+    bias, split into H heads of d_h. Shared across all layers. p and the extra rows: N(0, init_std);
+    U^Q, U^K: N(0, init_std) weights, zero biases.
     """
 
     def __init__(self, dims: ModelDims, extra_rows: int = 0) -> None:
         super().__init__()
         self.num_heads = dims.num_heads
-        self.table = normal_parameter(dims.max_len, dims.d_model, std=dims.init_std)
+        self.std = dims.init_std
+        self.table = empty_parameter(dims.max_len, dims.d_model)
         # p_theta1, p_theta2 of TUPE App. B: learnable rows whose self-correlation is theta.
-        self.special = normal_parameter(extra_rows, dims.d_model, std=dims.init_std)
+        self.special = empty_parameter(extra_rows, dims.d_model)
+        self.reset_parameters()
         self.norm = nn.LayerNorm(dims.d_model)
         self.query = nn.Linear(dims.d_model, dims.d_model)
         self.key = nn.Linear(dims.d_model, dims.d_model)
         for linear in (self.query, self.key):
             nn.init.normal_(linear.weight, std=dims.init_std)
             nn.init.zeros_(linear.bias)
+
+    def reset_parameters(self) -> None:
+        nn.init.normal_(self.table, std=self.std)
+        nn.init.normal_(self.special, std=self.std)
 
     def _heads(self, x: Tensor) -> Tensor:
         return x.unflatten(-1, (self.num_heads, -1)).transpose(-2, -3)  # [..., H, m, d_h]

@@ -61,7 +61,7 @@ class PosAttnForCausalLM(PosAttnPreTrainedModel, GenerationMixin):
 
     def forward(
         self,
-        input_ids: Tensor,
+        input_ids: Tensor | None = None,
         attention_mask: Tensor | None = None,
         token_type_ids: Tensor | None = None,
         past_key_values: DynamicCache | None = None,
@@ -71,22 +71,54 @@ class PosAttnForCausalLM(PosAttnPreTrainedModel, GenerationMixin):
         num_items_in_batch: int | Tensor | None = None,
         logits_to_keep: int = 0,
         return_dict: bool | None = None,
+        inputs_embeds: Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        shift_labels: Tensor | None = None,
         position_ids: Tensor | None = None,
-    ) -> CausalLMOutputWithPast:
+    ) -> CausalLMOutputWithPast | tuple:
         """logits_to_keep: 0 for every position, else the logits of the last that many (what
-        `generate` asks for: the vocabulary projection of earlier positions is wasted)."""
+        `generate` asks for: the vocabulary projection of earlier positions is wasted).
+        shift_labels: labels already aligned with the logits (label t is the target of the
+        logits at t; -100 ignored), as transformers' ForCausalLMLoss takes them (packed or
+        sequence-parallel batches shift before splitting); `labels` are then not used.
+        use_cache: True makes a `DynamicCache` when none is given (`generate` passes it, from
+        config.use_cache); None or False makes none, so that a plain forward (training,
+        evaluation) never pays for one."""
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache(config=self.config)
-        hidden = self.posattn(
-            input_ids, attention_mask, token_type_ids, past_key_values, position_ids=position_ids
-        ).last_hidden_state
+        base = self.posattn(
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            past_key_values,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+            position_ids=position_ids,
+        )
+        hidden = base.last_hidden_state
         logits = self.lm_head(hidden[:, -logits_to_keep:] if logits_to_keep else hidden)
         loss = None
         if shift_labels is not None:
+            require(
+                tuple(shift_labels.shape) == tuple(logits.shape[:2]),
+                "shift_labels.shape",
+                tuple(shift_labels.shape),
+                f"the logits' [batch, positions] {tuple(logits.shape[:2])}",
+            )
             loss = cross_entropy(logits, shift_labels, num_items_in_batch)
         elif labels is not None:
             loss = cross_entropy(logits[:, :-1], labels[:, 1:], num_items_in_batch)
-        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=past_key_values)
+        output = CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            past_key_values=past_key_values,
+            hidden_states=base.hidden_states,
+            attentions=base.attentions,
+        )
+        return self.returned(output, return_dict)
 
 
 AutoModelForCausalLM.register(PosAttnConfig, PosAttnForCausalLM, exist_ok=True)

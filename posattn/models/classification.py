@@ -25,8 +25,37 @@ class ClassificationHead(nn.Module):
         return self.classifier(self.dropout(torch.tanh(self.pooler(hidden[:, 0]))))
 
 
+def problem_type(config: PosAttnConfig, labels: Tensor) -> str:
+    """config.problem_type, or as transformers' BERT infers it when None: regression for one
+    label, single-label classification for integer labels, multi-label otherwise."""
+    if config.problem_type is not None:
+        return config.problem_type
+    if config.num_labels == 1:
+        return "regression"
+    if labels.dtype in (torch.long, torch.int):
+        return "single_label_classification"
+    return "multi_label_classification"
+
+
+def classification_loss(config, logits: Tensor, labels: Tensor, num_items_in_batch=None):
+    """BertForSequenceClassification's losses: MSE (regression), cross-entropy (single label,
+    -100 ignored), BCE with logits on float 0/1 targets [B, num_labels] (multi-label). Summed
+    and divided by the Trainer's item count when given, else the mean."""
+    kind = problem_type(config, labels)
+    if kind == "single_label_classification":
+        return cross_entropy(logits, labels, num_items_in_batch)
+    if kind == "regression":
+        if config.num_labels == 1:
+            logits, labels = logits.squeeze(-1), labels.reshape(logits.shape[0])
+        total = F.mse_loss(logits, labels.to(logits.dtype), reduction="sum")
+    else:
+        total = F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype), reduction="sum")
+    return total / (num_items_in_batch or labels.numel())
+
+
 class PosAttnForSequenceClassification(PosAttnPreTrainedModel):
-    """Cross-entropy over num_labels classes, or MSE for one label (regression)."""
+    """Classification or regression on the first token; `config.problem_type` chooses the loss
+    as in transformers (`classification_loss`)."""
 
     def __init__(self, config: PosAttnConfig) -> None:
         super().__init__(config)
@@ -36,26 +65,35 @@ class PosAttnForSequenceClassification(PosAttnPreTrainedModel):
 
     def forward(
         self,
-        input_ids: Tensor,
+        input_ids: Tensor | None = None,
         attention_mask: Tensor | None = None,
         token_type_ids: Tensor | None = None,
         labels: Tensor | None = None,
         return_dict: bool | None = None,
         num_items_in_batch: int | Tensor | None = None,
+        inputs_embeds: Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
         position_ids: Tensor | None = None,
-    ) -> SequenceClassifierOutput:
-        hidden = self.posattn(
-            input_ids, attention_mask, token_type_ids, position_ids=position_ids
-        ).last_hidden_state
-        logits = self.head(hidden)
+    ) -> SequenceClassifierOutput | tuple:
+        base = self.posattn(
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+            position_ids=position_ids,
+        )
+        logits = self.head(base.last_hidden_state)
         loss = None
         if labels is not None:
-            if self.config.num_labels == 1:
-                loss = F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype), reduction="sum")
-                loss = loss / (num_items_in_batch or labels.numel())
-            else:
-                loss = cross_entropy(logits, labels, num_items_in_batch)
-        return SequenceClassifierOutput(loss=loss, logits=logits)
+            loss = classification_loss(self.config, logits, labels, num_items_in_batch)
+        output = SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=base.hidden_states, attentions=base.attentions
+        )
+        return self.returned(output, return_dict)
 
 
 AutoModelForSequenceClassification.register(

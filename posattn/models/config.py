@@ -29,7 +29,12 @@ class PosAttnConfig(PreTrainedConfig):
         `_attn_implementation` reports it under transformers' names
         (posattn.models.attn_implementation).
     causal: causal self-attention (a decoder); encoders are bidirectional.
-    num_labels (a transformers attribute) sizes the classification head.
+    num_labels and problem_type (transformers attributes) size the classification head and
+    choose its loss (regression, single_label_classification, multi_label_classification).
+    pad/bos/eos_token_id: those of posattn's tokenizers ([PAD] 0, [CLS] 2, [SEP] 3; <pad>,
+    <s>, </s> in translation). use_cache: what `generate` asks the causal LM for.
+    tie_word_embeddings: the output projection shares the word embeddings (and, in the
+    encoder-decoder, the decoder's input embeddings too).
     """
 
     model_type = "posattn"
@@ -60,6 +65,10 @@ class PosAttnConfig(PreTrainedConfig):
     causal: bool = False
     init_std: float = 0.02
     pad_token_id: int | None = 0
+    # posattn's tokenizers put [CLS] / <s> at id 2 and [SEP] / </s> at id 3 (`posattn.data`).
+    bos_token_id: int | None = 2
+    eos_token_id: int | None = 3
+    use_cache: bool = True
     tie_word_embeddings: bool = True
 
     def __post_init__(self, **kwargs) -> None:

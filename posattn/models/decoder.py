@@ -33,6 +33,8 @@ from ..attention import MultiHeadAttention
 from ..encodings import LayerTerms
 from .config import PosAttnConfig
 from .encoder import Encoder, FeedForward, checked_cache
+from .outputs import StackRecord
+
 
 # Fields each stack of an encoder-decoder sets for itself.
 PER_STACK_FIELDS = ("num_layers", "causal")
@@ -85,28 +87,57 @@ class DecoderLayer(GradientCheckpointingLayer):
         """Cross-attention keys and values [B, H, n_src, d_h] of the encoder output."""
         return self.cross_attention.memory_keys_values(memory)
 
-    def attend_memory(self, x: Tensor, memory_kv, memory_mask: Tensor | None) -> Tensor:
+    def attend_memory(
+        self, x: Tensor, memory_kv, memory_mask: Tensor | None, return_probs: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]:
         """Content-only cross-attention (no positional term between target and source)."""
-        return self.cross_attention.cross_attend(x, memory_kv, memory_mask)
+        return self.cross_attention.cross_attend(
+            x, memory_kv, memory_mask, return_probs=return_probs
+        )
 
     def sublayer(self, x: Tensor, norm: nn.LayerNorm, f) -> Tensor:
         if self.pre_norm:
             return x + self.dropout(f(norm(x)))
         return norm(x + self.dropout(f(x)))
 
-    def forward(
-        self, x, terms: LayerTerms, mask, memory_kv, memory_mask, cache=None, layer_index: int = 0
-    ) -> Tensor:
-        def attend_self(h: Tensor) -> Tensor:
-            return self.self_attention(h, terms, mask, None, cache, layer_index)
-
-        x = self.sublayer(x, self.self_norm, attend_self)
-        x = self.sublayer(
-            x, self.cross_norm, lambda h: self.attend_memory(h, memory_kv, memory_mask)
-        )
+    def feed_forward(self, x: Tensor) -> Tensor:
         if self.pre_norm:
             return x + self.ffn(self.ffn_norm(x))
         return self.ffn_norm(x + self.ffn(x))
+
+    def forward(
+        self,
+        x,
+        terms: LayerTerms,
+        mask,
+        memory_kv,
+        memory_mask,
+        cache=None,
+        layer_index: int = 0,
+        output_attentions: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor, Tensor]:
+        """The layer's output; with output_attentions, (output, self-attention probabilities,
+        cross-attention probabilities)."""
+        probs = []
+
+        def keep_probs(out):
+            if output_attentions:
+                out, p = out
+                probs.append(p)
+            return out
+
+        def attend_self(h: Tensor) -> Tensor:
+            return keep_probs(
+                self.self_attention(h, terms, mask, None, cache, layer_index, output_attentions)
+            )
+
+        def attend_memory(h: Tensor) -> Tensor:
+            return keep_probs(self.attend_memory(h, memory_kv, memory_mask, output_attentions))
+
+        x = self.sublayer(x, self.self_norm, attend_self)
+        x = self.sublayer(x, self.cross_norm, attend_memory)
+        x = self.feed_forward(x)
+        return (x, *probs) if output_attentions else x
 
 
 class Decoder(Encoder):
@@ -130,18 +161,29 @@ class Decoder(Encoder):
         attention_mask: Tensor | None = None,
         cache=None,
         position_ids: Tensor | None = None,
+        record: StackRecord | None = None,
+        inputs_embeds: Tensor | None = None,
     ) -> Tensor:
         """memory_mask: [B, n_src], 1 for real source tokens. cache: None, or a transformers
         `DynamicCache` with the past target tokens (input_ids are then the new ones only).
-        position_ids: [B, n] positions of the new target tokens (as in `Encoder.forward`)."""
+        position_ids: [B, n] positions of the new target tokens (as in `Encoder.forward`).
+        record: a `StackRecord` that gathers hidden states, self- and cross-attentions.
+        inputs_embeds: [B, n, d_model] in place of input_ids' (scaled) word vectors."""
         cache = checked_cache(self, cache)
         past_length = 0 if cache is None else cache.get_seq_length()
         x, terms, mask, _ = self.layer_inputs(
-            input_ids, attention_mask, None, past_length, position_ids, cache
+            input_ids, attention_mask, None, past_length, position_ids, cache, inputs_embeds
         )
         cross_mask = None if memory_mask is None else memory_mask.bool()[:, None, None, :]
+        record = record or StackRecord()
+        record.add_hidden(x)
         for index, (layer, layer_terms, kv) in enumerate(
             zip(self.layers, terms, memory_kv, strict=True)
         ):
-            x = layer(x, layer_terms, mask, kv, cross_mask, cache, index)
-        return x if self.final_norm is None else self.final_norm(x)
+            x = layer(x, layer_terms, mask, kv, cross_mask, cache, index, record.attention)
+            if record.attention:
+                x, self_probs, cross_probs = x
+                record.attentions.append(self_probs)
+                record.cross_attentions.append(cross_probs)
+            record.add_hidden(x)
+        return self.finish(x, record)

@@ -10,9 +10,11 @@ from transformers.utils import logging
 
 from ..attention import MultiHeadAttention
 from ..encodings import LayerTerms, build_encoding
+from ..encodings.base import OwnsParameters
 from ..errors import invalid, require
 from ..kernels import build_attention_mask
 from .config import PosAttnConfig
+from .outputs import StackRecord
 from .positions import (
     all_positions,
     check_position_ids,
@@ -42,9 +44,22 @@ class Embeddings(nn.Module):
         self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, input_ids: Tensor, segment_ids: Tensor, positions: Tensor | None) -> Tensor:
-        """positions: the encoding's input vectors, [n, d] (default positions) or [B, n, d]."""
-        x = self.word(input_ids) * self.scale if self.scale != 1.0 else self.word(input_ids)
+    def forward(
+        self,
+        input_ids: Tensor | None,
+        segment_ids: Tensor,
+        positions: Tensor | None,
+        inputs_embeds: Tensor | None = None,
+    ) -> Tensor:
+        """positions: the encoding's input vectors, [n, d] (default positions) or [B, n, d].
+        inputs_embeds [B, n, d_model] replace the (scaled) word vectors of input_ids, as in
+        transformers: segments, positions, LayerNorm and dropout still apply."""
+        if inputs_embeds is not None:
+            x = inputs_embeds
+        elif self.scale != 1.0:
+            x = self.word(input_ids) * self.scale
+        else:
+            x = self.word(input_ids)
         if self.segment is not None:
             x = x + self.segment(segment_ids)
         if positions is not None:
@@ -79,17 +94,34 @@ class EncoderLayer(GradientCheckpointingLayer):
         self.ffn_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
     def forward(
-        self, x: Tensor, terms: LayerTerms, mask, segment_bias, cache=None, layer_index: int = 0
-    ) -> Tensor:
+        self,
+        x: Tensor,
+        terms: LayerTerms,
+        mask,
+        segment_bias,
+        cache=None,
+        layer_index: int = 0,
+        output_attentions: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """The layer's output; with output_attentions, (output, attention probabilities)."""
+        probs = []
+
         def attend(h: Tensor) -> Tensor:
-            out = self.attention(h, terms, mask, segment_bias, cache, layer_index)
+            out = self.attention(
+                h, terms, mask, segment_bias, cache, layer_index, output_attentions
+            )
+            if output_attentions:
+                out, p = out
+                probs.append(p)
             return self.attention_dropout(out)
 
         if self.pre_norm:
             x = x + attend(self.attention_norm(x))
-            return x + self.ffn(self.ffn_norm(x))
-        x = self.attention_norm(x + attend(x))
-        return self.ffn_norm(x + self.ffn(x))
+            x = x + self.ffn(self.ffn_norm(x))
+        else:
+            x = self.attention_norm(x + attend(x))
+            x = self.ffn_norm(x + self.ffn(x))
+        return (x, probs[0]) if output_attentions else x
 
 
 class Encoder(nn.Module):
@@ -142,16 +174,40 @@ class Encoder(nn.Module):
             if isinstance(module, MultiHeadAttention)
         )
 
-    def _check_inputs(
-        self, input_ids, attention_mask, segment_ids, past_length: int, positions_given=False
-    ) -> None:
+    def token_shape(self, input_ids, inputs_embeds) -> tuple[int, int]:
+        """(batch, n) of the new tokens, given as ids [B, n] or as vectors [B, n, d_model]."""
         require(
-            input_ids.dim() == 2,
+            (input_ids is None) != (inputs_embeds is None),
             "input_ids",
-            tuple(input_ids.shape),
-            "expected a [batch, seq_len] tensor of token ids",
+            "given with inputs_embeds" if input_ids is not None else None,
+            "exactly one of input_ids and inputs_embeds",
         )
-        seq_len = past_length + input_ids.shape[1]
+        if input_ids is not None:
+            require(
+                input_ids.dim() == 2,
+                "input_ids",
+                tuple(input_ids.shape),
+                "expected a [batch, seq_len] tensor of token ids",
+            )
+            return tuple(input_ids.shape)
+        require(
+            inputs_embeds.dim() == 3 and inputs_embeds.shape[-1] == self.config.d_model,
+            "inputs_embeds",
+            tuple(inputs_embeds.shape),
+            f"expected a [batch, seq_len, d_model={self.config.d_model}] tensor",
+        )
+        return tuple(inputs_embeds.shape[:2])
+
+    def _check_inputs(
+        self,
+        tokens: tuple[int, int],
+        attention_mask,
+        segment_ids,
+        past_length: int,
+        positions_given=False,
+    ) -> None:
+        """tokens: `token_shape` of the new tokens."""
+        seq_len = past_length + tokens[1]
         limit = self.encoding.max_positions
         # With positions given, a table bounds the positions (checked with them), not the length.
         if limit is not None and seq_len > limit and not positions_given:
@@ -175,10 +231,10 @@ class Encoder(nn.Module):
                 "'input' or 'none' for incremental decoding: segments inside attention would "
                 "need the segment ids of the cached tokens; run the full forward instead",
             )
-        batch = input_ids.shape[0]
+        batch = tokens[0]
         for name, value, shape in (
             ("attention_mask", attention_mask, (batch, seq_len)),
-            ("segment_ids", segment_ids, tuple(input_ids.shape)),
+            ("segment_ids", segment_ids, tokens),
         ):
             if value is not None and tuple(value.shape) != shape:
                 what = "cached + new tokens" if name == "attention_mask" else "input_ids.shape"
@@ -199,10 +255,11 @@ class Encoder(nn.Module):
                     f"{self.config.num_segments})",
                 )
 
-    def token_positions(self, input_ids, position_ids, cache, past_length: int):
-        """Positions [B, past + n] of the cached and new tokens, or None for the defaults
-        0, 1, ... (`positions.all_positions`); position_ids checked against the encoding."""
-        batch, seq_len = input_ids.shape
+    def token_positions(self, tokens: tuple[int, int], position_ids, cache, past_length: int):
+        """Positions [B, past + n] of the cached and new tokens (`token_shape` [B, n]), or None
+        for the defaults 0, 1, ... (`positions.all_positions`); position_ids checked against
+        the encoding."""
+        batch, seq_len = tokens
         if position_ids is not None:
             position_ids = check_position_ids(position_ids, batch, seq_len)
         positions = all_positions(position_ids, cache, past_length, batch, seq_len)
@@ -219,27 +276,26 @@ class Encoder(nn.Module):
         past_length=0,
         position_ids=None,
         cache=None,
+        inputs_embeds=None,
     ):
         """(embeddings, per-layer terms, mask, per-layer segment bias) for one forward of the
-        new tokens: at positions [past_length, past_length + n), or at position_ids [B, n]
-        (see `posattn.models.positions`: packed documents, left padding, custom positions)."""
-        if input_ids.dim() == 2:
-            positions = self.token_positions(input_ids, position_ids, cache, past_length)
-        else:
-            positions = None  # the shape error comes from the checks below
-        self._check_inputs(
-            input_ids, attention_mask, segment_ids, past_length, positions is not None
-        )
-        seq_len, device = past_length + input_ids.shape[1], input_ids.device
+        new tokens, given as ids or as vectors (inputs_embeds): at positions
+        [past_length, past_length + n), or at position_ids [B, n] (see
+        `posattn.models.positions`: packed documents, left padding, custom positions)."""
+        tokens = self.token_shape(input_ids, inputs_embeds)
+        positions = self.token_positions(tokens, position_ids, cache, past_length)
+        self._check_inputs(tokens, attention_mask, segment_ids, past_length, positions is not None)
+        device = (input_ids if input_ids is not None else inputs_embeds).device
+        seq_len = past_length + tokens[1]
         if segment_ids is None:
-            segment_ids = torch.zeros_like(input_ids)
+            segment_ids = torch.zeros(tokens, dtype=torch.long, device=device)
         dtype = self.embeddings.word.weight.dtype
         # through the module's forward: FSDP / ZeRO-3 gather its parameters there
         vectors, terms = self.encoding(past_length, seq_len, device, dtype, positions)
         documents = None
         if positions is not None and attention_mask is None and not past_length:
             documents = packed_documents(positions)
-        x = self.embeddings(input_ids, segment_ids, vectors)
+        x = self.embeddings(input_ids, segment_ids, vectors, inputs_embeds)
         mask = build_attention_mask(
             attention_mask,
             seq_len,
@@ -257,22 +313,45 @@ class Encoder(nn.Module):
         return x, terms, mask, segment_bias
 
     def forward(
-        self, input_ids, attention_mask=None, segment_ids=None, cache=None, position_ids=None
+        self,
+        input_ids,
+        attention_mask=None,
+        segment_ids=None,
+        cache=None,
+        position_ids=None,
+        record: StackRecord | None = None,
+        inputs_embeds: Tensor | None = None,
     ) -> Tensor:
         """cache: None, or an object with `get_seq_length()` and `update(k, v, layer_index)`
         (transformers' `DynamicCache`); it then holds the past tokens and receives the new
         ones, attention_mask covers past + new tokens and segment_ids the new ones.
-        position_ids: [B, n] positions of the new tokens (`posattn.models.positions`)."""
+        position_ids: [B, n] positions of the new tokens (`posattn.models.positions`).
+        record: a `StackRecord` that gathers the hidden states and attention probabilities.
+        inputs_embeds: [B, n, d_model] vectors in place of input_ids (`Embeddings.forward`)."""
         cache = checked_cache(self, cache)
         past_length = 0 if cache is None else cache.get_seq_length()
         x, terms, mask, segment_bias = self.layer_inputs(
-            input_ids, attention_mask, segment_ids, past_length, position_ids, cache
+            input_ids, attention_mask, segment_ids, past_length, position_ids, cache, inputs_embeds
         )
+        record = record or StackRecord()
+        record.add_hidden(x)
         for index, (layer, layer_terms, layer_segments) in enumerate(
             zip(self.layers, terms, segment_bias, strict=True)
         ):
-            x = layer(x, layer_terms, mask, layer_segments, cache, index)
-        return x if self.final_norm is None else self.final_norm(x)
+            x = layer(x, layer_terms, mask, layer_segments, cache, index, record.attention)
+            if record.attention:
+                x, probs = x
+                record.attentions.append(probs)
+            record.add_hidden(x)
+        return self.finish(x, record)
+
+    def finish(self, x: Tensor, record: StackRecord) -> Tensor:
+        """The final LayerNorm (pre-norm), which the last recorded hidden state includes."""
+        if self.final_norm is None:
+            return x
+        x = self.final_norm(x)
+        record.replace_last_hidden(x)
+        return x
 
 
 def checkpointing(stack: nn.Module) -> bool:
@@ -300,7 +379,11 @@ def checked_cache(stack: nn.Module, cache):
 
 
 def init_weights(module: nn.Module, std: float) -> None:
-    """BERT's initialisation: N(0, std) weights, zero biases, unit LayerNorm."""
+    """BERT's initialisation: N(0, std) weights, zero biases, unit LayerNorm; posattn's own
+    parameters (encodings, the segment bias) as their module's `reset_parameters` says.
+
+    Only the parameters `module` holds directly, through `torch.nn.init`: transformers calls
+    this for every module and guards those functions so that loaded parameters are kept."""
     if isinstance(module, nn.Linear):
         nn.init.normal_(module.weight, std=std)
         if module.bias is not None:
@@ -310,3 +393,5 @@ def init_weights(module: nn.Module, std: float) -> None:
     elif isinstance(module, nn.LayerNorm):
         nn.init.ones_(module.weight)
         nn.init.zeros_(module.bias)
+    elif isinstance(module, OwnsParameters):
+        module.reset_parameters()

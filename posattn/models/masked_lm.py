@@ -51,7 +51,7 @@ class PosAttnForMaskedLM(PosAttnPreTrainedModel):
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
         if isinstance(module, MaskedLMHead):
-            module.decoder.bias.zero_()
+            nn.init.zeros_(module.decoder.bias)
 
     def get_output_embeddings(self) -> nn.Linear:
         return self.head.decoder
@@ -61,30 +61,45 @@ class PosAttnForMaskedLM(PosAttnPreTrainedModel):
 
     def forward(
         self,
-        input_ids: Tensor,
+        input_ids: Tensor | None = None,
         attention_mask: Tensor | None = None,
         token_type_ids: Tensor | None = None,
         labels: Tensor | None = None,
         return_dict: bool | None = None,
         num_items_in_batch: int | Tensor | None = None,
+        inputs_embeds: Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
         position_ids: Tensor | None = None,
-    ) -> MaskedLMOutput:
-        hidden = self.posattn(
-            input_ids, attention_mask, token_type_ids, position_ids=position_ids
-        ).last_hidden_state
+    ) -> MaskedLMOutput | tuple:
+        """With labels, the logits are those of the labelled positions only ([N, vocab], the
+        loss's rows): the vocabulary projection of unlabelled positions would be wasted."""
+        base = self.posattn(
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+            position_ids=position_ids,
+        )
+        hidden, loss = base.last_hidden_state, None
         if labels is None:
-            return MaskedLMOutput(logits=self.head(hidden))
-        if torch.compiler.is_compiling():
+            logits = self.head(hidden)
+        elif torch.compiler.is_compiling():
             # Selecting the labelled rows gives a data-dependent shape (a graph break, no
             # export): traced, the head runs on every position; the loss is the same.
             logits = self.head(hidden)
-            return MaskedLMOutput(
-                loss=cross_entropy(logits, labels, num_items_in_batch), logits=logits
-            )
-        labelled = labels != -100
-        logits = self.head(hidden[labelled])
-        loss = cross_entropy(logits, labels[labelled], num_items_in_batch)
-        return MaskedLMOutput(loss=loss, logits=logits)
+            loss = cross_entropy(logits, labels, num_items_in_batch)
+        else:
+            labelled = labels != -100
+            logits = self.head(hidden[labelled])
+            loss = cross_entropy(logits, labels[labelled], num_items_in_batch)
+        output = MaskedLMOutput(
+            loss=loss, logits=logits, hidden_states=base.hidden_states, attentions=base.attentions
+        )
+        return self.returned(output, return_dict)
 
 
 AutoModelForMaskedLM.register(PosAttnConfig, PosAttnForMaskedLM, exist_ok=True)

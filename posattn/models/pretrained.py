@@ -12,13 +12,15 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 from transformers import PreTrainedModel
-from transformers.modeling_outputs import BaseModelOutput
+from transformers.modeling_outputs import BaseModelOutputWithPast
+from transformers.utils import ModelOutput
 
 from ..attention import MultiHeadAttention
 from ..errors import invalid
 from .attn_implementation import attn_implementation_of, kernel_of
 from .config import PosAttnConfig
 from .encoder import Encoder, init_weights
+from .outputs import StackRecord
 
 
 def cross_entropy(logits: Tensor, labels: Tensor, num_items_in_batch=None) -> Tensor:
@@ -100,6 +102,23 @@ class PosAttnPreTrainedModel(PreTrainedModel):
     def _init_weights(self, module: nn.Module) -> None:
         init_weights(module, self.config.init_std)
 
+    def record_for(self, output_attentions, output_hidden_states) -> StackRecord:
+        """What a forward gathers: the arguments, or the config's defaults when None."""
+        return StackRecord(
+            hidden=self.config.output_hidden_states
+            if output_hidden_states is None
+            else output_hidden_states,
+            attention=self.config.output_attentions
+            if output_attentions is None
+            else output_attentions,
+        )
+
+    def returned(self, output: ModelOutput, return_dict: bool | None):
+        """The output object, or with return_dict=False (argument, else the config's) its
+        tuple in transformers' order, the fields that are None left out."""
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        return output if return_dict else output.to_tuple()
+
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
         if cls.legacy_key_mapping is None or "key_mapping" in kwargs:
@@ -133,17 +152,37 @@ class PosAttnModel(PosAttnPreTrainedModel):
 
     def forward(
         self,
-        input_ids: Tensor,
+        input_ids: Tensor | None = None,
         attention_mask: Tensor | None = None,
         token_type_ids: Tensor | None = None,
         past_key_values=None,
+        inputs_embeds: Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         position_ids: Tensor | None = None,
-    ) -> BaseModelOutput:
+    ) -> BaseModelOutputWithPast | tuple:
         """past_key_values: a transformers `DynamicCache` for incremental decoding of a causal
         stack (see `Encoder.forward`). position_ids: [B, n] positions of the tokens
-        (`posattn.models.positions`: packed documents, left padding, custom positions)."""
+        (`posattn.models.positions`: packed documents, left padding, custom positions).
+        inputs_embeds: [B, n, d_model] in place of input_ids.
+        output_attentions / output_hidden_states: per layer the attention probabilities
+        [B, H, n, n] (the eager path runs for that call) / the embeddings output and every
+        layer's output (`StackRecord`)."""
+        record = self.record_for(output_attentions, output_hidden_states)
         hidden = self.encoder(
-            input_ids, attention_mask, token_type_ids, past_key_values, position_ids
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            past_key_values,
+            position_ids,
+            record=record,
+            inputs_embeds=inputs_embeds,
         )
-        return BaseModelOutput(last_hidden_state=hidden)
+        output = BaseModelOutputWithPast(
+            last_hidden_state=hidden,
+            past_key_values=past_key_values,
+            hidden_states=record.outputs("hidden_states"),
+            attentions=record.outputs("attentions"),
+        )
+        return self.returned(output, return_dict)

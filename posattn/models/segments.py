@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ..encodings.base import normal_parameter
+from ..encodings.base import OwnsParameters, empty_parameter
 from ..kernels.table_bias import SegmentPairs
 
 SEGMENT_MODES = ("none", "input", "attention")
 
 
-class SegmentAttentionBias(nn.Module):
+class SegmentAttentionBias(OwnsParameters, nn.Module):
     """DIET Eq. 2: E_S(S(i), S(j)) = s^{l,h}_{S(i), S(j)}, a learned scalar per (query segment,
     key segment) pair per head, added to the logits of every layer.
 
@@ -21,7 +21,13 @@ class SegmentAttentionBias(nn.Module):
     def __init__(self, num_layers: int, num_heads: int, num_segments: int, std: float) -> None:
         super().__init__()
         self.num_segments = num_segments
-        self.table = normal_parameter(num_layers, num_heads, num_segments**2, std=std)
+        self.std = std
+        self.table = empty_parameter(num_layers, num_heads, num_segments**2)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """s: N(0, init_std)."""
+        nn.init.normal_(self.table, std=self.std)
 
     def forward(self, segment_ids: Tensor) -> list[Tensor]:
         """[B, n] segment ids -> per layer a [B, H, n, n] bias."""

@@ -98,16 +98,25 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel, GenerationMixin):
         self.decoder = Decoder(
             stack_config(config, causal=True, num_layers=config.num_decoder_layers)
         )
-        # Tied by transformers (`_tied_weights_keys`) when config.tie_word_embeddings says so.
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         for stack in (self.encoder, self.decoder):
             stack.embeddings.scale = config.d_model**0.5
+        # Tied by parameter (transformers' `_tied_weights_keys`, when tie_word_embeddings says
+        # so), never by sharing a module: loading cannot draw a missing matrix of shared modules.
         self.post_init()
+
+    def word_matrices(self) -> tuple[nn.Module, ...]:
+        """The modules holding a [vocab, d_model] word matrix: one shared parameter when tied."""
+        return (self.encoder.embeddings.word, self.decoder.embeddings.word, self.lm_head)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        super()._init_weights(module)
-        if module is self.encoder.embeddings.word or module is self.decoder.embeddings.word:
+        """Word matrices N(0, 1/d_model), a tied one drawn once (through the encoder's
+        embedding); everything else as `init_weights` says."""
+        words = self.word_matrices()
+        if not any(module is word for word in words):
+            super()._init_weights(module)
+        elif module is words[0] or not self.config.tie_word_embeddings:
             nn.init.normal_(module.weight, std=self.config.d_model**-0.5)
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -194,20 +203,41 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel, GenerationMixin):
         use_cache: bool | None = None,
         return_dict: bool | None = None,
         num_items_in_batch: int | Tensor | None = None,
+        inputs_embeds: Tensor | None = None,
+        decoder_inputs_embeds: Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
         position_ids: Tensor | None = None,
         decoder_position_ids: Tensor | None = None,
-    ) -> Seq2SeqLMOutput:
+    ) -> Seq2SeqLMOutput | tuple:
         """position_ids / decoder_position_ids: [B, n] positions of the source / target tokens
         (`posattn.models.positions`). Given encoder_outputs, the encoder has already placed
         the source tokens (`generate` passes both), so position_ids have no further use.
         past_key_values: an `EncoderDecoderCache` (what `generate` passes; created when
         use_cache=True and none is given) or a `DynamicCache` of the earlier target tokens;
-        decoder_input_ids are then the new target tokens only."""
+        decoder_input_ids are then the new target tokens only.
+        inputs_embeds / decoder_inputs_embeds: [B, n, d_model] in place of the (scaled by
+        sqrt(d_model)) word vectors of input_ids / decoder_input_ids.
+        output_attentions: encoder self-, decoder self- and cross-attention probabilities per
+        layer; output_hidden_states: each stack's embeddings output and layer outputs."""
         if encoder_outputs is None:
-            memory = self.encode(input_ids, attention_mask, position_ids)
-        else:
-            memory = encoder_outputs[0]
-        if decoder_input_ids is None:
+            record = self.record_for(output_attentions, output_hidden_states)
+            memory = self.encoder(
+                input_ids,
+                attention_mask,
+                position_ids=position_ids,
+                record=record,
+                inputs_embeds=inputs_embeds,
+            )
+            encoder_outputs = BaseModelOutput(
+                last_hidden_state=memory,
+                hidden_states=record.outputs("hidden_states"),
+                attentions=record.outputs("attentions"),
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):  # a tuple, as return_dict=False
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        memory = encoder_outputs.last_hidden_state
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
             require(labels is not None, "decoder_input_ids", None, "given, or labels to shift")
             decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
         if use_cache and past_key_values is None:
@@ -218,23 +248,33 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel, GenerationMixin):
             if both is None
             else cached_memory_keys_values(self.decoder, both, memory)
         )
-        logits = self.decode(
+        record = self.record_for(output_attentions, output_hidden_states)
+        hidden = self.decoder(
             decoder_input_ids,
             memory_kv,
             attention_mask,
             decoder_attention_mask,
             self_cache,
-            decoder_position_ids=decoder_position_ids,
+            position_ids=decoder_position_ids,
+            record=record,
+            inputs_embeds=decoder_inputs_embeds,
         )
+        logits = self.lm_head(hidden)
         loss = None
         if labels is not None:
             loss = self.loss(logits, labels, num_items_in_batch)
-        return Seq2SeqLMOutput(
+        output = Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
             past_key_values=past_key_values,
+            decoder_hidden_states=record.outputs("hidden_states"),
+            decoder_attentions=record.outputs("attentions"),
+            cross_attentions=record.outputs("cross_attentions"),
             encoder_last_hidden_state=memory,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
         )
+        return self.returned(output, return_dict)
 
     def loss(self, logits: Tensor, labels: Tensor, num_items_in_batch=None) -> Tensor:
         """Label-smoothed in training, plain NLL in evaluation; summed and divided by the
