@@ -74,7 +74,6 @@ class PosAttnForCausalLM(PosAttnPreTrainedModel, GenerationMixin):
         inputs_embeds: Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        shift_labels: Tensor | None = None,
         position_ids: Tensor | None = None,
     ) -> CausalLMOutputWithPast | tuple:
         """logits_to_keep: 0 for every position, else the logits of the last that many (what

@@ -35,7 +35,6 @@ from .config import PosAttnConfig
 from .encoder import Encoder, FeedForward, checked_cache
 from .outputs import StackRecord
 
-
 # Fields each stack of an encoder-decoder sets for itself.
 PER_STACK_FIELDS = ("num_layers", "causal")
 
