@@ -122,6 +122,17 @@ def test_unknown_names_are_clear_errors(saved_mlm):
         model.set_attn_implementation("paged|eager")
 
 
+def test_unknown_name_error_has_transformers_wording_and_allowed_names():
+    """transformers' tests match its own wording; posattn's names the allowed values too."""
+    model = PosAttnForMaskedLM(tiny_config("t5"))
+    with pytest.raises(PosAttnConfigError) as refused:
+        model.set_attn_implementation("foo")
+    message = str(refused.value)
+    assert 'Specified `attn_implementation="foo"` is not supported' in message
+    for name in ("eager", "sdpa", "flex_attention", "posattn-auto"):
+        assert repr(name) in message
+
+
 def test_a_user_kernel_is_a_posattn_name():
     seen = []
 

@@ -37,7 +37,7 @@ from torch import Tensor, nn
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from ..errors import invalid
+from ..errors import PosAttnConfigError
 from ..kernels import get_kernel, kernel_names
 
 # posattn kernel -> transformers' own name for the same computation.
@@ -62,11 +62,11 @@ def kernel_of(attn_implementation: str) -> str:
             register_with_transformers(kernel)
             return kernel
     allowed = sorted({attn_implementation_of(kernel) for kernel in kernel_names()})
-    raise invalid(
-        "attn_implementation",
-        attn_implementation,
-        f"one of {allowed} (posattn's kernels under transformers' names; see "
-        "posattn.models.attn_implementation)",
+    # transformers' own wording first, so that code matching transformers' message matches it.
+    raise PosAttnConfigError(
+        f'Specified `attn_implementation="{attn_implementation}"` is not supported: '
+        f"attn_implementation={attn_implementation!r} is not allowed: one of {allowed} "
+        "(posattn's kernels under transformers' names; see posattn.models.attn_implementation)"
     )
 
 

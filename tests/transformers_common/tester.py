@@ -14,6 +14,7 @@ from posattn import (
     PosAttnModel,
     PosAttnSeq2SeqConfig,
 )
+from posattn.encodings.linformer import LinformerOptions
 
 # One family per config: the classes that run on it.
 FAMILIES = {
@@ -47,6 +48,8 @@ class PosAttnModelTester:
         self.encoding, self.overrides = SETTINGS.get(setting, (setting, {}))
         self.batch_size, self.seq_length = batch_size, seq_length
         self.encoder_seq_length = self.decoder_seq_length = self.key_length = seq_length
+        if self.encoding == "linformer":  # keys and values projected to k positions
+            self.key_length = LinformerOptions().k
         self.vocab_size = 99
         self.hidden_size = 32
         self.num_hidden_layers = 2
