@@ -121,6 +121,7 @@ def test_config_defaults_and_return_dict_false_give_transformers_tuples():
         torch.testing.assert_close(a, b)
     # the config's output_* and return_dict are the defaults of every call
     config.output_hidden_states, config.return_dict = True, False
+    model.set_attn_implementation("eager")  # as transformers requires beside fused kernels
     config.output_attentions = True
     with torch.no_grad():
         from_config = model(ids, mask)
