@@ -56,6 +56,16 @@ def tiny_config(encoding: str = "learned", **overrides) -> PosAttnConfig:
     return PosAttnConfig(**values)
 
 
+def randomised(model):
+    """Every parameter random (LayerNorms and biases too), eval mode: no term can hide behind
+    a zero or a one."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(torch.randn_like(parameter) * 0.5)
+    return model.eval()
+
+
 def tiny_encoder(encoding: str = "learned", seed: int = 0, **overrides) -> Encoder:
     """A float64 encoder in eval mode whose every parameter is random (LayerNorms and biases
     included, so no term can hide behind a zero or a one)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import randomised, tiny_config
 from torch import nn
 from transformers import BertConfig, BertForSequenceClassification
 from transformers.loss.loss_utils import ForCausalLMLoss
@@ -21,14 +21,6 @@ from posattn import (
     PosAttnSeq2SeqConfig,
 )
 from posattn.errors import PosAttnConfigError
-
-
-def randomised(model):
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.copy_(torch.randn_like(parameter) * 0.5)
-    return model.eval()
 
 
 def ids_and_mask(n: int = 8):

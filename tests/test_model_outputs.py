@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import PROJECTED, layer_logits, settings_of, tiny_config
+from conftest import PROJECTED, layer_logits, randomised, settings_of, tiny_config
 
 from posattn import (
     ENCODINGS,
@@ -18,15 +18,6 @@ from posattn import (
     PosAttnSeq2SeqConfig,
 )
 from posattn.kernels import build_attention_mask
-
-
-def randomised(model):
-    """Every parameter random (LayerNorms and biases too), float64, eval mode."""
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.copy_(torch.randn_like(parameter) * 0.5)
-    return model.eval()
 
 
 def batch(n: int = 9):
