@@ -178,15 +178,16 @@ def read_json(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def collect_results(config: RunConfig, output: Path) -> dict:
-    """Per arm: each pretraining seed's metrics and, per task, each seed's fine-tuning."""
+def collect_results(config: RunConfig, output: Path, marker: str = "finetune.json") -> dict:
+    """Per arm: each pretraining seed's metrics and, per task, each seed's fine-tuning (read
+    from the `marker` file its cells write: finetune.json, or xlingual.json)."""
     results: dict = {}
     pretraining, tuning = cells_of(config)
     for cell in pretraining:
         arm = results.setdefault(cell.arm, {"pretrain": {}, "finetune": {}})
         arm["pretrain"][str(cell.seed)] = read_json(cell.directory(output) / "metrics.json")
     for cell in tuning:
-        tuned = read_json(cell.directory(output) / "finetune.json")[cell.task]
+        tuned = read_json(cell.directory(output) / marker)[cell.task]
         results[cell.arm]["finetune"].setdefault(cell.task, {})[str(cell.seed)] = tuned
     return results
 

@@ -28,7 +28,7 @@ from ..runs.fingerprint import run_settings
 from ..runs.stages import FINISHED, RESUME, Stage, save_run, stage_state, start_stage
 from .arms import RANDOM_INIT
 from .baselines import save_initial_model
-from .compare import Cell, cells_of, check_before_training, read_json, run_cells
+from .compare import Cell, cells_of, check_before_training, collect_results, run_cells
 from .finetune import encode, finetune_once
 from .pretrain import pretrain
 from .runconfig import RunConfig
@@ -139,19 +139,6 @@ def finetune_xlingual(
     return results
 
 
-def collect_xlingual(config: RunConfig, output: Path) -> dict:
-    """Per arm: each pretraining seed's metrics and, per task, each seed's xlingual.json."""
-    results: dict = {}
-    pretraining, tuning = cells_of(config)
-    for cell in pretraining:
-        arm = results.setdefault(cell.arm, {"pretrain": {}, "finetune": {}})
-        arm["pretrain"][str(cell.seed)] = read_json(cell.directory(output) / "metrics.json")
-    for cell in tuning:
-        tuned = read_json(cell.directory(output) / MARKER)[cell.task]
-        results[cell.arm]["finetune"].setdefault(cell.task, {})[str(cell.seed)] = tuned
-    return results
-
-
 def compare_xlingual(config: RunConfig, output: Path, preset: str, overwrite: bool = False) -> dict:
     """Every cell in output/, then results.json, results.md and xlingual.png; the data is
     config.data.data_dir's cross-lingual set."""
@@ -166,7 +153,7 @@ def compare_xlingual(config: RunConfig, output: Path, preset: str, overwrite: bo
     workers = config.compare.workers
     for cells in cells_of(config):
         run_cells(config, cells, output, overwrite, workers, runner=run_xlingual_cell)
-    results = collect_xlingual(config, output)
+    results = collect_results(config, output, MARKER)
     context = run_context(
         preset,
         time.perf_counter() - start,
