@@ -56,6 +56,28 @@ def tiny_config(encoding: str = "learned", **overrides) -> PosAttnConfig:
     return PosAttnConfig(**values)
 
 
+def tiny_seq2seq_config(encoding: str = "t5", **overrides):
+    """A small encoder-decoder config (2 + 2 layers, d_model 24, no dropout); the encoding's
+    required options merged under any given `encoding_options`."""
+    from posattn import PosAttnSeq2SeqConfig
+
+    options = {**REQUIRED_OPTIONS.get(encoding, {}), **overrides.pop("encoding_options", {})}
+    values = dict(
+        vocab_size=30,
+        d_model=24,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=3,
+        ffn_dim=32,
+        max_len=16,
+        dropout=0.0,
+        attention_dropout=0.0,
+        encoding=encoding,
+        encoding_options=options,
+    )
+    return PosAttnSeq2SeqConfig(**{**values, **overrides})
+
+
 def randomised(model):
     """Every parameter random (LayerNorms and biases too), eval mode: no term can hide behind
     a zero or a one."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import REQUIRED_OPTIONS
+from conftest import tiny_seq2seq_config
 from test_causal_lm import random_lm
 from test_seq2seq import TABLE4, inputs
 
@@ -21,20 +21,8 @@ def translator(encoding: str, seed: int = 0):
     follow the decoder); initialised with std 1 its greedy outputs vary by source and often
     reach the </s> chosen here (token 10)."""
     torch.manual_seed(seed)
-    config = PosAttnSeq2SeqConfig(
-        vocab_size=12,
-        d_model=24,
-        num_layers=2,
-        num_decoder_layers=3,
-        num_heads=3,
-        ffn_dim=32,
-        max_len=16,
-        dropout=0.0,
-        attention_dropout=0.0,
-        encoding=encoding,
-        encoding_options=REQUIRED_OPTIONS.get(encoding, {}),
-        init_std=1.0,
-        eos_token_id=10,
+    config = tiny_seq2seq_config(
+        encoding, vocab_size=12, num_decoder_layers=3, init_std=1.0, eos_token_id=10
     )
     return PosAttnForSeq2SeqLM(config).double().eval()
 

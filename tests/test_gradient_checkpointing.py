@@ -9,14 +9,13 @@ import copy
 
 import pytest
 import torch
-from conftest import REQUIRED_OPTIONS, tiny_config
+from conftest import tiny_config, tiny_seq2seq_config
 from transformers import DynamicCache
 
 from posattn import (
     PosAttnForCausalLM,
     PosAttnForMaskedLM,
     PosAttnForSeq2SeqLM,
-    PosAttnSeq2SeqConfig,
 )
 from posattn.errors import PosAttnConfigError
 
@@ -36,18 +35,11 @@ def causal_lm(encoding: str, dropout: float) -> PosAttnForCausalLM:
 
 
 def seq2seq(encoding: str, dropout: float) -> PosAttnForSeq2SeqLM:
-    config = PosAttnSeq2SeqConfig(
+    config = tiny_seq2seq_config(
+        encoding,
         vocab_size=40,
-        d_model=24,
-        num_layers=2,
-        num_decoder_layers=2,
-        num_heads=3,
-        ffn_dim=32,
-        max_len=16,
         dropout=dropout,
         attention_dropout=dropout,
-        encoding=encoding,
-        encoding_options=REQUIRED_OPTIONS.get(encoding, {}),
         label_smoothing=0.1,
     )
     return PosAttnForSeq2SeqLM(config)

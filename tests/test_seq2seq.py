@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from conftest import REQUIRED_OPTIONS
+from conftest import tiny_seq2seq_config
 from reference import layer_norm
 from transformers import AutoModelForSeq2SeqLM
 
@@ -22,23 +22,9 @@ BIAS_OR_INPUT = ["sinusoidal", "t5", "diet-rel", "diet-abs", "tupe-r"]
 
 def seq2seq(encoding: str, seed: int = 0, **overrides) -> PosAttnForSeq2SeqLM:
     """A float64 model in eval mode whose every parameter is random."""
-    options = {**REQUIRED_OPTIONS.get(encoding, {}), **overrides.pop("encoding_options", {})}
-    values = dict(
-        vocab_size=30,
-        d_model=24,
-        num_layers=2,
-        num_decoder_layers=2,
-        num_heads=3,
-        ffn_dim=32,
-        max_len=16,
-        dropout=0.0,
-        attention_dropout=0.0,
-        encoding=encoding,
-        encoding_options=options,
-    )
-    values.update(overrides)
+    config = tiny_seq2seq_config(encoding, **overrides)
     torch.manual_seed(seed)
-    model = PosAttnForSeq2SeqLM(PosAttnSeq2SeqConfig(**values)).eval()
+    model = PosAttnForSeq2SeqLM(config).eval()
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.copy_(torch.randn_like(parameter) * 0.5)
