@@ -13,7 +13,7 @@ from .models import (
 from .models.causal_lm import PosAttnForCausalLM
 from .models.config import PosAttnConfig
 from .models.encoder import Encoder
-from .models.seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig
+from .models.seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig, PosAttnSeq2SeqModel
 
 __version__ = "0.1.0"
 
@@ -32,6 +32,7 @@ __all__ = [
     "PosAttnModel",
     "PosAttnPreTrainedModel",
     "PosAttnSeq2SeqConfig",
+    "PosAttnSeq2SeqModel",
     "PositionalEncoding",
     "build_encoding",
     "execution",

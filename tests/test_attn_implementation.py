@@ -22,6 +22,7 @@ from posattn import (
     PosAttnForCausalLM,
     PosAttnForMaskedLM,
     PosAttnForSeq2SeqLM,
+    PosAttnModel,
     PosAttnSeq2SeqConfig,
 )
 from posattn.errors import PosAttnConfigError
@@ -202,12 +203,23 @@ def test_posattn_kernels_in_a_causal_grouped_query_model(calls):
     torch.testing.assert_close(got, expected)
 
 
-def test_output_attentions_in_a_config_needs_eager_as_in_transformers():
-    """transformers refuses to switch a config to output_attentions beside a fused kernel; the
-    report being true, posattn's default (posattn-auto) is refused too, and eager accepted."""
-    config = PosAttnConfig(d_model=8, num_heads=2)
-    with pytest.raises(ValueError, match="posattn-auto"):
-        config.output_attentions = True
-    config = PosAttnConfig(d_model=8, num_heads=2, attn_implementation="eager")
+@pytest.mark.parametrize("kernel", ["auto", "sdpa", "eager"])
+def test_output_attentions_in_a_config_is_allowed_on_every_kernel(kernel):
+    """transformers refuses config.output_attentions = True beside a fused kernel; posattn runs
+    the eager path for a call that returns probabilities, so it accepts it on every kernel,
+    keeps the kernel, and returns the same outputs as a per-call output_attentions=True."""
+    config = PosAttnConfig(vocab_size=30, d_model=8, num_heads=2, num_layers=2, kernel=kernel)
+    model = PosAttnModel(config).eval()
+    ids = torch.randint(4, 30, (2, 7), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        per_call = model(ids, output_attentions=True)
     config.output_attentions = True
-    assert config.kernel == "eager" and config.output_attentions
+    assert config.kernel == kernel and config.output_attentions
+    with torch.no_grad():
+        from_config = model(ids)
+    assert len(from_config.attentions) == 2
+    for a, b in zip(from_config.attentions, per_call.attentions, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    torch.testing.assert_close(from_config.last_hidden_state, per_call.last_hidden_state)
+    built = PosAttnConfig(d_model=8, num_heads=2, kernel=kernel, output_attentions=True)
+    assert built.output_attentions and built.kernel == kernel

@@ -138,7 +138,7 @@ def test_generate_translates_text_with_a_posattn_tokenizer_like_translate(tmp_pa
 
     folder = build_toy_translation(tmp_path)
     tokenizer = load_translation_tokenizer(folder / "translation/toy/tokenizer")
-    torch.manual_seed(2)  # a draw whose two outputs differ, so equality means something
+    torch.manual_seed(1)  # a draw whose two outputs differ, so equality means something
     config = PosAttnSeq2SeqConfig(
         vocab_size=len(tokenizer),
         d_model=16,

@@ -60,15 +60,31 @@ def test_inputs_embeds_in_the_encoder_decoder_replace_the_scaled_word_vectors():
     model = randomised(PosAttnForSeq2SeqLM(config))
     src, mask = ids_and_mask()
     tgt = src[:, :5]
-    word = model.get_input_embeddings()
+    word = model.get_input_embeddings()  # scaled by sqrt(d_model), as the model reads it
+    torch.testing.assert_close(word(src), word.weight[src] * 16**0.5, rtol=0, atol=0)
     with torch.no_grad():
         from_ids = model(src, mask, decoder_input_ids=tgt).logits
         from_embeds = model(
             attention_mask=mask,
-            inputs_embeds=word(src) * 16**0.5,
-            decoder_inputs_embeds=word(tgt) * 16**0.5,
+            inputs_embeds=word(src),
+            decoder_inputs_embeds=word(tgt),
         ).logits
     torch.testing.assert_close(from_embeds, from_ids, rtol=0, atol=1e-12)
+
+
+def test_a_plain_embedding_set_on_the_encoder_decoder_is_kept_and_scaled():
+    config = PosAttnSeq2SeqConfig(
+        vocab_size=40, d_model=16, num_heads=2, num_layers=1, ffn_dim=20, max_len=16
+    )
+    model = randomised(PosAttnForSeq2SeqLM(config))
+    src, _ = ids_and_mask()
+    plain = torch.nn.Embedding(40, 16)
+    model.set_input_embeddings(plain)
+    assert model.get_input_embeddings() is plain  # transformers' contract
+    assert model.encoder.embeddings.word is plain and model.decoder.embeddings.word is plain
+    torch.testing.assert_close(plain(src), plain.weight[src] * 4.0, rtol=0, atol=0)
+    with pytest.raises(PosAttnConfigError, match=r"embeddings='Linear'.*nn\.Embedding"):
+        model.set_input_embeddings(torch.nn.Linear(16, 40))
 
 
 def test_ids_and_embeds_together_or_neither_or_misshapen_are_refused():

@@ -10,9 +10,10 @@ import pytest
 import torch
 from conftest import tiny_seq2seq_config
 from reference import layer_norm
-from transformers import AutoModelForSeq2SeqLM
+from safetensors.torch import save_file
+from transformers import AutoModel, AutoModelForSeq2SeqLM
 
-from posattn import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig
+from posattn import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig, PosAttnSeq2SeqModel
 from posattn.errors import PosAttnConfigError
 
 TABLE4 = ["sinusoidal", "shaw", "diet-rel", "t5", "tupe-r", "diet-abs", "rope"]
@@ -195,6 +196,49 @@ def test_untied_embeddings_are_three_matrices_that_survive_save_and_load(tmp_pat
     torch.testing.assert_close(
         loaded(src, mask, decoder_input_ids=tgt).logits.double(),
         model(src, mask, decoder_input_ids=tgt).logits,
+    )
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_base_model_and_checkpoints_of_the_former_layout(tmp_path, tied):
+    """`.model` is the encoder-decoder without the output projection (AutoModel loads it);
+    a checkpoint saved with the stacks at the top level (`encoder.*`, `decoder.*`, before the
+    base model existed) loads into today's layout with every weight and output unchanged."""
+    model = seq2seq("diet-rel", tie_word_embeddings=tied)
+    src, mask, tgt = inputs()
+    assert model.base_model is model.model and model.encoder is model.model.encoder
+    hidden = model.model(src, mask, decoder_input_ids=tgt).last_hidden_state
+    torch.testing.assert_close(
+        model.lm_head(hidden), model(src, mask, decoder_input_ids=tgt).logits, rtol=0, atol=0
+    )
+    model.save_pretrained(tmp_path / "now")
+    base = AutoModel.from_pretrained(tmp_path / "now").eval()
+    assert type(base) is PosAttnSeq2SeqModel
+    torch.testing.assert_close(
+        base(src, mask, decoder_input_ids=tgt).last_hidden_state.double(),
+        hidden,
+        rtol=1e-5,
+        atol=1e-5,  # saved in float32
+    )
+    former = {name.removeprefix("model."): value for name, value in model.state_dict().items()}
+    if tied:  # saved once, as the tied matrix was
+        for name in ("decoder.embeddings.word.weight", "lm_head.weight"):
+            del former[name]
+    assert any(name.startswith("encoder.") for name in former)
+    model.config.save_pretrained(tmp_path / "former")
+    save_file(
+        {name: value.float().contiguous() for name, value in former.items()},
+        tmp_path / "former" / "model.safetensors",
+        metadata={"format": "pt"},
+    )
+    loaded = PosAttnForSeq2SeqLM.from_pretrained(tmp_path / "former").eval()
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[name].double(), value, msg=name)
+    torch.testing.assert_close(
+        loaded(src, mask, decoder_input_ids=tgt).logits.double(),
+        model(src, mask, decoder_input_ids=tgt).logits,
+        rtol=1e-5,
+        atol=1e-5,
     )
 
 

@@ -10,7 +10,7 @@ from .config import PosAttnConfig
 from .encoder import Encoder
 from .masked_lm import PosAttnForMaskedLM
 from .pretrained import PosAttnModel, PosAttnPreTrainedModel
-from .seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig
+from .seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig, PosAttnSeq2SeqModel
 
 AutoModel.register(PosAttnConfig, PosAttnModel, exist_ok=True)
 register_posattn_kernels()  # "posattn-auto", ... for transformers' attn_implementation
@@ -25,4 +25,5 @@ __all__ = [
     "PosAttnModel",
     "PosAttnPreTrainedModel",
     "PosAttnSeq2SeqConfig",
+    "PosAttnSeq2SeqModel",
 ]

@@ -110,6 +110,17 @@ class PosAttnConfig(PreTrainedConfig):
                 raise refusal(kernel, f"encoding {self.encoding!r}: {reason}")
 
     @property
+    def output_attentions(self) -> bool:
+        return self._output_attentions
+
+    @output_attentions.setter
+    def output_attentions(self, value: bool) -> None:
+        # transformers refuses True unless the implementation is "eager"; every posattn kernel
+        # runs the eager path for a forward that returns probabilities (MultiHeadAttention),
+        # so the kernel stays what it was and True is always allowed.
+        self._output_attentions = bool(value)
+
+    @property
     def _attn_implementation_internal(self) -> str:
         """transformers' name of `kernel`: what the attention modules run."""
         return attn_implementation_of(self.kernel)

@@ -26,16 +26,35 @@ from .segments import SegmentAttentionBias
 logger = logging.get_logger(__name__)
 
 
-class Embeddings(nn.Module):
-    """Word (+ segment, when at the input) embeddings; positions come from the encoding.
-    `scale` multiplies the word vectors (1; sqrt(d_model) in the encoder-decoder, Vaswani
-    Sec. 3.4)."""
+class WordEmbedding(nn.Embedding):
+    """An `nn.Embedding` whose vectors are multiplied by `scale` (1; sqrt(d_model) in the
+    encoder-decoder, Vaswani Sec. 3.4): `get_input_embeddings()(ids)` is then exactly what the
+    model adds positions to, which is what transformers' `inputs_embeds` stand in for."""
 
     scale: float = 1.0
 
+    @classmethod
+    def adopt(cls, embedding: nn.Embedding, scale: float) -> WordEmbedding:
+        """`embedding` itself made a WordEmbedding with `scale` (its class changes in place,
+        its weight and identity stay): transformers' `set_input_embeddings(e)` must leave
+        `get_input_embeddings() is e`, and the model must keep scaling its word vectors."""
+        if not isinstance(embedding, nn.Embedding):
+            raise invalid("embeddings", type(embedding).__name__, "a torch nn.Embedding")
+        embedding.__class__ = cls
+        embedding.scale = scale
+        return embedding
+
+    def forward(self, input_ids: Tensor) -> Tensor:
+        vectors = super().forward(input_ids)
+        return vectors if self.scale == 1.0 else vectors * self.scale
+
+
+class Embeddings(nn.Module):
+    """Word (+ segment, when at the input) embeddings; positions come from the encoding."""
+
     def __init__(self, config: PosAttnConfig) -> None:
         super().__init__()
-        self.word = nn.Embedding(config.vocab_size, config.d_model)
+        self.word = WordEmbedding(config.vocab_size, config.d_model)
         self.segment = (
             nn.Embedding(config.num_segments, config.d_model)
             if config.segments == "input"
@@ -52,14 +71,9 @@ class Embeddings(nn.Module):
         inputs_embeds: Tensor | None = None,
     ) -> Tensor:
         """positions: the encoding's input vectors, [n, d] (default positions) or [B, n, d].
-        inputs_embeds [B, n, d_model] replace the (scaled) word vectors of input_ids, as in
+        inputs_embeds [B, n, d_model] replace `self.word(input_ids)` (scaled), as in
         transformers: segments, positions, LayerNorm and dropout still apply."""
-        if inputs_embeds is not None:
-            x = inputs_embeds
-        elif self.scale != 1.0:
-            x = self.word(input_ids) * self.scale
-        else:
-            x = self.word(input_ids)
+        x = self.word(input_ids) if inputs_embeds is None else inputs_embeds
         if self.segment is not None:
             x = x + self.segment(segment_ids)
         if positions is not None:

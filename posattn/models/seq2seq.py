@@ -1,12 +1,8 @@
 """`PosAttnForSeq2SeqLM`: an encoder-decoder Transformer for translation (Vaswani et al. 2017;
-DIET Sec. 4.3 changes the positions of every encoder and decoder self-attention layer).
+DIET Sec. 4.3 changes the positions of every encoder and decoder self-attention layer): the
+base model `PosAttnSeq2SeqModel` (`.model`: encoder, decoder, word embeddings;
+seq2seq_model.py) and an output projection.
 
-    encoder:  bidirectional self-attention with the configured encoding (encoder.Encoder)
-    decoder:  causal self-attention with the same encoding built for causal attention, then
-              cross-attention over the encoder output without positional terms (decoder.py)
-    input:    sqrt(d_model) W_e[token] (+ the encoding's input vector), with W_e initialised
-              N(0, 1/d_model): word vectors of unit scale next to sinusoids of unit scale
-              (Vaswani Sec. 3.4; fairseq's transformer)
     output:   logits = h W_e^T with W_e the word embedding, one vocabulary for source and
               target (tied: encoder input, decoder input and output projection share it;
               tie_word_embeddings=False gives each of the three its own matrix)
@@ -15,6 +11,8 @@ DIET Sec. 4.3 changes the positions of every encoder and decoder self-attention 
               al. 2016; Vaswani Sec. 5.4); evaluation reports the plain NLL.
 
 Decoder inputs are the labels shifted right behind `decoder_start_token_id` (<s>).
+Checkpoints saved before the base model existed (stacks at the top level) load unchanged
+(`legacy_key_mapping`).
 """
 
 from __future__ import annotations
@@ -22,88 +20,49 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
-from transformers import AutoConfig, AutoModelForSeq2SeqLM, GenerationMixin
+from transformers import AutoModelForSeq2SeqLM, GenerationMixin
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 
-from ..errors import invalid, require
-from .config import PosAttnConfig
-from .decoder import Decoder, stack_config
+from ..errors import require
+from .decoder import Decoder
 from .encoder import Encoder
 from .pretrained import PosAttnPreTrainedModel
-from .seq2seq_generation import (
-    EncoderForGenerate,
-    cached_memory_keys_values,
-    new_generation_cache,
-    split_cache,
-)
+from .seq2seq_config import PosAttnSeq2SeqConfig
+from .seq2seq_generation import EncoderForGenerate, new_generation_cache
+from .seq2seq_model import PosAttnSeq2SeqModel
 
-
-class PosAttnSeq2SeqConfig(PosAttnConfig):
-    """PosAttnConfig for an encoder-decoder.
-
-    num_layers: encoder layers; num_decoder_layers: decoder layers (default: num_layers).
-    encoding / encoding_options apply to both stacks (the decoder's copy is causal).
-    label_smoothing: eps of the training loss. bos/eos/pad/decoder_start token ids come from
-    the shared tokenizer (<s>, </s>, <pad>, <s>).
-    """
-
-    model_type = "posattn-seq2seq"
-
-    num_decoder_layers: int | None = None
-    label_smoothing: float | int = 0.0
-    segments: str = "none"
-    norm: str = "pre"
-    is_encoder_decoder: bool = True
-    bos_token_id: int | None = 2
-    eos_token_id: int | None = 3
-    decoder_start_token_id: int | None = 2
-
-    def __post_init__(self, **kwargs) -> None:
-        if self.num_decoder_layers is None:
-            self.num_decoder_layers = self.num_layers
-        super().__post_init__(**kwargs)
-        require(
-            0.0 <= self.label_smoothing < 1.0,
-            "label_smoothing",
-            self.label_smoothing,
-            "a number in [0, 1)",
-        )
-        require(self.causal is False, "causal", self.causal, "False: the decoder is causal")
-        require(
-            self.segments != "attention",
-            "segments",
-            self.segments,
-            "'none' or 'input': a translation pair has one segment per side",
-        )
-        # The decoder's causal copy of the encoding is checked here too.
-        stack_config(self, causal=True, num_layers=self.num_decoder_layers)
+__all__ = ["PosAttnForSeq2SeqLM", "PosAttnSeq2SeqConfig", "PosAttnSeq2SeqModel"]
 
 
 class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel, GenerationMixin):
     """The encoder-decoder, with transformers' `generate` (greedy, sampling, HF beam search;
     see seq2seq_generation.py for the cache plumbing). The paper's decoding (GNMT length
-    penalty, DIET Sec. 4.3) is posattn.lab.translation's beam search (README, "Decoding")."""
+    penalty, DIET Sec. 4.3) is posattn.lab.translation's beam search (README, "Decoding").
+    `.encoder` and `.decoder` are the base model's stacks."""
 
     config_class = PosAttnSeq2SeqConfig
     config: PosAttnSeq2SeqConfig
     base_model_prefix = "model"
     _tied_weights_keys = {  # noqa: RUF012 - transformers reads this class attribute
-        "decoder.embeddings.word.weight": "encoder.embeddings.word.weight",
-        "lm_head.weight": "encoder.embeddings.word.weight",
+        "model.decoder.embeddings.word.weight": "model.encoder.embeddings.word.weight",
+        "lm_head.weight": "model.encoder.embeddings.word.weight",
     }
+    # Saved before the stacks moved under `.model` (the base model).
+    legacy_key_mapping = {r"^(encoder|decoder)\.": r"model.\1."}  # noqa: RUF012
 
     def __init__(self, config: PosAttnSeq2SeqConfig) -> None:
         super().__init__(config)
-        self.encoder = Encoder(stack_config(config, causal=False, num_layers=config.num_layers))
-        self.decoder = Decoder(
-            stack_config(config, causal=True, num_layers=config.num_decoder_layers)
-        )
+        self.model = PosAttnSeq2SeqModel(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        for stack in (self.encoder, self.decoder):
-            stack.embeddings.scale = config.d_model**0.5
-        # Tied by parameter (transformers' `_tied_weights_keys`, when tie_word_embeddings says
-        # so), never by sharing a module: loading cannot draw a missing matrix of shared modules.
         self.post_init()
+
+    @property
+    def encoder(self) -> Encoder:
+        return self.model.encoder
+
+    @property
+    def decoder(self) -> Decoder:
+        return self.model.decoder
 
     def word_matrices(self) -> tuple[nn.Module, ...]:
         """The modules holding a [vocab, d_model] word matrix: one shared parameter when tied."""
@@ -111,20 +70,18 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel, GenerationMixin):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        """Word matrices N(0, 1/d_model), a tied one drawn once (through the encoder's
-        embedding); everything else as `init_weights` says."""
-        words = self.word_matrices()
-        if not any(module is word for word in words):
+        """The output projection N(0, 1/d_model) when untied (tied, it is the encoder's word
+        matrix, drawn by the base model); the base model's modules by its own rule."""
+        if module is not self.lm_head:
             super()._init_weights(module)
-        elif module is words[0] or not self.config.tie_word_embeddings:
+        elif not self.config.tie_word_embeddings:
             nn.init.normal_(module.weight, std=self.config.d_model**-0.5)
 
     def get_input_embeddings(self) -> nn.Embedding:
-        return self.encoder.embeddings.word
+        return self.model.get_input_embeddings()
 
     def set_input_embeddings(self, embeddings: nn.Embedding) -> None:
-        self.encoder.embeddings.word = embeddings
-        self.decoder.embeddings.word = embeddings
+        self.model.set_input_embeddings(embeddings)
 
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head
@@ -135,9 +92,7 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel, GenerationMixin):
     def get_encoder(self, modality: str | None = None) -> EncoderForGenerate:
         """The encoder as `generate` calls it (keyword arguments in, `BaseModelOutput` out);
         the stack itself is `.encoder`."""
-        if modality is not None:
-            raise invalid("modality", modality, "None: a text-only encoder-decoder")
-        return EncoderForGenerate(self.encoder)
+        return self.model.get_encoder(modality)
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
         """A cache that grows to the decoder's depth, not the config's (encoder) depth."""
@@ -210,69 +165,42 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel, GenerationMixin):
         position_ids: Tensor | None = None,
         decoder_position_ids: Tensor | None = None,
     ) -> Seq2SeqLMOutput | tuple:
-        """position_ids / decoder_position_ids: [B, n] positions of the source / target tokens
-        (`posattn.models.positions`). Given encoder_outputs, the encoder has already placed
-        the source tokens (`generate` passes both), so position_ids have no further use.
-        past_key_values: an `EncoderDecoderCache` (what `generate` passes; created when
-        use_cache=True and none is given) or a `DynamicCache` of the earlier target tokens;
-        decoder_input_ids are then the new target tokens only.
-        inputs_embeds / decoder_inputs_embeds: [B, n, d_model] in place of the (scaled by
-        sqrt(d_model)) word vectors of input_ids / decoder_input_ids.
-        output_attentions: encoder self-, decoder self- and cross-attention probabilities per
-        layer; output_hidden_states: each stack's embeddings output and layer outputs."""
-        if encoder_outputs is None:
-            record = self.record_for(output_attentions, output_hidden_states)
-            memory = self.encoder(
-                input_ids,
-                attention_mask,
-                position_ids=position_ids,
-                record=record,
-                inputs_embeds=inputs_embeds,
-            )
-            encoder_outputs = BaseModelOutput(
-                last_hidden_state=memory,
-                hidden_states=record.outputs("hidden_states"),
-                attentions=record.outputs("attentions"),
-            )
-        elif not isinstance(encoder_outputs, BaseModelOutput):  # a tuple, as return_dict=False
-            encoder_outputs = BaseModelOutput(*encoder_outputs)
-        memory = encoder_outputs.last_hidden_state
+        """The base model's forward (`PosAttnSeq2SeqModel.forward`: positions, cache,
+        embeddings and optional outputs), then the output projection; without decoder inputs
+        the labels shifted right are the decoder inputs."""
         if decoder_input_ids is None and decoder_inputs_embeds is None:
             require(labels is not None, "decoder_input_ids", None, "given, or labels to shift")
             decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
-        if use_cache and past_key_values is None:
-            past_key_values = new_generation_cache()
-        self_cache, both = split_cache(past_key_values)
-        memory_kv = (
-            self.decoder.memory_keys_values(memory)
-            if both is None
-            else cached_memory_keys_values(self.decoder, both, memory)
-        )
-        record = self.record_for(output_attentions, output_hidden_states)
-        hidden = self.decoder(
-            decoder_input_ids,
-            memory_kv,
+        base = self.model(
+            input_ids,
             attention_mask,
+            decoder_input_ids,
             decoder_attention_mask,
-            self_cache,
-            position_ids=decoder_position_ids,
-            record=record,
-            inputs_embeds=decoder_inputs_embeds,
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            return_dict=True,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            position_ids=position_ids,
+            decoder_position_ids=decoder_position_ids,
         )
-        logits = self.lm_head(hidden)
+        logits = self.lm_head(base.last_hidden_state)
         loss = None
         if labels is not None:
             loss = self.loss(logits, labels, num_items_in_batch)
         output = Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=past_key_values,
-            decoder_hidden_states=record.outputs("hidden_states"),
-            decoder_attentions=record.outputs("attentions"),
-            cross_attentions=record.outputs("cross_attentions"),
-            encoder_last_hidden_state=memory,
-            encoder_hidden_states=encoder_outputs.hidden_states,
-            encoder_attentions=encoder_outputs.attentions,
+            past_key_values=base.past_key_values,
+            decoder_hidden_states=base.decoder_hidden_states,
+            decoder_attentions=base.decoder_attentions,
+            cross_attentions=base.cross_attentions,
+            encoder_last_hidden_state=base.encoder_last_hidden_state,
+            encoder_hidden_states=base.encoder_hidden_states,
+            encoder_attentions=base.encoder_attentions,
         )
         return self.returned(output, return_dict)
 
@@ -293,5 +221,4 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel, GenerationMixin):
         return loss if num_items_in_batch is None else loss / num_items_in_batch
 
 
-AutoConfig.register(PosAttnSeq2SeqConfig.model_type, PosAttnSeq2SeqConfig, exist_ok=True)
 AutoModelForSeq2SeqLM.register(PosAttnSeq2SeqConfig, PosAttnForSeq2SeqLM, exist_ok=True)

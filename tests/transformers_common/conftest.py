@@ -31,7 +31,7 @@ def float32_default():
 # (e.g. a masked LM gets token labels, a base model trains no loss). posattn registers its
 # classes with the Auto classes at run time, which those tables do not list.
 AUTO_TABLES = {
-    "MODEL_MAPPING_NAMES": {"posattn": "PosAttnModel"},
+    "MODEL_MAPPING_NAMES": {"posattn": "PosAttnModel", "posattn-seq2seq": "PosAttnSeq2SeqModel"},
     "MODEL_FOR_MASKED_LM_MAPPING_NAMES": {"posattn": "PosAttnForMaskedLM"},
     "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES": {
         "posattn": "PosAttnForSequenceClassification"

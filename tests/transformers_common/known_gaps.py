@@ -26,22 +26,7 @@ class Gap:
 
 
 # test name -> the gaps that fail it, the first that applies to a family and encoding wins.
-KNOWN_GAPS: dict[str, tuple[Gap, ...]] = {
-    "test_retain_grad_hidden_states_attentions": (
-        Gap(
-            "config.output_attentions = True raises on a PosAttnConfig: its default kernel "
-            "'auto' reports _attn_implementation 'posattn-auto', never None, so transformers' "
-            "setter does not fall back to eager as it does for an implementation not yet set"
-        ),
-    ),
-    "test_model_base_model_prefix": (
-        Gap(
-            "PosAttnForSeq2SeqLM holds its encoder, decoder and lm_head at the top level, with "
-            "no base model under base_model_prefix 'model': model.base_model is the model itself",
-            families=("seq2seq",),
-        ),
-    ),
-}
+KNOWN_GAPS: dict[str, tuple[Gap, ...]] = {}
 
 
 def gap_for(test: str, family: str, encoding: str) -> str | None:

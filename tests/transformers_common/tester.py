@@ -13,6 +13,7 @@ from posattn import (
     PosAttnForSequenceClassification,
     PosAttnModel,
     PosAttnSeq2SeqConfig,
+    PosAttnSeq2SeqModel,
 )
 from posattn.encodings.linformer import LinformerOptions
 
@@ -20,7 +21,7 @@ from posattn.encodings.linformer import LinformerOptions
 FAMILIES = {
     "encoder": (PosAttnModel, PosAttnForMaskedLM, PosAttnForSequenceClassification),
     "causal": (PosAttnModel, PosAttnForCausalLM),
-    "seq2seq": (PosAttnForSeq2SeqLM,),
+    "seq2seq": (PosAttnSeq2SeqModel, PosAttnForSeq2SeqLM),
 }
 # The classes that must generate (causal and seq2seq language models).
 GENERATES = (PosAttnForCausalLM, PosAttnForSeq2SeqLM)
