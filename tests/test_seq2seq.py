@@ -13,7 +13,12 @@ from reference import layer_norm
 from safetensors.torch import save_file
 from transformers import AutoModel, AutoModelForSeq2SeqLM
 
-from posattn import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig, PosAttnSeq2SeqModel
+from posattn import (
+    MultiHeadAttention,
+    PosAttnForSeq2SeqLM,
+    PosAttnSeq2SeqConfig,
+    PosAttnSeq2SeqModel,
+)
 from posattn.errors import PosAttnConfigError
 
 TABLE4 = ["sinusoidal", "shaw", "diet-rel", "t5", "tupe-r", "diet-abs", "rope"]
@@ -240,6 +245,25 @@ def test_the_base_model_and_checkpoints_of_the_former_layout(tmp_path, tied):
         rtol=1e-5,
         atol=1e-5,
     )
+
+
+def test_set_kernel_on_each_stack_reaches_every_attention_and_keeps_the_outputs():
+    model = seq2seq("t5")
+    src, mask, tgt = inputs()
+    reference = model(src, mask, decoder_input_ids=tgt).logits
+    for kernel in ("eager", "sdpa"):
+        for stack in (model.encoder, model.decoder):
+            stack.set_kernel(kernel)
+            assert stack.config.kernel == kernel
+        kernels = {
+            module.kernel_name
+            for module in model.modules()
+            if isinstance(module, MultiHeadAttention)
+        }
+        assert kernels == {kernel}
+        torch.testing.assert_close(
+            model(src, mask, decoder_input_ids=tgt).logits, reference, rtol=1e-10, atol=1e-10
+        )
 
 
 def test_label_smoothed_loss_in_training_and_nll_in_evaluation():

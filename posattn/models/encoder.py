@@ -173,10 +173,12 @@ class Encoder(nn.Module):
             init_weights(module, config.init_std)
 
     def set_kernel(self, name: str) -> None:
-        """Switch every layer to another attention kernel (the weights are unchanged)."""
+        """Switch every attention of the stack (a decoder's self- and cross-attention too) to
+        another kernel; the weights are unchanged."""
         self.config.check_kernel(name)
-        for layer in self.layers:
-            layer.attention.set_kernel(name)
+        for module in self.modules():
+            if isinstance(module, MultiHeadAttention):
+                module.set_kernel(name)
         self.config.kernel = name
 
     def reads_bias_tables(self) -> bool:
