@@ -17,7 +17,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     add_run_options(
         parser,
         "quick",
-        presets="smoke | quick",
+        presets="smoke | quick | cpu | curve | table4",
         example="train.steps=500 model.encoding=diet-rel decode.beam_size=4",
     )
 

@@ -112,7 +112,7 @@ class TranslationRunConfig:
     RANGES: ClassVar[dict[str, r.Range]] = {"seeds": r.SEEDS}
 
 
-TRANSLATION_PRESETS = ("smoke", "quick", "curve", "table4")
+TRANSLATION_PRESETS = ("smoke", "quick", "cpu", "curve", "table4")
 
 
 def translation_preset_path(name: str) -> Path:
