@@ -138,6 +138,7 @@ def finetune_once(
         with tensorboard_logs(output / TENSORBOARD):
             trainer = AtomicCheckpointTrainer(
                 model=model,
+                positional_lr_scale=config.trainer.positional_lr_scale,
                 args=args,
                 train_dataset=splits["train"],
                 eval_dataset=evaluated,

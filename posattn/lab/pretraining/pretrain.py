@@ -101,6 +101,7 @@ def pretrain(config: RunConfig, output: Path, tokenizer, corpus, resume: bool = 
     with tensorboard_logs(output / TENSORBOARD):
         trainer = AtomicCheckpointTrainer(
             model=model,
+            positional_lr_scale=config.trainer.positional_lr_scale,
             args=training_arguments(config, output),
             train_dataset=train,
             eval_dataset=validation,

@@ -17,6 +17,7 @@ from transformers.utils import logging as transformers_logging
 
 from ...errors import PosAttnConfigError, invalid, require
 from .integrity import checkpoint_problems, write_checksums
+from .param_groups import scale_positional_lr
 from .ranks import world_size
 from .trainer_section import TrainerSection, trainer_arguments
 
@@ -32,6 +33,19 @@ class AtomicCheckpointTrainer(Trainer):
     previous checkpoints intact and no half-written one."""
 
     _staging_dir: str | None = None
+
+    def __init__(self, *args, positional_lr_scale: float = 1.0, **kwargs) -> None:
+        """positional_lr_scale: the positional encodings' learning rate as a multiple of the
+        run's (`trainer.positional_lr_scale`, param_groups.py)."""
+        super().__init__(*args, **kwargs)
+        self.positional_lr_scale = positional_lr_scale
+
+    def create_optimizer(self, model=None):
+        fresh = self.optimizer is None
+        optimizer = super().create_optimizer(model)
+        if fresh and self.positional_lr_scale != 1.0:
+            scale_positional_lr(optimizer, self.model, self.positional_lr_scale)
+        return optimizer
 
     def _get_output_dir(self, trial):
         return self._staging_dir or super()._get_output_dir(trial)

@@ -40,7 +40,8 @@ class TrainerSection:
     step, the configured batch_size staying the global batch; report_to: transformers'
     integrations ([] logs nowhere); fsdp: transformers' FSDP options ("full_shard auto_wrap"),
     "" for none, with fsdp_config its settings (e.g. {fsdp_version: 2}); save_on_each_node:
-    every machine writes checkpoints (when their disks are not shared)."""
+    every machine writes checkpoints (when their disks are not shared); positional_lr_scale:
+    the positional encodings' learning rate as a multiple of the run's (param_groups.py)."""
 
     bf16: bool = False
     fp16: bool = False
@@ -53,9 +54,11 @@ class TrainerSection:
     fsdp: str = ""
     fsdp_config: dict[str, Any] = field(default_factory=dict)
     save_on_each_node: bool = False
+    positional_lr_scale: float = 1.0
 
     RANGES: ClassVar[dict[str, r.Range]] = {
         "gradient_accumulation_steps": r.AT_LEAST_1,
+        "positional_lr_scale": r.POSITIVE,
         "dataloader_num_workers": r.Range(low=0, integer=True),
     }
 
@@ -102,7 +105,7 @@ class TrainerSection:
         default = TrainerSection()
         return {
             name: getattr(self, name)
-            for name in ("bf16", "fp16", "tf32", "torch_compile")
+            for name in ("bf16", "fp16", "tf32", "torch_compile", "positional_lr_scale")
             if getattr(self, name) != getattr(default, name)
         }
 
@@ -135,6 +138,7 @@ def trainer_arguments(section: TrainerSection, cuda: bool | None = None) -> dict
     """`section` as TrainingArguments keywords (after check_machine)."""
     check_machine(section, cuda)
     arguments = {item.name: getattr(section, item.name) for item in fields(section)}
+    del arguments["positional_lr_scale"]  # the Trainer's optimiser groups take it
     # transformers 5 names it activation_checkpointing (gradient_checkpointing: an alias)
     arguments["activation_checkpointing"] = arguments.pop("gradient_checkpointing")
     arguments["report_to"] = list(section.report_to) or "none"

@@ -162,6 +162,7 @@ def train_translation(
     with tensorboard_logs(output / TENSORBOARD):
         trainer = AtomicCheckpointTrainer(
             model=model,
+            positional_lr_scale=config.trainer.positional_lr_scale,
             args=training_arguments(config, output),
             train_dataset=train.dataset,
             eval_dataset=dev.dataset,
