@@ -103,9 +103,6 @@ def run_cell(config: RunConfig, cell: Cell, output: Path, overwrite: bool = Fals
     """Compute one cell unless it is finished with the same settings; returns its name."""
     stage = cell.stage(config, output)
     state = stage_state(stage, overwrite)
-    # Under a launcher every rank runs every cell: none may start writing it before all have
-    # read its state (a rank reading a half-started cell would take it for a foreign one).
-    barrier()
     if state == FINISHED:
         return cell.name
     data, tokenizer = prepared_data(config.data.data_dir)

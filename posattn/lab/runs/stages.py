@@ -31,6 +31,7 @@ from ...errors import PosAttnConfigError
 from .config import to_yaml
 from .fingerprint import differences, fingerprint
 from .model_card import write_model_card
+from .ranks import barrier
 from .trainer import checkpoints, last_intact_checkpoint
 
 STAGE_FILE = "stage.json"
@@ -81,7 +82,17 @@ def mismatch_error(stage: Stage, record: dict | None, remedy: str) -> PosAttnCon
 
 def stage_state(stage: Stage, overwrite: bool = False) -> str:
     """FINISHED, RESUME or FRESH for a stage about to run (see the module docstring); with
-    overwrite, a stage of other settings is deleted and FRESH."""
+    overwrite, a stage of other settings is deleted and FRESH. Every rank of a launched run
+    calls it for every stage."""
+    state = read_stage_state(stage, overwrite)
+    # Under a launcher every rank reads every stage: none may start writing one before all
+    # have read it (a rank reading a half-started stage would take it for a foreign one).
+    barrier()
+    return state
+
+
+def read_stage_state(stage: Stage, overwrite: bool) -> str:
+    """`stage_state` on this process alone, without waiting for the other ranks."""
     directory = stage.directory
     if not directory.is_dir() or not any(directory.iterdir()):
         return FRESH

@@ -15,7 +15,6 @@ from ...data.manifest import write_atomic
 from ...errors import require
 from ..runs.config import to_yaml
 from ..runs.context import run_context
-from ..runs.ranks import barrier
 from ..runs.stages import FINISHED, RESUME, is_main_process, save_run, stage_state
 from .curve_report import curve_markdown, curve_summary, has_curves, plot_curves
 from .report import significance, translation_markdown
@@ -31,7 +30,6 @@ def run_once(config: TranslationRunConfig, run_dir: Path, overwrite: bool = Fals
     back, a killed one resumes from its last checkpoint (lab/runs/stages.py); one of other
     settings is refused, or with overwrite deleted and recomputed."""
     state = stage_state(translation_stage(config, run_dir), overwrite)
-    barrier()  # under a launcher no rank writes the run before every rank has read its state
     if state == FINISHED:
         return json.loads((run_dir / "metrics.json").read_text())
     return train_translation(config, run_dir, resume=state == RESUME)
