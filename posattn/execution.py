@@ -35,6 +35,13 @@ Choices:
       forward + backward: at n=1024 flex 6.00x / 121 MiB vs SDPA 5.90x / 1112 MiB of the
       bias-free time and memory; at n=4096 flex 23.5x / 1.6 GiB vs SDPA 21.0x / 16.7 GiB;
       low-rank biases (TUPE-A, DIET-ABS) ran about twice as long in flex at n=4096).
+  recompute_threshold_bytes: above this many bytes of a [B, H, n, n] bias gradient, kernel
+      "auto" trains a learned bias on CPU with the recomputing backward (`kernels.fused_bias`:
+      the table's gradient by diagonal sums where the bias is Toeplitz) instead of SDPA's math
+      path. 2-core CPU, one thread, float32, forward + backward over bias-free SDPA: B=8, H=8,
+      d_h=64, T5 at n=512 / 1024 1.29 / 1.27 against 1.76 / 2.03 (`posattn bench --kernels
+      auto,sdpa-lowmem`), at n=256 1.32 against 1.59; below 8 MiB the math path's fewer calls
+      win (n=128: 1.86 against 1.33; B=32, H=4, d_h=32, n=128: 1.41 against 1.38).
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ class Choices:
     fold: bool | None = None
     skew: bool | None = None
     flex_threshold_bytes: int = 2**30
+    recompute_threshold_bytes: int = 2**23
 
 
 NAMES = tuple(field.name for field in fields(Choices))
@@ -88,7 +96,7 @@ def validate(choices: dict[str, Any]) -> None:
             require_choice("kernel", value, tuple(KERNELS))
         elif name in ("fold", "skew"):
             _check_measured_or_forced(name, value)
-        elif name == "flex_threshold_bytes":
+        elif name in ("flex_threshold_bytes", "recompute_threshold_bytes"):
             require(
                 isinstance(value, int) and not isinstance(value, bool) and value >= 0,
                 name,
@@ -152,12 +160,17 @@ def flex_threshold_bytes() -> int:
     return _choice("flex_threshold_bytes")
 
 
+def recompute_threshold_bytes() -> int:
+    return _choice("recompute_threshold_bytes")
+
+
 __all__ = [
     "NAMES",
     "Choices",
     "choose",
     "current",
     "flex_threshold_bytes",
+    "recompute_threshold_bytes",
     "set",
     "use_fold",
     "use_skew",

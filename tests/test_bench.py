@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from posattn.cli import main
+from posattn.errors import PosAttnConfigError
 from posattn.lab.bench.bench import BenchSettings, bench
 
 
@@ -58,3 +60,42 @@ def test_bench_skips_what_a_kernel_refuses_and_says_why(monkeypatch, capsys):
     assert all("kernel='triton'" in r["reason"] for r in skipped)
     assert "skipped t5 [triton]" in capsys.readouterr().out
     assert "| t5 | triton |" in skipped_markdown(skipped)
+
+
+def test_empty_levels_are_skipped_and_bad_lengths_named(tmp_path, capsys):
+    """--model-lengths '' and --long-lengths '' measure the attention level only; a length that
+    is not a positive integer is refused with the option named."""
+    torch.set_default_dtype(torch.float32)
+    try:
+        code = main(["bench", "--lengths", "16", "--encodings", "t5", "--model-lengths", "",
+                     "--long-lengths", "", "--output", str(tmp_path)])  # fmt: skip
+    finally:
+        torch.set_default_dtype(torch.float64)
+    assert code == 0
+    result = json.loads((tmp_path / "bench.json").read_text())
+    assert result["model"] == [] and result["long"] == []
+    assert {r["encoding"] for r in result["attention"]} == {"sdpa (no bias)", "t5"}
+    text = (tmp_path / "bench.md").read_text()
+    assert "Model level" not in text and "Long sequences" not in text
+    assert not (tmp_path / "long_sequences.png").exists()
+    with pytest.raises(PosAttnConfigError, match=r"--long-lengths='64,x'.*positive integers"):
+        main(["bench", "--long-lengths", "64,x", "--output", str(tmp_path)])
+
+
+def test_targets_follow_the_device():
+    """CPU: table-based biases train within 1.5x at n=512 and 1024; GPU: 1.3x training and
+    1.15x forward at n=1024-8192, memory within 10% of no-bias SDPA's."""
+    from posattn.lab.bench.bench import targets
+
+    def row(encoding, n, train, ratio, mib=100.0):
+        return dict(encoding=encoding, kernel="auto", n=n, train=train, ratio=ratio,
+                    extra_mib=mib)  # fmt: skip
+
+    rows = [row("sdpa (no bias)", 1024, True, 1.0), row("t5", 1024, True, 1.4, 105.0),
+            row("t5", 1024, False, 1.2), row("t5", 512, True, 1.6)]  # fmt: skip
+    cpu = {c["target"]: c["met"] for c in targets(rows, [], "cpu")}
+    assert cpu == {"t5 train n=512 <= 1.5x": False, "t5 train n=1024 <= 1.5x": True,
+                   "t5 train memory n=1024 <= 2.5x SDPA's": True}  # fmt: skip
+    gpu = {c["target"]: c["met"] for c in targets(rows, [], "cuda")}
+    assert gpu == {"t5 train n=1024 <= 1.3x": False, "t5 fwd n=1024 <= 1.15x": False,
+                   "t5 train memory n=1024 <= 1.1x SDPA's": True}  # fmt: skip

@@ -15,7 +15,11 @@ from posattn.errors import PosAttnConfigError
 
 def test_defaults_are_the_measured_choices():
     assert execution.current() == execution.Choices(
-        kernel="auto", fold=None, skew=None, flex_threshold_bytes=2**30
+        kernel="auto",
+        fold=None,
+        skew=None,
+        flex_threshold_bytes=2**30,
+        recompute_threshold_bytes=2**23,
     )
     cpu = torch.device("cpu")
     assert not execution.use_fold(cpu) and not execution.use_skew(cpu)
@@ -69,6 +73,7 @@ def test_choose_is_per_thread():
         ({"kernel": "fast"}, ("kernel='fast'", "'auto'", "'eager'")),
         ({"flex_threshold_bytes": -1}, ("flex_threshold_bytes=-1", ">= 0")),
         ({"flex_threshold_bytes": 1.5}, ("flex_threshold_bytes=1.5", "integer")),
+        ({"recompute_threshold_bytes": -2}, ("recompute_threshold_bytes=-2", ">= 0")),
         ({"folding": True}, ("folding=True", "execution choice", "'fold'")),
     ],
 )

@@ -8,6 +8,7 @@ import pytest
 import torch
 from conftest import tiny_encoder
 
+from posattn import execution
 from posattn.attention import MultiHeadAttention
 from posattn.encodings import ModelDims, build_encoding
 from posattn.errors import PosAttnConfigError
@@ -50,10 +51,10 @@ def masks(batch: int, n: int) -> dict:
     }
 
 
-@pytest.fixture(params=[2**20, 30], ids=["one head group", "a group per head"])
+@pytest.fixture(params=[2**20, 1], ids=["one head group", "a group per head"])
 def chunk_elements(request, monkeypatch):
     """The backward in one head group, and in several (a block smaller than [H, n, n])."""
-    monkeypatch.setattr(fused_bias, "CHUNK_ELEMENTS", request.param)
+    monkeypatch.setattr(fused_bias, "CHUNK_ELEMENTS_PER_THREAD", request.param)
     return request.param
 
 
@@ -156,6 +157,42 @@ def test_models_train_through_the_table_with_eager_gradients(
         assert len(grads) == len(grads_eager)
         for ours, reference in zip(grads, grads_eager, strict=True):
             torch.testing.assert_close(ours, reference, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize(("encoding", "fused_path"), [("t5", "table"), ("tupe-r", "bias")])
+def test_auto_recomputes_above_its_threshold_with_eager_gradients(
+    encoding, fused_path, monkeypatch
+):
+    """kernel="auto" on CPU: SDPA's math path for a learned bias below
+    `recompute_threshold_bytes`, the recomputing backward above it (the table path for a
+    Toeplitz bias, the bias path for TUPE-R's), with eager's values and gradients."""
+    calls = {"table": [], "bias": []}
+    for path, function in (("table", fused_bias.FusedTableAttention),
+                           ("bias", fused_bias.FusedBiasAttention)):  # fmt: skip
+        original = function.apply
+        monkeypatch.setattr(function, "apply", lambda *a, c=calls[path], o=original: c.append(1)
+                            or o(*a))  # fmt: skip
+    torch.manual_seed(5)
+    ids = torch.randint(1, 40, (3, 9))
+    padding = torch.ones(3, 9, dtype=torch.bool)
+    padding[1, 6:] = False
+    model = tiny_encoder(encoding)
+    results = []
+    for kernel, threshold in (("eager", None), ("auto", 2**30), ("auto", 0)):
+        model.set_kernel(kernel)
+        model.zero_grad()
+        with execution.choose(recompute_threshold_bytes=threshold or 0):
+            out = model(ids, padding)
+            out[padding].square().sum().backward()
+        results.append((out.detach(), *[p.grad.clone() for p in model.parameters()
+                                        if p.grad is not None]))  # fmt: skip
+        if threshold == 2**30:
+            assert calls == {"table": [], "bias": []}
+    assert len(calls[fused_path]) == 2 and sum(map(len, calls.values())) == 2  # two layers
+    for ours in results[1:]:
+        assert len(ours) == len(results[0])
+        for value, reference in zip(ours, results[0], strict=True):
+            torch.testing.assert_close(value, reference, rtol=1e-9, atol=1e-9)
 
 
 def test_decoding_rows_read_the_sliced_bias_and_keep_eager_gradients(table_calls):

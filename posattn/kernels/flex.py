@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from ..errors import invalid
-from ..execution import flex_threshold_bytes
+from ..execution import flex_threshold_bytes, recompute_threshold_bytes
 from .sdpa import sdpa_attention
 
 
@@ -149,22 +149,25 @@ def auto_attention(
     dropout_p: float = 0.0,
     offset_bias: Tensor | None = None,
 ) -> Tensor:
-    """The measured choice per call: SDPA (the fastest on CPU and, for these shapes, on GPU),
-    except for a learned bias on GPU whose full gradient would pass the execution choice
+    """The measured choice per call, by the size of a learned bias's [B, H, n, n] gradient:
+    on GPU, SDPA (the fastest for these shapes) except above the execution choice
     `flex_threshold_bytes` (`posattn.execution`), where FlexAttention keeps the memory near
-    bias-free attention's for a few percent of time."""
-    use_flex = (
-        q.device.type == "cuda"
-        and bias is not None
-        and bias.requires_grad
-        and torch.is_grad_enabled()
-        and not dropout_p
-        and bias_gradient_bytes(q, k) > flex_threshold_bytes()
-    )
+    bias-free attention's for a few percent of time; on CPU, SDPA's math path except above
+    `recompute_threshold_bytes`, where the fused forward with a recomputing backward is both
+    faster and smaller (`fused_bias`)."""
+    learned = bias is not None and bias.requires_grad and torch.is_grad_enabled() and not dropout_p
+    gradient_bytes = bias_gradient_bytes(q, k) if learned else 0
+    on_gpu = q.device.type == "cuda"
+    use_flex = on_gpu and gradient_bytes > flex_threshold_bytes()
+    recompute = not on_gpu and gradient_bytes > recompute_threshold_bytes()
     # kernel="triton" (a table-reading kernel, `table_bias`) is not among the choices yet: no
     # GPU measurement of it exists. Where it measures faster, `MultiHeadAttention.attend` would
     # route table-described layers to it (it needs `LayerTerms.offset_bias`, not this `bias`).
-    kernel = flex_attention_kernel if use_flex else sdpa_attention
-    return kernel(
-        q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p, offset_bias=offset_bias
-    )
+    if use_flex:
+        return flex_attention_kernel(
+            q, k, v, mask=mask, bias=bias, scale=scale, offset_bias=offset_bias
+        )
+    return sdpa_attention(
+        q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p,
+        recompute_bias=recompute, offset_bias=offset_bias,
+    )  # fmt: skip

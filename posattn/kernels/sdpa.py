@@ -31,16 +31,14 @@ def sdpa_attention(
     offset_bias: Tensor | None = None,
 ) -> Tensor:
     """recompute_bias: for a learned bias on CPU, the fused forward and one backward that
-    recomputes the probabilities in blocks (`fused_bias`): less than half the extra memory of
-    SDPA's math path. Off by default: the math path measured faster (below); turn it on
-    (kernel="sdpa-lowmem") when memory binds.
+    recomputes the probabilities in blocks (`fused_bias`): faster than SDPA's math path for
+    large biases and less than half its extra memory. Off in kernel="sdpa"; on in
+    kernel="sdpa-lowmem", and in kernel="auto" above the execution choice
+    `recompute_threshold_bytes` (`posattn.execution`, with the measurements).
 
     offset_bias: the [H, 2n-1] table of a Toeplitz `bias` (`LayerTerms.offset_bias`). With
     recompute_bias, a learned table on CPU takes the fused path that reads the table and returns
-    its gradient (diagonal sums of dS, no [H, n, n] gradient). Not yet the default: on the
-    shared 2-core CPU (load 13-17) it measured 3.4x / 2.5x the no-bias time at n=512 / 1024
-    (B=8, H=8, T5) against the math path's 2.2x / 2.1x in the same conditions, at 321 MiB of
-    extra peak memory against 768 at n=1024."""
+    its gradient (diagonal sums of dS, no [H, n, n] gradient)."""
     table = recompute_bias and bias is not None and offset_bias is not None
     if table and uses_fused_bias(q, offset_bias, dropout_p):
         return fused_table_attention(q, k, v, offset_bias, mask, scale)

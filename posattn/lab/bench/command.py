@@ -6,6 +6,19 @@ import argparse
 from pathlib import Path
 
 
+def lengths_of(name: str, value: str) -> list[int]:
+    from ...errors import require
+
+    parts = [part.strip() for part in value.split(",") if part.strip()]
+    require(
+        all(part.isdigit() and int(part) > 0 for part in parts),
+        "--" + name.replace("_", "-"),
+        value,
+        "comma-separated positive integers, or '' for none",
+    )
+    return [int(part) for part in parts]
+
+
 def run_bench(args: argparse.Namespace) -> int:
     from .bench import BenchSettings, bench
 
@@ -16,8 +29,10 @@ def run_bench(args: argparse.Namespace) -> int:
         settings.encodings = [e.strip() for e in args.encodings.split(",")]
     if args.kernels:
         settings.kernels = [k.strip() for k in args.kernels.split(",")]
-    if args.model_lengths:
-        settings.model_lengths = [int(n) for n in args.model_lengths.split(",")]
+    for name in ("model_lengths", "long_lengths"):
+        value = getattr(args, name)
+        if value is not None:  # "" measures none of that level
+            setattr(settings, name, lengths_of(name, value))
     settings.dtype = args.dtype
     bench(settings, Path(args.output or ("runs/bench-quick" if args.quick else "runs/bench")))
     return 0
@@ -28,7 +43,12 @@ def register(commands) -> None:
     parser.add_argument("--quick", action="store_true", help="a run of about two minutes")
     parser.add_argument("--lengths", help="comma-separated sequence lengths")
     parser.add_argument("--encodings", help="comma-separated encodings")
-    parser.add_argument("--model-lengths", help="comma-separated lengths of the model level")
+    parser.add_argument(
+        "--model-lengths", help="comma-separated lengths of the model level ('' for none)"
+    )
+    parser.add_argument(
+        "--long-lengths", help="comma-separated lengths of the Linformer level ('' for none)"
+    )
     parser.add_argument(
         "--kernels", help="comma-separated attention kernels to measure (default: auto)"
     )
