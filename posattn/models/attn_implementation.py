@@ -12,7 +12,8 @@ transformers' `config._attn_implementation` is the same choice under transformer
     "flex_attention"             "flex"           torch's FlexAttention, the bias read in its
                                                   score_mod (compiled on GPU; on CPU the
                                                   forward only: training raises)
-    "posattn-auto"               "auto"           SDPA, or flex for a large learned bias on GPU
+    "posattn-auto"               "auto"           SDPA, or for a large learned bias flex on
+                                                  GPU and sdpa-lowmem on CPU
                                                   (posattn.execution, the default)
     "posattn-sdpa-lowmem"        "sdpa-lowmem"    SDPA with a recomputing bias backward on CPU
     "posattn-NAME"               NAME             a kernel of one's own (`register_kernel`)

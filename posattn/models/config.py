@@ -22,7 +22,8 @@ class PosAttnConfig(PreTrainedConfig):
     encoding / encoding_options: a registry name (`posattn list`) and its options.
     segments: "input" (BERT token-type embeddings), "attention" (DIET Eq. 2) or "none".
     norm: "post" (BERT, TUPE) or "pre" LayerNorm.
-    kernel: "auto" (SDPA; FlexAttention for a large learned bias on GPU), "sdpa",
+    kernel: "auto" (SDPA; for a large learned bias FlexAttention on GPU, the recomputing
+        backward of "sdpa-lowmem" on CPU), "sdpa",
         "sdpa-lowmem", "flex", "triton" (a relative bias read from its table inside the
         kernel; table-described, low-rank or no bias only, no attention dropout in training)
         or "eager" (the reference); transformers' `attn_implementation` sets it and
