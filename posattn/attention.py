@@ -145,11 +145,10 @@ class MultiHeadAttention(nn.Module):
         fused = not eager and self.kernel_name != "eager"
         if terms.bias_factors is not None and fused and execution.use_fold(q.device):
             # A low-rank bias rides in the dot product: the fused kernels stay fused and
-            # no [B, H, n, n] bias gradient exists.
-            bias = self.positional_bias(q, k, replace(terms, bias=None), extra_bias)
+            # no [B, H, n, n] bias gradient exists; a Toeplitz rest stays a bias.
             q, k, v = fold_bias_factors(q, k, v, terms.bias_factors, terms.scale)
-        else:
-            bias = self.positional_bias(q, k, terms, extra_bias)
+            terms = replace(terms, bias=terms.unfolded_bias(), bias_factors=None)
+        bias = self.positional_bias(q, k, terms, extra_bias)
         k, v, mask = self.project_sequence(k, v, terms, mask)
         dropout_p = self.dropout if self.training else 0.0
         if eager:
@@ -161,7 +160,12 @@ class MultiHeadAttention(nn.Module):
                 out = out + terms.value_term(probs)
             return (out, probs) if return_probs else out
         tables = {}
-        toeplitz = terms.offset_bias is not None and bias is terms.bias and not terms.project_kv
+        toeplitz = (
+            terms.offset_bias is not None
+            and terms.bias_factors is None
+            and bias is terms.bias
+            and not terms.project_kv
+        )
         if self.kernel_reads_tables and toeplitz:
             # The bias is exactly the Toeplitz matrix of the table: the kernel may read that.
             tables["offset_bias"] = terms.offset_bias
@@ -189,14 +193,13 @@ class MultiHeadAttention(nn.Module):
         reason = terms_refusal(terms, extra_bias)
         if reason is not None:
             raise refusal(self.kernel_name, reason)
-        offset = terms.offset_bias
-        if offset is None and terms.bias_factors is not None:
+        if terms.bias_factors is not None:  # the whole bias, or what the table leaves
             q, k, v = fold_bias_factors(q, k, v, terms.bias_factors, terms.scale)
         k, v, mask = self.project_sequence(k, v, terms, mask)
         dropout_p = self.dropout if self.training else 0.0
         return self.kernel(
             q, k, v, mask=mask, bias=None, scale=terms.scale, dropout_p=dropout_p,
-            tables=TableBias(offset=offset, segments=extra_bias),
+            tables=TableBias(offset=terms.offset_bias, segments=extra_bias),
         )  # fmt: skip
 
     def forward(

@@ -108,8 +108,9 @@ def test_values_and_every_gradient_equal_eager(n_q, n_k, padded, causal, query_s
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
-# Every table-described encoding, the low-rank ones (folded), ones without a bias, and DIET's
-# segment pairs inside attention (its table's gradient reduced in the kernel too).
+# Every table-described encoding, the low-rank ones (folded), TUPE-R (T5's table plus folded
+# factors), ones without a bias, and DIET's segment pairs inside attention (its table's
+# gradient reduced in the kernel too).
 MODELS = [
     ("t5", {}, False, "input"),
     ("t5", {"bidirectional": False, "num_buckets": 8, "max_distance": 10}, True, "input"),
@@ -120,6 +121,8 @@ MODELS = [
     ("alibi", {}, True, "attention"),
     ("diet-abs", {"sharing": "none", "rank": 5}, False, "attention"),
     ("tupe-a", {"cls_index": 3}, False, "input"),
+    ("tupe-r", {"cls_index": 3}, False, "input"),
+    ("tupe-r", {"untie_cls": False, "bidirectional": False}, True, "input"),
     ("rope", {"layout": "half"}, True, "input"),
 ]
 
@@ -172,7 +175,7 @@ def test_decoding_with_a_cache_equals_the_full_forward():
 @pytest.mark.parametrize(
     ("overrides", "reason"),
     [
-        ({"encoding": "tupe-r"}, r"encoding 'tupe-r'.*no table description"),
+        ({"encoding": "fire"}, r"encoding 'fire'.*no table description"),
         ({"encoding": "shaw", "encoding_options": {"values": True}}, r"'shaw'.*value-side"),
         ({"encoding": "deberta"}, r"'deberta'.*qk_logits"),
     ],

@@ -94,8 +94,10 @@ class LayerTerms:
         keys of `bias` ([H, 2n-1] in `relative.offsets` order for a full n x n bias): the same
         bias described by its distinct values, for kernels that read a Toeplitz bias from its
         table instead of an [H, n, n] tensor (and reduce its gradient along diagonals,
-        kernel="triton"). Set only where `bias` is exactly that Toeplitz matrix; `bias` stays
-        for the eager reference.
+        kernel="triton"). Set only where `bias` is exactly that Toeplitz matrix, or, with
+        `bias_factors`, where `bias` is f_q f_k^T plus that Toeplitz matrix up to a constant
+        per query row (TUPE-R: its absolute part and [CLS] reset as factors, T5's part as the
+        table); `bias` stays for the eager reference.
     """
 
     scale: float
@@ -106,6 +108,14 @@ class LayerTerms:
     project_kv: Callable[[Tensor, Tensor, Tensor | None], tuple[Tensor, Tensor]] | None = None
     bias_factors: tuple[Tensor, Tensor] | None = None
     offset_bias: Tensor | None = None
+
+    def unfolded_bias(self) -> Tensor | None:
+        """What is left of `bias` once `bias_factors` ride in q and k: the Toeplitz matrix of
+        `offset_bias` where both are set, else nothing."""
+        if self.offset_bias is None:
+            return None
+        # Row i of the windows over the n_k keys, flipped: T[i, j] = offset[j - i + n_q - 1].
+        return self.offset_bias.unfold(-1, self.bias.shape[-1], 1).flip(-2).unsqueeze(0)
 
     def query_rows(self, start: int) -> LayerTerms:
         """These terms, built for a length n, restricted to the query rows [start, n) over all n
