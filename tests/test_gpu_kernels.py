@@ -68,6 +68,7 @@ TABLE_ENCODINGS = [
     ("kerple", {}, True),
     ("alibi", {}, False),
     ("tupe-a", {}, False),
+    ("tupe-r", {"cls_index": 3}, False),
 ]
 
 
