@@ -26,9 +26,10 @@ from ..errors import require
 
 # Elements of one recomputed [heads, n_q, n_k] block in backward, per torch thread: two such
 # blocks are alive at a time (P and dS). Blocks that stay near the cache train faster: on the
-# 2-core development CPU (B=8, H=8, d_h=64, T5 table) one head of n=512 per thread took the
-# fwd+bwd ratio to bias-free SDPA from 1.46 to 1.28 (n=1024: 1.64 to 1.28) against 2**24-element
-# blocks, on one thread and on two (`posattn bench`).
+# 2-core development CPU (B=8, H=8, d_h=64, a T5 table, one `fused_table_attention` call
+# alternated with bias-free SDPA) one head of n=512 per thread took the fwd+bwd ratio from 1.46
+# to 1.28 (n=1024: 1.64 to 1.28) against 2**24-element blocks on one thread, and from 1.47 /
+# 1.76 to 1.37 / 1.32 on two.
 CHUNK_ELEMENTS_PER_THREAD = 2**18
 
 NEG_INF = float("-inf")
