@@ -145,10 +145,14 @@ class MultiHeadAttention(nn.Module):
         fused = not eager and self.kernel_name != "eager"
         if terms.bias_factors is not None and fused and execution.use_fold(q.device):
             # A low-rank bias rides in the dot product: the fused kernels stay fused and
-            # no [B, H, n, n] bias gradient exists; a Toeplitz rest stays a bias.
-            q, k, v = fold_bias_factors(q, k, v, terms.bias_factors, terms.scale)
+            # no [B, H, n, n] bias gradient exists; a Toeplitz rest stays a bias. Content
+            # terms (qk_logits) read the unfolded q and k.
+            factors = terms.bias_factors
             terms = replace(terms, bias=terms.unfolded_bias(), bias_factors=None)
-        bias = self.positional_bias(q, k, terms, extra_bias)
+            bias = self.positional_bias(q, k, terms, extra_bias)
+            q, k, v = fold_bias_factors(q, k, v, factors, terms.scale)
+        else:
+            bias = self.positional_bias(q, k, terms, extra_bias)
         k, v, mask = self.project_sequence(k, v, terms, mask)
         dropout_p = self.dropout if self.training else 0.0
         if eager:
