@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import invalid, require, require_choice
 from . import corpus as corpus_sources
+from .corpora import BUILTIN_CORPORA, CORPUS_RULES, DEFAULT_CORPUS
 from .fetch import FetchError, fetch
 from .layout import CORPUS_SPLITS, SPLITS, DataPaths, paths
 from .manifest import (
@@ -33,9 +34,17 @@ from .parallel import BUILDERS as PARALLEL_BUILDERS
 from .parallel import PAIRS_VERSION, PARALLEL, PARALLEL_FRACTIONS, ParallelSpec, split_pairs
 from .parallel_files import write_parallel
 from .progress import Reporter
-from .sources import CORPUS_SOURCES, SOURCES
+from .sources import SOURCES
 from .splits import CORPUS_FRACTIONS, TASK_FRACTIONS
-from .task_builders import BUILDERS, RULES, deduplicate, label_counts, split_items, text_key
+from .task_builders import (
+    BUILDERS,
+    RULES,
+    deduplicate,
+    label_counts,
+    split_items,
+    task_salt,
+    text_key,
+)
 from .task_files import read_examples, write_examples
 from .tasks import TASKS, TaskSpec
 from .text import word_count
@@ -91,9 +100,14 @@ class Plan:
     translations: list[str] = field(default_factory=list)  # parallel sets (PARALLEL)
     translation_vocab_size: int = DEFAULT_TRANSLATION_VOCAB
     xlingual: list[str] = field(default_factory=list)  # handbook languages; none: no set
+    builtin_corpus: str = DEFAULT_CORPUS  # a name in BUILTIN_CORPORA, unless corpus_files
+
+    @property
+    def corpus_sources(self) -> list[str]:
+        return [] if self.corpus_files else list(BUILTIN_CORPORA[self.builtin_corpus])
 
     def sources(self) -> list[str]:
-        needed = set() if self.corpus_files else set(CORPUS_SOURCES)
+        needed = set(self.corpus_sources)
         for name in self.tasks:
             needed.update(TASKS[name].sources)
         for name in self.translations:
@@ -111,6 +125,7 @@ def make_plan(
     translations: Iterable[str] | None = None,
     translation_vocab_size: int = DEFAULT_TRANSLATION_VOCAB,
     xlingual: Iterable[str] | None = None,
+    builtin_corpus: str = DEFAULT_CORPUS,
 ) -> Plan:
     chosen = list(TASKS) if tasks is None else list(tasks)
     for name in chosen:
@@ -125,6 +140,14 @@ def make_plan(
         files[name] = Path(path)
     for path in corpus or ():
         require(Path(path).is_file(), "corpus", str(path), "an existing UTF-8 text file")
+    require_choice("builtin_corpus", builtin_corpus, tuple(BUILTIN_CORPORA))
+    if corpus:
+        require(
+            builtin_corpus == DEFAULT_CORPUS,
+            "builtin_corpus",
+            builtin_corpus,
+            f"{DEFAULT_CORPUS!r} (the default) when corpus files replace the built-in corpus",
+        )
     languages = list(xlingual or ())
     if languages:
         require("en-US" in languages, "xlingual", languages, "a list with en-US (the labels)")
@@ -138,6 +161,7 @@ def make_plan(
         parallel,
         translation_vocab_size,
         languages,
+        builtin_corpus,
     )
 
 
@@ -152,11 +176,14 @@ def prepare(
     translations: Iterable[str] | None = None,
     translation_vocab_size: int = DEFAULT_TRANSLATION_VOCAB,
     xlingual: Iterable[str] | None = None,
+    builtin_corpus: str = DEFAULT_CORPUS,
 ) -> DataPaths:
     """Build the data directory (default: `default_data_dir()`).
 
     tasks: the built-in tasks to build (default: all of `TASKS`).
     corpus: the user's text files (one paragraph per line) instead of the built-in corpus.
+    builtin_corpus: which built-in corpus (`BUILTIN_CORPORA`): "books" (novels, Bibles,
+    WordNet glosses) or "news" (the BBC articles that every BBC task keeps for training).
     task_files: {name: JSON Lines file} for a user's task, or to replace a built-in one.
     vocab_size: WordPiece vocabulary size.
     translations: the parallel sets to build (names in `PARALLEL`; default none here, all of
@@ -167,7 +194,14 @@ def prepare(
     need it.
     """
     plan = make_plan(
-        tasks, corpus, task_files, vocab_size, translations, translation_vocab_size, xlingual
+        tasks,
+        corpus,
+        task_files,
+        vocab_size,
+        translations,
+        translation_vocab_size,
+        xlingual,
+        builtin_corpus,
     )
     layout = paths(data_dir)
     layout.root.mkdir(parents=True, exist_ok=True)
@@ -176,7 +210,7 @@ def prepare(
     not_built: list[str] = []
     with Reporter(quiet) as reporter:
         roots, failures = fetch_sources(plan.sources(), layout, manifest, reporter)
-        if plan.corpus_files or all(name in roots for name in CORPUS_SOURCES):
+        if plan.corpus_files or all(name in roots for name in plan.corpus_sources):
             build_corpus(plan, layout, manifest, roots, reporter)
             write_manifest(layout.manifest, manifest)
             build_tokenizer(plan.vocab_size, layout, manifest, reporter)
@@ -249,8 +283,11 @@ def build_corpus(
     if plan.corpus_files:
         inputs = {str(p): sha256_file(p) for p in plan.corpus_files}
     else:
-        inputs = {name: manifest["sources"][name]["sha256"] for name in CORPUS_SOURCES}
-    fp = fingerprint("corpus", inputs, CORPUS_FRACTIONS, corpus_sources.BOOK_BLOCK)
+        inputs = {name: manifest["sources"][name]["sha256"] for name in plan.corpus_sources}
+    rules = []
+    if not plan.corpus_files and plan.builtin_corpus in CORPUS_RULES:
+        rules = [plan.builtin_corpus, CORPUS_RULES[plan.builtin_corpus]]
+    fp = fingerprint("corpus", inputs, CORPUS_FRACTIONS, corpus_sources.BOOK_BLOCK, *rules)
     if step_is_current(manifest, "corpus", fp, layout.root):
         reporter.log("corpus: up to date")
         return
@@ -261,8 +298,9 @@ def build_corpus(
             by_source[str(path)] = len(paragraphs)
             found += paragraphs
     else:
-        for name in reporter.track(list(CORPUS_SOURCES), "reading corpus sources"):
-            paragraphs = corpus_sources.READERS[name](roots[name])
+        readers = BUILTIN_CORPORA[plan.builtin_corpus]
+        for name in reporter.track(list(readers), "reading corpus sources"):
+            paragraphs = readers[name](roots[name])
             by_source[name] = len(paragraphs)
             found += paragraphs
     splits = corpus_sources.split_corpus(found)
@@ -273,6 +311,7 @@ def build_corpus(
     manifest["corpus"] = {
         "fingerprint": fp,
         "files": records,
+        "builtin": None if plan.corpus_files else plan.builtin_corpus,
         "paragraphs_by_source": by_source,
         "paragraphs": {split: len(splits[split]) for split in CORPUS_SPLITS},
         "words": {split: sum(map(word_count, splits[split])) for split in CORPUS_SPLITS},
@@ -348,7 +387,7 @@ def build_task(
             items = [(text_key(example), example) for example in examples]
         else:
             items = deduplicate(BUILDERS[spec.name](roots or {}))
-        splits = split_items(items, salt=f"posattn-task-{spec.name}")
+        splits = split_items(items, salt=task_salt(spec.name))
         for split in SPLITS:
             write_examples(layout.task_split(spec.name, split), splits[split])
         write_atomic(layout.task_info(spec.name), json_text(spec.to_json()))

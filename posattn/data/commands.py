@@ -10,6 +10,7 @@ from rich.table import Table
 
 from ..errors import PosAttnConfigError, invalid
 from .build import MissingSources, prepare
+from .corpora import BUILTIN_CORPORA, DEFAULT_CORPUS
 from .layout import CORPUS_SPLITS, SPLITS, paths
 from .manifest import read_manifest
 from .parallel import PARALLEL
@@ -18,6 +19,9 @@ from .tokenizer import DEFAULT_VOCAB_SIZE
 from .xlingual import DEFAULT_LANGUAGES
 
 EPILOG = f"""\
+The MLM corpus (--builtin-corpus): books (default: six Austen novels, Moby Dick, three more
+novels, two English Bibles, WordNet's glosses) or news (the BBC articles that topic,
+word-order and sentence-order all keep for training: in-domain text, no dev or test article).
 Your own data, where a package cannot be had or to use other text:
   --corpus FILE     UTF-8 text, one paragraph per line; replaces the built-in corpus.
   --task NAME=FILE  JSON Lines, one example per line:
@@ -64,6 +68,7 @@ def run_prepare(args: argparse.Namespace) -> int:
             quiet=args.quiet,
             translations=args.translation,
             xlingual=args.xlingual,
+            builtin_corpus=args.builtin_corpus,
         )
     except PosAttnConfigError as error:
         console.print(f"error: {error}", highlight=False, markup=False, soft_wrap=True)
@@ -157,6 +162,11 @@ def register(commands) -> None:
         default=list(DEFAULT_LANGUAGES),
         help="handbook languages of the cross-lingual set, comma-separated, '' for none "
         f"(default: {','.join(DEFAULT_LANGUAGES)})",
+    )
+    build.add_argument(
+        "--builtin-corpus",
+        default=DEFAULT_CORPUS,
+        help=f"the built-in MLM corpus: {', '.join(BUILTIN_CORPORA)} (default: {DEFAULT_CORPUS})",
     )
     build.add_argument(
         "--corpus", action="append", metavar="FILE", help="your own corpus (repeatable)"

@@ -69,12 +69,3 @@ SOURCES = {
         ),
     )
 }
-
-CORPUS_SOURCES = (
-    "r-cran-janeaustenr",
-    "r-cran-tokenizers",
-    "r-cran-tidytext",
-    "sword-text-kjv",
-    "sword-text-web",
-    "wordnet-base",
-)

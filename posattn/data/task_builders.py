@@ -119,6 +119,11 @@ def deduplicate(items: list[Item]) -> list[Item]:
     return kept
 
 
+def task_salt(name: str) -> str:
+    """The split salt of a task: its examples' splits are hashes of their groups with it."""
+    return f"posattn-task-{name}"
+
+
 def split_items(items: list[Item], salt: str) -> dict[str, list[dict[str, Any]]]:
     """Examples by split; an example's own "split" field, when present, wins over the hash."""
     splits: dict[str, list[dict[str, Any]]] = {name: [] for name in SPLITS}
