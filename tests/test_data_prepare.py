@@ -311,7 +311,9 @@ def test_cli_prepare(tmp_path, user_files, capsys, monkeypatch):
     ]
     assert run_cli(*common, "--tasks", "", "--task", f"sentiment={user_files['sentiment']}") == 0
     out = capsys.readouterr().out
-    assert "corpus" in out and "sentiment" in out and "positive" in out
+    assert "corpus (your files)" in out and "sentiment" in out and "positive" in out
+    assert run_cli(*common, "--builtin-corpus", "news", "--tasks", "", "--quiet") == 2
+    assert "builtin_corpus='news'" in capsys.readouterr().err
 
     bad = write_lines(tmp_path / "bad.jsonl", [json.dumps({"text": "a", "label": "meh"})])
     assert run_cli(*common, "--tasks", "", "--task", f"sentiment={bad}", "--quiet") == 2

@@ -90,7 +90,7 @@ def print_summary(root) -> None:
     corpus: dict[str, Any] = manifest.get("corpus", {})
     tokens = manifest.get("tokenizer", {}).get("corpus_tokens", {})
     if corpus:
-        table = Table(title="corpus")
+        table = Table(title=f"corpus ({corpus.get('builtin') or 'your files'})")
         for column in ("split", "paragraphs", "words", "MB", "tokens"):
             table.add_column(column, justify="right")
         for split in CORPUS_SPLITS:
