@@ -195,3 +195,43 @@ def test_inference_reuses_positional_terms_until_a_weight_changes():
     with torch.enable_grad():
         fresh = encoding.terms_for(7, torch.device("cpu"), torch.float64)
     assert fresh[0].bias.requires_grad and fresh is not updated
+
+
+@pytest.mark.parametrize("encoding", ["diet-abs", "t5", "tupe-r"])
+@pytest.mark.parametrize("optimizer", ["fused", "for-loop"])
+def test_evaluation_after_an_optimizer_step_reads_the_new_weights(encoding, optimizer):
+    """The Trainer evaluates between steps under no_grad; torch's fused AdamW (transformers'
+    default) updates parameters without bumping their version counters, so the cached terms
+    must not survive a step (they did: evaluations read the terms of the first one)."""
+    torch.manual_seed(0)
+    model = tiny_encoder(encoding)
+    x = torch.randn(2, 7, model.config.d_model, dtype=torch.float64)
+    adam = torch.optim.AdamW(model.parameters(), lr=0.1, fused=optimizer == "fused")
+    model.eval()
+    with torch.no_grad():
+        model(None, inputs_embeds=x)  # fills the cache
+    model.train()
+    with torch.enable_grad():  # this module's tests run without gradients otherwise
+        model(None, inputs_embeds=x).square().sum().backward()
+    adam.step()
+    model.eval()
+    with torch.no_grad():
+        after_step = model(None, inputs_embeds=x)
+        model.encoding.__dict__.pop("_terms_cache", None)
+        rebuilt = model(None, inputs_embeds=x)
+    torch.testing.assert_close(after_step, rebuilt, rtol=0, atol=0)
+
+
+def test_switching_to_evaluation_rebuilds_terms_changed_behind_the_version_counter():
+    model = tiny_encoder("diet-abs")
+    encoding = model.encoding
+    model.eval()
+    with torch.no_grad():
+        before = encoding.terms_for(7, torch.device("cpu"), torch.float64)
+        encoding.query.data.add_(1.0)  # `.data` does not share the version counter
+        assert encoding.terms_for(7, torch.device("cpu"), torch.float64) is before
+        model.train()
+        model.eval()
+        after = encoding.terms_for(7, torch.device("cpu"), torch.float64)
+    assert after is not before
+    assert not torch.equal(after[0].bias, before[0].bias)

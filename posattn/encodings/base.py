@@ -31,8 +31,21 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from ..errors import invalid, require, require_positive_int
+
+# Optimizer steps taken in this process, counted by a global post-step hook: part of the key of
+# the cached terms (`PositionalEncoding.terms_for`), since a fused optimizer step leaves the
+# parameters' version counters unchanged.
+OPTIMIZER_STEPS = [0]
+
+
+def count_optimizer_step(optimizer, args, kwargs) -> None:
+    OPTIMIZER_STEPS[0] += 1
+
+
+register_optimizer_step_post_hook(count_optimizer_step)
 
 
 class Place(str, Enum):
@@ -238,10 +251,18 @@ class PositionalEncoding(OwnsParameters, nn.Module):
         """One `LayerTerms` per layer, computed once per forward."""
         return [LayerTerms(scale=self.content_scale())] * self.dims.num_layers
 
+    def train(self, mode: bool = True):
+        """Switching between training and evaluation drops the cached terms (`terms_for`)."""
+        self.__dict__.pop("_terms_cache", None)
+        return super().train(mode)
+
     def terms_for(self, seq_len: int, device: torch.device, dtype: torch.dtype):
         """`layer_terms`, cached for inference: without gradients the input-independent terms
         depend only on the length and the parameters, so they are reused until a parameter
-        changes (every in-place update bumps its version counter, which is part of the key).
+        changes. The key holds each parameter's version counter (bumped by in-place updates)
+        and the count of optimizer steps taken in this process: fused optimizers (torch's
+        fused AdamW, transformers' default) update parameters without bumping their versions,
+        and evaluations between training steps would otherwise read the terms of the first.
 
         Not while torch.compile or torch.export traces: the key reads storage addresses (a
         graph break) and a traced entry would outlive the trace and break the eager model;
@@ -251,7 +272,7 @@ class PositionalEncoding(OwnsParameters, nn.Module):
         ):
             return self.layer_terms(seq_len, device, dtype)
         versions = tuple((p.data_ptr(), p._version) for p in self.parameters())
-        key = (seq_len, str(device), dtype, self.training, *versions)
+        key = (seq_len, str(device), dtype, self.training, OPTIMIZER_STEPS[0], *versions)
         cache = self.__dict__.setdefault("_terms_cache", {})
         if key not in cache:
             cache.clear()  # one entry: the latest length and weights
