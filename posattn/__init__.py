@@ -15,7 +15,7 @@ from .models.config import PosAttnConfig
 from .models.encoder import Encoder
 from .models.seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig, PosAttnSeq2SeqModel
 
-__version__ = "0.1.0"
+__version__ = "0.1.1"
 
 __all__ = [
     "ENCODINGS",
