@@ -1,4 +1,4 @@
-"""lab/runs/statistics.py: the t quantile against tabulated values, intervals and paired tests
+"""lab/runs/statistics.py: intervals against tabulated t values, intervals and paired tests
 against hand computations on tiny constructed inputs."""
 
 from __future__ import annotations
@@ -13,10 +13,7 @@ from posattn.lab.runs.statistics import (
     paired_bootstrap,
     paired_bootstrap_tasks,
     paired_permutation,
-    regularized_incomplete_beta,
     sign_flip_p_value,
-    t_cdf,
-    t_quantile,
 )
 
 
@@ -33,23 +30,13 @@ from posattn.lab.runs.statistics import (
         (0.975, 1e6, 1.9600),
     ],
 )
-def test_t_quantile_matches_the_printed_tables(p, dof, expected):
-    assert t_quantile(p, dof) == pytest.approx(expected, abs=5e-5)
-    assert t_quantile(1 - p, dof) == pytest.approx(-expected, abs=5e-5)
-
-
-def test_t_distribution_closed_forms():
-    # dof 1 is Cauchy: F(t) = 1/2 + atan(t)/pi; dof 2: F(t) = 1/2 + t / (2 sqrt(2 + t^2))
-    for t in (-3.0, -0.5, 0.0, 0.7, 4.0):
-        assert t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-12)
-        assert t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * math.sqrt(2 + t * t)), abs=1e-12)
-    # I_x(1, 1) = x; I_x(a, 1) = x^a; I_x(2, 2) = 3x^2 - 2x^3
-    assert regularized_incomplete_beta(1, 1, 0.3) == pytest.approx(0.3, abs=1e-14)
-    assert regularized_incomplete_beta(2.5, 1, 0.4) == pytest.approx(0.4**2.5, abs=1e-14)
-    assert regularized_incomplete_beta(2, 2, 0.8) == pytest.approx(3 * 0.64 - 2 * 0.512, abs=1e-13)
-    assert t_quantile(0.5, 3) == 0.0
-    with pytest.raises(ValueError, match="p=1"):
-        t_quantile(1, 3)
+def test_interval_half_width_is_the_printed_t_quantile(p, dof, expected):
+    # n = dof + 1 values; the half width over s / sqrt(n) is t((1 + confidence) / 2, n - 1)
+    values = np.random.default_rng(dof if dof < 100 else 0).normal(size=int(dof) + 1)
+    interval = mean_interval(values, confidence=2 * p - 1)
+    scale = values.std(ddof=1) / math.sqrt(values.size)
+    assert (interval.high - interval.mean) / scale == pytest.approx(expected, abs=5e-5)
+    assert (interval.mean - interval.low) / scale == pytest.approx(expected, abs=5e-5)
 
 
 def test_mean_interval_by_hand():

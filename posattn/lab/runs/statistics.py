@@ -1,102 +1,32 @@
-"""Intervals and paired tests over seeds, for the comparisons' claims (numpy only, no scipy).
+"""Intervals and paired tests over seeds, for the comparisons' claims.
 
 - `mean_interval(values)`: the mean over seeds and its Student-t interval (n - 1 degrees of
-  freedom). The t quantile is computed here: bisection on the t CDF, which is written with a
-  regularised incomplete beta function (continued fraction, Numerical Recipes 6.4).
+  freedom; scipy's t quantile).
 - `paired_bootstrap(a, b)`: two encodings scored on the same test examples by several runs
   (arrays [runs, examples], runs paired by seed index): the mean difference a - b, a
   percentile-bootstrap interval that resamples runs and examples jointly, and a two-sided
   bootstrap p-value. `paired_bootstrap_tasks` does the same for the average over several tasks
-  (one run resample shared by every task, examples resampled within each task).
+  (one run resample shared by every task, examples resampled within each task). Written here:
+  scipy's bootstrap resamples one axis, not runs and examples together.
 - `paired_permutation(a, b)`: one number per seed (e.g. the MLM loss of each pretraining seed):
-  the exact sign-flip permutation test of the mean difference, with its t-interval. With n
-  seeds the smallest possible p-value is 2 / 2^n (0.25 for 3 seeds, 0.0625 for 5).
+  the exact sign-flip permutation test of the mean difference (scipy's permutation_test), with
+  its t-interval. With n seeds the smallest possible p-value is 2 / 2^n (0.25 for 3 seeds,
+  0.0625 for 5).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
 RESAMPLES = 5000
 BOOTSTRAP_SEED = 0
 EXACT_PERMUTATION_MAX_N = 16  # 2^16 sign vectors; beyond, as many random ones (fixed seed)
 CELLS_PER_CHUNK = 1 << 22  # resamples x examples held at once by the bootstrap
-
-
-# --- the Student t distribution -------------------------------------------------------------
-
-
-def _beta_continued_fraction(a: float, b: float, x: float) -> float:
-    """The continued fraction of the incomplete beta function (modified Lentz)."""
-    tiny, eps = 1e-300, 1e-15
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 10_000):
-        m2 = 2 * m
-        for numerator in (
-            m * (b - m) * x / ((qam + m2) * (a + m2)),
-            -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2)),
-        ):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < eps:
-            break
-    return h
-
-
-def regularized_incomplete_beta(a: float, b: float, x: float) -> float:
-    """I_x(a, b) for a, b > 0 and 0 <= x <= 1."""
-    if a <= 0 or b <= 0:
-        raise ValueError(f"a={a}, b={b}: both must be > 0")
-    if not 0.0 <= x <= 1.0:
-        raise ValueError(f"x={x}: must lie in [0, 1]")
-    if x in (0.0, 1.0):
-        return x
-    log_front = (
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    )
-    front = math.exp(log_front)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _beta_continued_fraction(a, b, x) / a
-    return 1.0 - front * _beta_continued_fraction(b, a, 1.0 - x) / b
-
-
-def t_cdf(t: float, dof: float) -> float:
-    """P(T <= t) for Student's t with `dof` degrees of freedom."""
-    if dof <= 0:
-        raise ValueError(f"dof={dof}: must be > 0")
-    tail = 0.5 * regularized_incomplete_beta(dof / 2.0, 0.5, dof / (dof + t * t))
-    return 1.0 - tail if t > 0 else tail
-
-
-def t_quantile(p: float, dof: float) -> float:
-    """The t with P(T <= t) = p (bisection on `t_cdf` to 1e-12)."""
-    if not 0.0 < p < 1.0:
-        raise ValueError(f"p={p}: must lie in (0, 1)")
-    if p == 0.5:
-        return 0.0
-    if p < 0.5:
-        return -t_quantile(1.0 - p, dof)
-    low, high = 0.0, 1.0
-    while t_cdf(high, dof) < p:
-        low, high = high, 2.0 * high
-    while high - low > 1e-12 * max(1.0, high):
-        middle = 0.5 * (low + high)
-        if t_cdf(middle, dof) < p:
-            low = middle
-        else:
-            high = middle
-    return 0.5 * (low + high)
 
 
 # --- intervals --------------------------------------------------------------------------------
@@ -137,7 +67,8 @@ def mean_interval(values: Sequence[float], confidence: float = 0.95) -> Interval
     mean = float(x.mean())
     if x.size < 2:
         return Interval(mean, None, None, 1, confidence)
-    half = t_quantile(1.0 - alpha / 2.0, x.size - 1) * float(x.std(ddof=1)) / math.sqrt(x.size)
+    t = float(stats.t.ppf(1.0 - alpha / 2.0, x.size - 1))
+    half = t * float(x.std(ddof=1)) / math.sqrt(x.size)
     return Interval(mean, mean - half, mean + half, int(x.size), confidence)
 
 
@@ -265,21 +196,25 @@ def paired_bootstrap_tasks(
 
 
 def sign_flip_p_value(differences: Sequence[float], seed: int = BOOTSTRAP_SEED) -> float:
-    """Two-sided sign-flip permutation p-value of mean(differences) = 0: the share of the 2^n
-    sign vectors s with |sum(s d)| >= |sum(d)| (exact for n <= 16; beyond, 2^16 random sign
-    vectors from a Generator seeded with `seed`, plus the observed one)."""
+    """Two-sided sign-flip permutation p-value of mean(differences) = 0 (scipy's
+    permutation_test of one sample): exact over the 2^n sign vectors for n <= 16; beyond, 2^16
+    random ones from a Generator seeded with `seed`."""
     d = np.asarray(differences, dtype=np.float64).ravel()
     if d.size == 0:
         raise ValueError("sign_flip_p_value of no differences")
-    observed = abs(float(d.sum()))
-    tolerance = 1e-12 * max(1.0, float(np.abs(d).sum()))
-    if d.size <= EXACT_PERMUTATION_MAX_N:
-        signs = np.array(list(itertools.product((1.0, -1.0), repeat=d.size)))
-        return float(np.mean(np.abs(signs @ d) >= observed - tolerance))
-    rng = np.random.default_rng(seed)
-    signs = rng.choice((1.0, -1.0), size=(1 << EXACT_PERMUTATION_MAX_N, d.size))
-    extreme = int(np.count_nonzero(np.abs(signs @ d) >= observed - tolerance))
-    return (1 + extreme) / (signs.shape[0] + 1)
+    if d.size == 1:  # both signs give the same |mean| (scipy wants two or more values)
+        return 1.0
+    exact = d.size <= EXACT_PERMUTATION_MAX_N
+    result = stats.permutation_test(
+        (d,),
+        np.mean,
+        permutation_type="samples",
+        vectorized=True,
+        n_resamples=np.inf if exact else 1 << EXACT_PERMUTATION_MAX_N,
+        alternative="two-sided",
+        rng=np.random.default_rng(seed),
+    )
+    return float(result.pvalue)
 
 
 def paired_permutation(a, b, confidence: float = 0.95) -> PairedComparison:
