@@ -31,7 +31,9 @@ def spread(values: list[float], digits: int = 2) -> str:
 
 def markdown_table(results: dict) -> str:
     header = ["encoding", "params", "dev loss", "test BLEU (beam)", "test chrF (beam)"]
-    header += ["test BLEU (greedy)", "train s"]
+    # No time column: runs share a machine unpaired, so their times compare load, not
+    # encodings (posattn bench pairs timings); metrics.json keeps each run's train_seconds.
+    header += ["test BLEU (greedy)"]
     rows = []
     for encoding, runs in results.items():
         first = next(iter(runs.values()))
@@ -42,7 +44,6 @@ def markdown_table(results: dict) -> str:
             spread(test_scores(runs, "beam", "bleu")),
             spread(test_scores(runs, "beam", "chrf")),
             spread(test_scores(runs, "greedy", "bleu")),
-            f"{statistics.median(r['train_seconds'] for r in runs.values()):.0f}",
         ]
         rows.append(row)
     return table(header, rows)
@@ -134,7 +135,7 @@ def translation_markdown(results: dict, context: dict, tests: dict | None = None
         f"Scores: sacrebleu corpus BLEU and chrF of the detokenised output on {test['pairs']} "
         f"test pairs, beam {context['beam_size']} with length penalty "
         f"{context['length_penalty']} (and greedy), median over seeds [min-max]; dev loss: "
-        f"token NLL on the dev pairs; train s: training time per run. On these pairs "
+        f"token NLL on the dev pairs. On these pairs "
         f"{copy_baseline(results)}.",
         "",
         markdown_table(results),
