@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import PosAttnConfigError, invalid
+from .archive import pack, unpack
 from .build import MissingSources, prepare
 from .corpora import BUILTIN_CORPORA, DEFAULT_CORPUS
 from .layout import CORPUS_SPLITS, SPLITS, paths
@@ -180,3 +181,44 @@ def register(commands) -> None:
     )
     build.add_argument("--quiet", action="store_true", help="no progress bars or summary")
     build.set_defaults(func=run_prepare)
+    register_archive(actions)
+
+
+def run_pack(args: argparse.Namespace) -> int:
+    return report_archive(lambda: pack(args.data_dir, args.archive), f"wrote {args.archive}")
+
+
+def run_unpack(args: argparse.Namespace) -> int:
+    return report_archive(lambda: unpack(args.archive, args.data_dir), "unpacked")
+
+
+def report_archive(action, done: str) -> int:
+    console = Console(stderr=True)
+    try:
+        result = action()
+    except PosAttnConfigError as error:
+        console.print(f"error: {error}", highlight=False, markup=False, soft_wrap=True)
+        return 2
+    details = ", ".join(f"{key} {value}" for key, value in result.items())
+    console.print(f"{done}: {details}", highlight=False, markup=False, soft_wrap=True)
+    return 0
+
+
+def register_archive(actions) -> None:
+    """pack / unpack: a prepared data directory carried to a machine without network."""
+    packer = actions.add_parser(
+        "pack",
+        help="write the prepared data (built files and manifest, no sources) to a .tar.xz",
+        description="For a machine that cannot fetch packages: pack here, copy the archive, "
+        "then `posattn data unpack ARCHIVE` there. Every file is checked against the "
+        "manifest's sha256 on both sides.",
+    )
+    packer.add_argument("archive", help="the .tar.xz to write")
+    packer.add_argument("--data-dir", help="the prepared directory (default: as for prepare)")
+    packer.set_defaults(func=run_pack)
+    unpacker = actions.add_parser(
+        "unpack", help="extract and check a `posattn data pack` archive into a new data directory"
+    )
+    unpacker.add_argument("archive", help="the .tar.xz written by `posattn data pack`")
+    unpacker.add_argument("--data-dir", help="where to unpack (default: as for prepare)")
+    unpacker.set_defaults(func=run_unpack)

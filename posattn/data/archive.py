@@ -1,0 +1,125 @@
+"""`posattn data pack` / `unpack`: carry a prepared data directory to a machine that cannot
+fetch packages (a GPU node without network). The archive holds the manifest and every file it
+lists as written by a build step, not the downloaded sources: runs read only the built files,
+and the manifest's sha256 of each is checked when packing and again when unpacking."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..errors import PosAttnConfigError
+from .layout import paths
+from .manifest import read_manifest, sha256_file
+
+MANIFEST = "manifest.json"
+
+
+def built_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every file record ({path, bytes, sha256}) of the build steps; `sources` (the downloaded
+    packages, keyed `file`) are left out."""
+    records: list[dict[str, Any]] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if {"path", "sha256", "bytes"} <= node.keys():
+                records.append(node)
+                return
+            for key, value in node.items():
+                if key != "sources":
+                    walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(manifest)
+    return sorted({r["path"]: r for r in records}.values(), key=lambda r: r["path"])
+
+
+def damaged(records: list[dict[str, Any]], root: Path) -> list[str]:
+    """The paths of records missing under root or differing from their size and sha256."""
+    bad = []
+    for record in records:
+        path = root / record["path"]
+        intact = (
+            path.is_file()
+            and path.stat().st_size == record["bytes"]
+            and sha256_file(path) == record["sha256"]
+        )
+        if not intact:
+            bad.append(record["path"])
+    return bad
+
+
+def pack(data_dir: str | os.PathLike | None, output: str | os.PathLike) -> dict[str, Any]:
+    """Write output (.tar.xz) from the prepared data directory; returns {files, bytes}."""
+    root = paths(data_dir).root
+    manifest = read_manifest(root / MANIFEST)
+    records = built_files(manifest)
+    if not records:
+        raise PosAttnConfigError(
+            f"--data-dir={str(root)!r} holds no prepared data (no manifest.json with built "
+            "files): run `posattn data prepare` first"
+        )
+    bad = damaged(records, root)
+    if bad:
+        raise PosAttnConfigError(
+            f"--data-dir={str(root)!r}: {len(bad)} built file(s) are missing or differ from the "
+            f"manifest ({', '.join(bad[:5])}): run `posattn data prepare` again before packing"
+        )
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    partial = output.with_name(output.name + ".partial")
+    with tarfile.open(partial, "w:xz") as archive:  # renamed when whole: never half an archive
+        archive.add(root / MANIFEST, arcname=MANIFEST)
+        for record in records:
+            archive.add(root / record["path"], arcname=record["path"])
+    os.replace(partial, output)
+    return {"files": len(records) + 1, "bytes": output.stat().st_size}
+
+
+def unpack(archive: str | os.PathLike, data_dir: str | os.PathLike | None) -> dict[str, Any]:
+    """Extract an archive of `pack` into the data directory, checking every file against the
+    archive's manifest first; a directory that already holds prepared data is refused."""
+    archive = Path(archive)
+    root = paths(data_dir).root
+    if not archive.is_file():
+        raise PosAttnConfigError(f"ARCHIVE={str(archive)!r} is not a file")
+    if (root / MANIFEST).exists():
+        raise PosAttnConfigError(
+            f"--data-dir={str(root)!r} already holds prepared data (manifest.json): unpack "
+            "into an empty or new directory"
+        )
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root, prefix=".unpack-") as scratch:
+        staging = Path(scratch)
+        try:
+            with tarfile.open(archive, "r:*") as opened:
+                # "data" refuses absolute paths, links out of the tree and device files.
+                opened.extractall(staging, filter="data")
+        except (tarfile.TarError, OSError) as error:
+            raise PosAttnConfigError(
+                f"ARCHIVE={str(archive)!r} is not a readable `posattn data pack` archive: {error}"
+            ) from error
+        records = built_files(read_manifest(staging / MANIFEST))
+        if not records:
+            raise PosAttnConfigError(
+                f"ARCHIVE={str(archive)!r} holds no manifest.json with built files: make it "
+                "with `posattn data pack`"
+            )
+        bad = damaged(records, staging)
+        if bad:
+            raise PosAttnConfigError(
+                f"ARCHIVE={str(archive)!r}: {len(bad)} file(s) missing or differing from its "
+                f"manifest ({', '.join(bad[:5])}); nothing was written"
+            )
+        for record in records:  # the manifest last: a half-moved directory has none
+            target = root / record["path"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(staging / record["path"], target)
+        shutil.move(staging / MANIFEST, root / MANIFEST)
+    return {"files": len(records) + 1, "root": str(root)}
