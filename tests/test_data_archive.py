@@ -12,6 +12,7 @@ import tarfile
 import pytest
 
 from posattn import PosAttnConfigError
+from posattn.cli import entry
 from posattn.data import load_task, load_tokenizer, prepare
 from posattn.data.archive import built_files, pack, unpack
 from posattn.data.commands import register
@@ -116,7 +117,7 @@ def test_unpack_refuses_paths_outside_the_directory(prepared, tmp_path):
     assert not (tmp_path / "escape.txt").exists()
 
 
-def test_unpack_refuses_a_prepared_directory_and_a_missing_archive(prepared, tmp_path):
+def test_unpack_refuses_a_prepared_directory_and_a_missing_archive(prepared, tmp_path, capsys):
     with pytest.raises(PosAttnConfigError, match="already holds prepared data"):
         unpack(pack_to(prepared, tmp_path), prepared)
     with pytest.raises(PosAttnConfigError, match=r"ARCHIVE=.*nothing.tar.xz' is not a file"):
@@ -127,4 +128,6 @@ def test_unpack_refuses_a_prepared_directory_and_a_missing_archive(prepared, tmp
         archive.addfile(info, io.BytesIO(b""))
     with pytest.raises(PosAttnConfigError, match=r"holds no manifest\.json with built files"):
         unpack(not_ours, tmp_path / "t2")
-    assert run_cli("unpack", str(not_ours), "--data-dir", str(tmp_path / "t3")) == 2
+    # The command line: one error line naming ARCHIVE, exit status 2.
+    assert entry(["data", "unpack", str(not_ours), "--data-dir", str(tmp_path / "t3")]) == 2
+    assert "posattn: error: ARCHIVE=" in capsys.readouterr().err

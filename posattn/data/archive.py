@@ -14,9 +14,7 @@ from typing import Any
 
 from ..errors import PosAttnConfigError
 from .layout import paths
-from .manifest import read_manifest, sha256_file
-
-MANIFEST = "manifest.json"
+from .manifest import damaged_files, read_manifest
 
 
 def built_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
@@ -40,32 +38,17 @@ def built_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted({r["path"]: r for r in records}.values(), key=lambda r: r["path"])
 
 
-def damaged(records: list[dict[str, Any]], root: Path) -> list[str]:
-    """The paths of records missing under root or differing from their size and sha256."""
-    bad = []
-    for record in records:
-        path = root / record["path"]
-        intact = (
-            path.is_file()
-            and path.stat().st_size == record["bytes"]
-            and sha256_file(path) == record["sha256"]
-        )
-        if not intact:
-            bad.append(record["path"])
-    return bad
-
-
 def pack(data_dir: str | os.PathLike | None, output: str | os.PathLike) -> dict[str, Any]:
     """Write output (.tar.xz) from the prepared data directory; returns {files, bytes}."""
-    root = paths(data_dir).root
-    manifest = read_manifest(root / MANIFEST)
-    records = built_files(manifest)
+    layout = paths(data_dir)
+    root = layout.root
+    records = built_files(read_manifest(layout.manifest))
     if not records:
         raise PosAttnConfigError(
             f"--data-dir={str(root)!r} holds no prepared data (no manifest.json with built "
             "files): run `posattn data prepare` first"
         )
-    bad = damaged(records, root)
+    bad = list(damaged_files(records, root))
     if bad:
         raise PosAttnConfigError(
             f"--data-dir={str(root)!r}: {len(bad)} built file(s) are missing or differ from the "
@@ -75,7 +58,7 @@ def pack(data_dir: str | os.PathLike | None, output: str | os.PathLike) -> dict[
     output.parent.mkdir(parents=True, exist_ok=True)
     partial = output.with_name(output.name + ".partial")
     with tarfile.open(partial, "w:xz") as archive:  # renamed when whole: never half an archive
-        archive.add(root / MANIFEST, arcname=MANIFEST)
+        archive.add(layout.manifest, arcname=layout.manifest.name)
         for record in records:
             archive.add(root / record["path"], arcname=record["path"])
     os.replace(partial, output)
@@ -86,32 +69,33 @@ def unpack(archive: str | os.PathLike, data_dir: str | os.PathLike | None) -> di
     """Extract an archive of `pack` into the data directory, checking every file against the
     archive's manifest first; a directory that already holds prepared data is refused."""
     archive = Path(archive)
-    root = paths(data_dir).root
+    layout = paths(data_dir)
+    root = layout.root
     if not archive.is_file():
         raise PosAttnConfigError(f"ARCHIVE={str(archive)!r} is not a file")
-    if (root / MANIFEST).exists():
+    if layout.manifest.exists():
         raise PosAttnConfigError(
             f"--data-dir={str(root)!r} already holds prepared data (manifest.json): unpack "
             "into an empty or new directory"
         )
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root, prefix=".unpack-") as scratch:
-        staging = Path(scratch)
+        staging = paths(scratch)
         try:
             with tarfile.open(archive, "r:*") as opened:
                 # "data" refuses absolute paths, links out of the tree and device files.
-                opened.extractall(staging, filter="data")
+                opened.extractall(staging.root, filter="data")
         except (tarfile.TarError, OSError) as error:
             raise PosAttnConfigError(
                 f"ARCHIVE={str(archive)!r} is not a readable `posattn data pack` archive: {error}"
             ) from error
-        records = built_files(read_manifest(staging / MANIFEST))
+        records = built_files(read_manifest(staging.manifest))
         if not records:
             raise PosAttnConfigError(
                 f"ARCHIVE={str(archive)!r} holds no manifest.json with built files: make it "
                 "with `posattn data pack`"
             )
-        bad = damaged(records, staging)
+        bad = list(damaged_files(records, staging.root))
         if bad:
             raise PosAttnConfigError(
                 f"ARCHIVE={str(archive)!r}: {len(bad)} file(s) missing or differing from its "
@@ -120,6 +104,6 @@ def unpack(archive: str | os.PathLike, data_dir: str | os.PathLike | None) -> di
         for record in records:  # the manifest last: a half-moved directory has none
             target = root / record["path"]
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(staging / record["path"], target)
-        shutil.move(staging / MANIFEST, root / MANIFEST)
+            shutil.move(staging.root / record["path"], target)
+        shutil.move(staging.manifest, layout.manifest)
     return {"files": len(records) + 1, "root": str(root)}

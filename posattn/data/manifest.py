@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +40,22 @@ def fingerprint(*parts: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def files_intact(records: list[dict[str, Any]], root: Path) -> bool:
+def damaged_files(records: list[dict[str, Any]], root: Path) -> Iterator[str]:
+    """The path of each record missing under root or differing from its size or sha256, one
+    at a time (a caller that needs only the first hashes no further)."""
     for record in records:
         path = root / record["path"]
-        if not path.is_file() or path.stat().st_size != record["bytes"]:
-            return False
-        if sha256_file(path) != record["sha256"]:
-            return False
-    return True
+        intact = (
+            path.is_file()
+            and path.stat().st_size == record["bytes"]
+            and sha256_file(path) == record["sha256"]
+        )
+        if not intact:
+            yield record["path"]
+
+
+def files_intact(records: list[dict[str, Any]], root: Path) -> bool:
+    return next(damaged_files(records, root), None) is None
 
 
 def step_is_current(manifest: dict[str, Any], key: str, fp: str, root: Path) -> bool:
