@@ -56,7 +56,7 @@ check() {
     "$PYTHON" -m posattn bench --kernels sdpa,flex,triton --lengths 1024,4096,8192 \
         --encodings t5,diet-rel,tupe-r,kerple,alibi,diet-abs --model-lengths 512,2048 \
         --long-lengths '' --output "$RUNS/bench" 2>&1 | tail -n 60
-    cp "$RUNS"/bench/results.* "$out"/
+    cp "$RUNS"/bench/bench.* "$RUNS"/bench/*.png "$out"/
 }
 
 start() {
