@@ -337,3 +337,15 @@ def test_translation_compare_tests_each_encoding_against_the_first(toy, tmp_path
     assert test["bleu"]["difference"] == pytest.approx(expected)
     assert 0 < test["bleu"]["p_value"] <= 1
     assert "## Paired significance" in (output / "results.md").read_text()
+    # The same runs read back by `translate combine` (arms by folder, under other names) give
+    # the joint comparison's results, paired tests and curves.
+    combined = tmp_path / "combined"
+    assert main(["translate", "combine", "--output", str(combined), f"sin={output / 'sinusoidal'}",
+                 f"rel={output / 't5'}"]) == 0  # fmt: skip
+    again = json.loads((combined / "results.json").read_text())
+    assert again["results"] == {"sin": runs["sinusoidal"], "rel": runs["t5"]}
+    assert again["significance"]["rel"] == {**test, "against": "sin"}
+    assert again["curve"]["steps"] == summary["curve"]["steps"]
+    assert again["setting_differences"] == {}
+    sources = {"sin": str(output / "sinusoidal"), "rel": str(output / "t5")}
+    assert again["context"]["sources"] == sources

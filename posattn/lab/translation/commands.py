@@ -97,6 +97,31 @@ def register(commands) -> None:
     )
     add_device_option(evaluate)
     evaluate.set_defaults(func=run_eval)
+    combine = actions.add_parser(
+        "combine",
+        help="one report (table, paired tests, curves) of translation runs trained apart",
+        description="Reads finished runs of `posattn compare --task translation` outputs "
+        "(each of one encoding, or one encoding's folder of one) and writes the report a single "
+        "compare would write, with the settings in which the arms differ besides encoding and "
+        "seed. Every run must have been scored on the same test sentences.",
+    )
+    combine.add_argument(
+        "runs", nargs="+", metavar="NAME=DIR", help="an arm: its name and its run directory"
+    )
+    combine.add_argument("--output", required=True, help="where results.md/json go")
+    combine.add_argument(
+        "--all-pairs",
+        action="store_true",
+        help="a paired test of every pair of arms (default: each against the first)",
+    )
+    combine.set_defaults(func=run_combine)
+
+
+def run_combine(args: argparse.Namespace) -> int:
+    from .combine import combine_runs
+
+    combine_runs(args.runs, Path(args.output), all_pairs=args.all_pairs)
+    return 0
 
 
 def run_compare(args: argparse.Namespace) -> int:

@@ -88,8 +88,17 @@ def compare_translation(
         length_penalty=config.decode.length_penalty,
     )
     tests = significance(results) if len(results) > 1 else {}
-    markdown = translation_markdown(results, context, tests)
-    summary = {"context": context, "results": results, "significance": tests}
+    write_report(output, results, context, tests)
+    return results
+
+
+def write_report(
+    output: Path, results: dict, context: dict, tests: dict, extra: dict | None = None
+) -> dict:
+    """results.json ({context, results, significance, curve?, **extra}), results.md and, where
+    the runs kept learning curves, curve.png; the markdown is printed too. Returns the summary."""
+    markdown = translation_markdown(results, context, tests, extra)
+    summary = {"context": context, "results": results, "significance": tests, **(extra or {})}
     if has_curves(results):
         curves = curve_summary(results)
         if is_main_process():
@@ -98,4 +107,4 @@ def compare_translation(
         summary["curve"] = curves
     save_run(output, {"results.json": summary, "results.md": markdown})
     print(markdown)
-    return results
+    return summary

@@ -56,7 +56,13 @@ def verdict(label: str, scores: dict[str, list[float]], higher_is_better: bool) 
 
 
 def verdicts(results: dict) -> list[str]:
-    lines = verdict("dev loss", {e: dev_losses(runs) for e, runs in results.items()}, False)
+    lines = []
+    if min(len(runs) for runs in results.values()) < 2:
+        lines.append(
+            "- One seed for some encoding: its spread is a single run, so these verdicts do not "
+            "cover seed noise; the paired test below is over test sentences, not seeds."
+        )
+    lines += verdict("dev loss", {e: dev_losses(runs) for e, runs in results.items()}, False)
     for metric, label in METRICS:
         scores = {e: test_scores(runs, "beam", metric) for e, runs in results.items()}
         lines += verdict(f"test {label}", scores, True)
@@ -125,11 +131,51 @@ def copy_baseline(results: dict) -> str:
     return f"copying the source scores BLEU {copy['bleu']:.2f}, chrF {copy['chrf']:.2f}"
 
 
-def translation_markdown(results: dict, context: dict, tests: dict | None = None) -> str:
+def pairwise_lines(tests: list[dict]) -> list[str]:
+    rows = [
+        [
+            f"`{t['system']}` - `{t['against']}`",
+            ", ".join(map(str, t["seeds"])),
+            f"{t['bleu']['difference']:+.2f}",
+            f"{t['bleu']['p_value']:.3f}",
+            f"{t['chrf']['difference']:+.2f}",
+            f"{t['chrf']['p_value']:.3f}",
+        ]
+        for t in tests
+    ]
+    header = ["comparison", "seeds", "BLEU diff", "p", "chrF diff", "p"]
+    return ["", "Every pair of arms, the same test:", "", table(header, rows)]
+
+
+def settings_lines(found: dict[str, list[str]], first_arm: str) -> list[str]:
+    if not found:
+        return [f"Every run has the settings of `{first_arm}` but for encoding and seed."]
+    lines = [f"Settings that differ from `{first_arm}`'s besides encoding and seed:", ""]
+    return lines + [f"- `{arm}`: {'; '.join(changed)}" for arm, changed in found.items()]
+
+
+def time_line(context: dict) -> str:
+    """A comparison's own wall time; runs combined from elsewhere have only their training
+    time (apart, so not a comparison of speed)."""
+    if context.get("wall_seconds") is not None:
+        return f"Wall time: {context['wall_seconds'] / 60:.1f} min."
+    sources = ", ".join(f"`{arm}` {where}" for arm, where in context["sources"].items())
+    return (
+        f"Combined from runs trained apart ({sources}); their training took "
+        f"{context['train_seconds'] / 60:.1f} min together."
+    )
+
+
+def translation_markdown(
+    results: dict, context: dict, tests: dict | None = None, extra: dict | None = None
+) -> str:
+    """The comparison's markdown; `extra` (posattn translate combine) may add the settings that
+    differ between arms and the paired tests of every pair."""
+    extra = extra or {}
     any_run = next(iter(next(iter(results.values())).values()))
     test = any_run["evaluation"]["test"]
     parts = [
-        "# posattn compare --task translation",
+        f"# {context.get('command', 'posattn compare --task translation')}",
         "",
         f"Preset `{context['preset']}`, pairs `{context['pairs']}`, {context['machine']}. "
         f"Scores: sacrebleu corpus BLEU and chrF of the detokenised output on {test['pairs']} "
@@ -140,12 +186,17 @@ def translation_markdown(results: dict, context: dict, tests: dict | None = None
         "",
         markdown_table(results),
         "",
+    ]
+    if "setting_differences" in extra:
+        parts += [*settings_lines(extra["setting_differences"], next(iter(results))), ""]
+    parts += [
         "## Verdicts",
         *verdicts(results),
         "",
         "## Paired significance",
         *significance_lines(significance(results) if tests is None else tests),
-        "",
-        f"Wall time: {context['wall_seconds'] / 60:.1f} min.",
     ]
+    if extra.get("pairwise"):
+        parts += pairwise_lines(extra["pairwise"])
+    parts += ["", time_line(context)]
     return "\n".join(parts) + "\n"

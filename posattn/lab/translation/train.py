@@ -14,6 +14,7 @@ from transformers import DataCollatorForSeq2Seq, TrainerCallback, TrainingArgume
 from ...data.parallel import load_parallel, parallel_dir
 from ...data.translation_tokenizer import load_translation_tokenizer
 from ...models.seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig
+from ..runs.context import machine
 from ..runs.fingerprint import run_settings, trainer_settings
 from ..runs.ranks import barrier
 from ..runs.stages import Stage, save_run, start_stage
@@ -188,6 +189,7 @@ def train_translation(
         "train_pairs_truncated": train.truncated,
         "train_pairs_dropped_too_long": train.dropped,
         "train_seconds": train_seconds,
+        "machine": machine(),  # runs combined later may come from several
     }
     if curve is not None:
         metrics["curve"] = {**curve_record, "points": curve_points(history)}

@@ -1,0 +1,164 @@
+"""`posattn translate combine`: one report of translation runs trained apart.
+
+A comparison often grows run by run: one encoding per process (two cores, two runs), a second
+seed next week, an arm whose settings differ on purpose (DIET-REL at ten times the positional
+learning rate). Each lives in its own `compare --task translation` output. This command reads
+their finished runs under names the user gives (`NAME=DIR`) and writes the report a single
+`compare` would have written - table, verdicts, paired tests, learning curves - plus what makes
+such a report honest: every setting in which the arms differ besides encoding and seed (from
+each run's stage.json), and a refusal where two arms were scored on other test sentences, which
+a paired test cannot compare.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ...errors import PosAttnConfigError, invalid, require
+from ..runs.context import run_context
+from ..runs.fingerprint import differences
+from ..runs.stages import STAGE_FILE
+from .compare import write_report
+from .report import significance
+
+RESULT = "metrics.json"
+# What names an arm's runs apart from each other: not a setting difference between arms.
+PER_RUN_KEYS = ("model.encoding", "train.seed")
+
+
+def parse_spec(spec: str) -> tuple[str | None, Path]:
+    """'NAME=DIR' -> (NAME, DIR); 'DIR' -> (None, DIR): the arm is then named by its encoding."""
+    name, sep, directory = spec.partition("=")
+    if not sep:
+        return None, Path(spec)
+    require(bool(name and directory), "runs", spec, "NAME=DIR or DIR, NAME and DIR not empty")
+    return name, Path(directory)
+
+
+def seed_directories(directory: Path) -> list[Path]:
+    """The finished runs of one arm: DIR/seed*/ (an encoding's folder of a compare output), or
+    DIR/<encoding>/seed*/ where a compare output holds one encoding."""
+    require(directory.is_dir(), "runs", str(directory), "an existing run directory")
+    found = sorted(p.parent for p in directory.glob(f"seed*/{RESULT}"))
+    if found:
+        return found
+    encodings = sorted({p.parent.parent for p in directory.glob(f"*/seed*/{RESULT}")})
+    require(
+        len(encodings) == 1,
+        "runs",
+        str(directory),
+        "a directory with finished runs (seed*/metrics.json) of one encoding: a compare "
+        "output of one encoding, or one encoding's folder of it"
+        + (f" (this one holds {', '.join(p.name for p in encodings)})" if encodings else ""),
+    )
+    return sorted(p.parent for p in encodings[0].glob(f"seed*/{RESULT}"))
+
+
+def read_run(directory: Path) -> tuple[dict, dict]:
+    """(metrics, settings) of one finished run; settings from its stage.json."""
+    metrics = json.loads((directory / RESULT).read_text(encoding="utf-8"))
+    stage = directory / STAGE_FILE
+    if not stage.is_file():
+        raise invalid("runs", str(directory), f"a finished run with its {STAGE_FILE}")
+    return metrics, json.loads(stage.read_text(encoding="utf-8")).get("settings", {})
+
+
+def without_run_keys(settings: dict) -> dict:
+    """Settings with the keys that tell an arm's runs apart (encoding, seed) removed."""
+    plain = json.loads(json.dumps(settings))
+    for key in PER_RUN_KEYS:
+        section, _, leaf = key.partition(".")
+        plain.get(section, {}).pop(leaf, None)
+    return plain
+
+
+def load_arms(specs: list[str]) -> tuple[dict, dict, dict]:
+    """({arm: {seed: metrics}}, {arm: {seed: settings}}, {arm: directory}) in the given order."""
+    require(len(specs) >= 1, "runs", specs, "at least one NAME=DIR")
+    results: dict[str, dict[int, dict]] = {}
+    settings: dict[str, dict[int, dict]] = {}
+    sources: dict[str, str] = {}
+    for spec in specs:
+        name, directory = parse_spec(spec)
+        runs = [read_run(d) for d in seed_directories(directory)]
+        name = name or runs[0][0]["encoding"]
+        require(name not in results, "runs", spec, f"a name not given twice ({name!r} is)")
+        results[name] = {m["seed"]: m for m, _ in runs}
+        settings[name] = {m["seed"]: s for m, s in runs}
+        sources[name] = str(directory)
+    return results, settings, sources
+
+
+def check_same_test_pairs(results: dict, sources: dict) -> None:
+    """Every run was scored on the first run's test sentences, in its order."""
+    first_arm = next(iter(results))
+    references = next(iter(results[first_arm].values()))["evaluation"]["test"]["references"]
+    for arm, runs in results.items():
+        for seed, metrics in runs.items():
+            if metrics["evaluation"]["test"]["references"] != references:
+                raise PosAttnConfigError(
+                    f"runs: {arm} (seed {seed}, {sources[arm]}) was scored on other test "
+                    f"sentences than {first_arm}: a paired comparison needs the same ones "
+                    "(same data.pairs, data.reverse, data.max_eval_pairs and model.max_len)"
+                )
+
+
+def setting_differences(settings: dict) -> dict[str, list[str]]:
+    """{arm (or 'arm seed S'): ['key: first -> this', ...]} against the first arm's first run,
+    encoding and seed left out; arms that differ in nothing are absent."""
+    arms = iter(settings.items())
+    _, first_runs = next(arms)
+    reference = without_run_keys(next(iter(first_runs.values())))
+    found = {}
+    for arm, runs in settings.items():
+        for seed, run_settings in runs.items():
+            changed = differences(reference, without_run_keys(run_settings))
+            label = arm if len(runs) == 1 else f"{arm} seed {seed}"
+            if changed:
+                found[label] = changed
+    return found
+
+
+def pairwise_tests(results: dict) -> list[dict]:
+    """sacrebleu's paired test of every later arm against every earlier one."""
+    arms = list(results)
+    tests = []
+    for i, base in enumerate(arms):
+        for other in arms[i + 1 :]:
+            test = significance({base: results[base], other: results[other]}).get(other)
+            if test:
+                tests.append({"system": other, **test})
+    return tests
+
+
+def combined_context(results: dict, settings: dict, sources: dict) -> dict:
+    first = next(iter(next(iter(settings.values())).values()))
+    run = next(iter(next(iter(results.values())).values()))
+    runs = [m for by_seed in results.values() for m in by_seed.values()]
+    machines = sorted({m["machine"] for m in runs if "machine" in m})
+    return run_context(
+        "combined",
+        None,
+        pairs=run["pairs"] + (" reversed" if run.get("reversed") else ""),
+        beam_size=first["decode"]["beam_size"],
+        length_penalty=first["decode"]["length_penalty"],
+        machine=", ".join(machines) or "machines not recorded",
+        train_seconds=sum(m.get("train_seconds", 0.0) for m in runs),
+        sources=sources,
+        command="posattn translate combine",
+    )
+
+
+def combine_runs(specs: list[str], output: Path, all_pairs: bool = False) -> dict:
+    """Read the arms, check them and write output/results.{json,md} and curve.png."""
+    results, settings, sources = load_arms(specs)
+    check_same_test_pairs(results, sources)
+    context = combined_context(results, settings, sources)
+    tests = significance(results) if len(results) > 1 else {}
+    extra = {"setting_differences": setting_differences(settings)}
+    if all_pairs:
+        extra["pairwise"] = pairwise_tests(results)
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    return write_report(output, results, context, tests, extra)

@@ -1,0 +1,108 @@
+"""`posattn translate combine`: runs trained apart, read back as one comparison - the arms'
+setting differences found, every pair tested, runs scored on other sentences refused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from posattn.errors import PosAttnConfigError
+from posattn.lab.translation.combine import combine_runs
+from posattn.lab.translation.scoring import corpus_scores
+
+REFERENCES = ["the cat sat on the mat", "a dog ran under the tree", "the red bird sat"]
+SETTINGS = {
+    "posattn": "0.1.1",
+    "model": {"encoding": "sinusoidal", "d_model": 16},
+    "train": {"seed": 0, "steps": 10},
+    "decode": {"beam_size": 4, "length_penalty": 0.6},
+}
+
+
+def write_run(root, encoding, seed, hypotheses, references=REFERENCES, **changes):
+    """A finished run as `compare --task translation` leaves it: metrics.json, stage.json."""
+    folder = root / encoding / f"seed{seed}"
+    folder.mkdir(parents=True)
+    scores = corpus_scores(hypotheses, references)
+    test = {
+        "pairs": len(references),
+        "references": references,
+        "beam": {**scores, "hypotheses": hypotheses},
+        "greedy": scores,
+        "copy_source": {"bleu": 0.5, "chrf": 10.0},
+    }
+    metrics = {"encoding": encoding, "seed": seed, "pairs": "toy", "reversed": False,
+               "final_dev_loss": 2.0, "parameters": 1000, "train_seconds": 60.0,
+               "machine": "CPU (test)", "evaluation": {"test": test}}  # fmt: skip
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    settings = json.loads(json.dumps(SETTINGS))
+    settings["model"]["encoding"], settings["train"]["seed"] = encoding, seed
+    for section, values in changes.items():
+        settings.setdefault(section, {}).update(values)
+    (folder / "stage.json").write_text(json.dumps({"fingerprint": "x", "settings": settings}))
+    return root
+
+
+GOOD = ["the cat sat on the mat", "a dog ran under the tree", "the red bird sat"]
+HALF = ["the cat sat on a mat", "a dog ran under the tree", "bird red the sat"]
+POOR = ["cat the mat", "tree dog", "sat"]
+
+
+def test_arms_trained_apart_are_compared_pair_by_pair_with_their_setting_differences(tmp_path):
+    write_run(tmp_path / "a", "sinusoidal", 0, POOR)
+    write_run(tmp_path / "a", "sinusoidal", 1, POOR)
+    write_run(tmp_path / "b", "diet-rel", 0, HALF)
+    write_run(tmp_path / "b", "diet-rel", 1, HALF)
+    write_run(tmp_path / "c", "diet-rel", 0, GOOD, trainer={"positional_lr_scale": 10.0})
+    output = tmp_path / "combined"
+    summary = combine_runs(
+        [str(tmp_path / "a"), f"rel={tmp_path / 'b'}", f"rel-x10={tmp_path / 'c' / 'diet-rel'}"],
+        output,
+        all_pairs=True,
+    )
+    assert list(summary["results"]) == ["sinusoidal", "rel", "rel-x10"]
+    assert summary["setting_differences"] == {
+        "rel-x10": ['trainer: (absent) -> {"positional_lr_scale": 10.0}']
+    }
+    # Seeds both arms ran, stacked: rel-x10 has seed 0 only.
+    pairs = {(t["system"], t["against"]): t for t in summary["pairwise"]}
+    assert set(pairs) == {("rel", "sinusoidal"), ("rel-x10", "sinusoidal"), ("rel-x10", "rel")}
+    assert pairs["rel", "sinusoidal"]["seeds"] == [0, 1]
+    assert pairs["rel-x10", "rel"]["seeds"] == [0]
+    expected = corpus_scores(GOOD, REFERENCES)["bleu"] - corpus_scores(HALF, REFERENCES)["bleu"]
+    assert pairs["rel-x10", "rel"]["bleu"]["difference"] == pytest.approx(expected)
+    both = corpus_scores(HALF * 2, REFERENCES * 2)["chrf"]
+    both -= corpus_scores(POOR * 2, REFERENCES * 2)["chrf"]
+    assert pairs["rel", "sinusoidal"]["chrf"]["difference"] == pytest.approx(both)
+    assert summary["significance"]["rel-x10"]["against"] == "sinusoidal"
+    assert summary["context"]["train_seconds"] == 300.0
+    assert summary["context"]["machine"] == "CPU (test)"
+    markdown = (output / "results.md").read_text()
+    assert markdown.startswith("# posattn translate combine")
+    assert '- `rel-x10`: trainer: (absent) -> {"positional_lr_scale": 10.0}' in markdown
+    assert "| `rel-x10` - `rel` | 0 |" in markdown
+    assert "One seed for some encoding" in markdown
+    assert json.loads((output / "results.json").read_text())["pairwise"] == summary["pairwise"]
+
+
+def test_runs_that_cannot_be_paired_are_refused(tmp_path):
+    write_run(tmp_path / "a", "sinusoidal", 0, POOR)
+    write_run(tmp_path / "a", "t5", 0, HALF)
+    with pytest.raises(PosAttnConfigError, match=r"runs=.*this one holds sinusoidal, t5"):
+        combine_runs([str(tmp_path / "a")], tmp_path / "out")
+    with pytest.raises(PosAttnConfigError, match="a name not given twice"):
+        combine_runs([f"x={tmp_path / 'a' / 't5'}", f"x={tmp_path / 'a' / 'sinusoidal'}"],
+                     tmp_path / "out")  # fmt: skip
+    other = ["the cat sat", "a dog ran", "the bird"]
+    write_run(tmp_path / "b", "t5", 0, HALF, references=other)
+    with pytest.raises(PosAttnConfigError, match="other test sentences than sinusoidal"):
+        combine_runs([str(tmp_path / "a" / "sinusoidal"), str(tmp_path / "b")], tmp_path / "out")
+    shutil.copytree(tmp_path / "a" / "t5", tmp_path / "c" / "t5")
+    (tmp_path / "c" / "t5" / "seed0" / "stage.json").unlink()
+    with pytest.raises(PosAttnConfigError, match=r"stage\.json"):
+        combine_runs([str(tmp_path / "c")], tmp_path / "out")
+    with pytest.raises(PosAttnConfigError, match="an existing run directory"):
+        combine_runs([str(tmp_path / "missing")], tmp_path / "out")
+    assert not (tmp_path / "out" / "results.json").exists()
