@@ -110,3 +110,40 @@ def test_model_card_names_encoding_paper_options_run_and_metrics(tmp_path):
     assert '`{"max_distance": 5}`' in text and "2 layers, d_model 32" in text
     assert "steps: 7" in text  # the run config, as YAML
     assert "| final_eval_loss | 5.25 |" in text and "| eval_loss |" not in text
+
+
+class _Tokenizer:
+    pad_token_id = 0
+
+    def __len__(self) -> int:
+        return 50
+
+
+def test_an_untied_mlm_decoder_keeps_absent_tokens_out_of_the_embeddings(tmp_path):
+    import torch
+
+    from posattn.lab.pretraining.pretrain import model_config, pretrain_stage
+    from posattn.lab.pretraining.runconfig import load_run_config
+    from posattn.models import PosAttnForMaskedLM
+
+    tied = load_run_config("smoke")
+    untied = load_run_config("smoke", None, ["model.tie_word_embeddings=false"])
+    # Added after results existed: at its default it leaves the fingerprint as it was.
+    assert "tie_word_embeddings" not in pretrain_stage(tied, tmp_path).settings["model"]
+    assert pretrain_stage(untied, tmp_path).settings["model"]["tie_word_embeddings"] is False
+    assert (
+        pretrain_stage(untied, tmp_path).fingerprint != pretrain_stage(tied, tmp_path).fingerprint
+    )
+    ids = torch.tensor([[2, 5, 6, 7, 3]])
+    labels = torch.tensor([[-100, 5, -100, -100, -100]])
+    absent = torch.ones(50, dtype=torch.bool)
+    absent[ids[0]] = False
+    for config, leaks in ((tied, True), (untied, False)):
+        torch.manual_seed(0)
+        model = PosAttnForMaskedLM(model_config(config, _Tokenizer()))
+        word = model.posattn.encoder.embeddings.word.weight
+        assert (model.head.decoder.weight is word) == leaks
+        model(input_ids=ids, labels=labels).loss.backward()
+        # The softmax's push on every token reaches the input rows only through a tied decoder.
+        assert bool(word.grad[absent].abs().sum() > 0) == leaks
+        assert word.grad[~absent].abs().sum() > 0

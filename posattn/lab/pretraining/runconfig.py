@@ -13,6 +13,20 @@ from ..runs.trainer_section import TrainerSection
 
 
 @dataclass
+class PretrainModelSection(ModelSection):
+    """The masked-LM encoder: the shared model section and whether BERT's MLM decoder shares
+    the word embeddings (tie_word_embeddings, BERT's choice; false gives the decoder its own
+    matrix, so softmax gradients of tokens absent from a batch never reach the input
+    embeddings)."""
+
+    tie_word_embeddings: bool = True
+
+    # Added after results existed: left out of stage fingerprints while at this default, so
+    # finished cells stay reusable (runs/fingerprint.py).
+    ADDED_DEFAULTS: ClassVar[dict] = {"tie_word_embeddings": True}
+
+
+@dataclass
 class DataSection:
     data_dir: str | None = None  # None: POSATTN_DATA_DIR or the user cache
     max_train_paragraphs: int | None = None  # cap the corpus for quick runs
@@ -71,7 +85,7 @@ class CompareSection:
 
 @dataclass
 class RunConfig:
-    model: ModelSection = field(default_factory=ModelSection)
+    model: PretrainModelSection = field(default_factory=PretrainModelSection)
     data: DataSection = field(default_factory=DataSection)
     pretrain: PretrainSection = field(default_factory=PretrainSection)
     finetune: FinetuneSection = field(default_factory=FinetuneSection)

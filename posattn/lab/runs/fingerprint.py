@@ -18,7 +18,13 @@ ABSENT = "(absent)"
 
 def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
+        plain = dataclasses.asdict(value)
+        # A field added to a section after results existed (its ADDED_DEFAULTS) joins the
+        # settings only when set otherwise: earlier stages keep their fingerprints.
+        for name, default in getattr(value, "ADDED_DEFAULTS", {}).items():
+            if plain.get(name) == default:
+                del plain[name]
+        return plain
     if isinstance(value, Path):
         return str(value)
     raise TypeError(f"{type(value).__name__} in run settings: {value!r}")
