@@ -56,6 +56,7 @@ def test_arms_trained_apart_are_compared_pair_by_pair_with_their_setting_differe
     write_run(tmp_path / "b", "diet-rel", 0, HALF)
     write_run(tmp_path / "b", "diet-rel", 1, HALF)
     write_run(tmp_path / "c", "diet-rel", 0, GOOD, trainer={"positional_lr_scale": 10.0})
+    (tmp_path / "c" / "diet-rel" / "seed1" / "checkpoints").mkdir(parents=True)  # still training
     output = tmp_path / "combined"
     summary = combine_runs(
         [str(tmp_path / "a"), f"rel={tmp_path / 'b'}", f"rel-x10={tmp_path / 'c' / 'diet-rel'}"],
@@ -84,6 +85,8 @@ def test_arms_trained_apart_are_compared_pair_by_pair_with_their_setting_differe
     assert '- `rel-x10`: trainer: (absent) -> {"positional_lr_scale": 10.0}' in markdown
     assert "| `rel-x10` - `rel` | 0 |" in markdown
     assert "One seed for some encoding" in markdown
+    assert summary["unfinished"] == {"rel-x10": ["seed1"]}
+    assert "Not finished, so left out: `rel-x10` seed1." in markdown
     assert json.loads((output / "results.json").read_text())["pairwise"] == summary["pairwise"]
 
 

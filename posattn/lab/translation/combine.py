@@ -73,21 +73,33 @@ def without_run_keys(settings: dict) -> dict:
     return plain
 
 
-def load_arms(specs: list[str]) -> tuple[dict, dict, dict]:
-    """({arm: {seed: metrics}}, {arm: {seed: settings}}, {arm: directory}) in the given order."""
+def unfinished_runs(finished: list[Path]) -> list[str]:
+    """The seed folders beside an arm's finished runs that hold no result yet (still training,
+    or killed): left out of the report, and named there."""
+    folder = finished[0].parent
+    return sorted(p.name for p in folder.glob("seed*") if p.is_dir() and not (p / RESULT).exists())
+
+
+def load_arms(specs: list[str]) -> tuple[dict, dict, dict, dict]:
+    """({arm: {seed: metrics}}, {arm: {seed: settings}}, {arm: directory}, {arm: unfinished
+    seed folders}) in the given order."""
     require(len(specs) >= 1, "runs", specs, "at least one NAME=DIR")
     results: dict[str, dict[int, dict]] = {}
     settings: dict[str, dict[int, dict]] = {}
     sources: dict[str, str] = {}
+    unfinished: dict[str, list[str]] = {}
     for spec in specs:
         name, directory = parse_spec(spec)
-        runs = [read_run(d) for d in seed_directories(directory)]
+        finished = seed_directories(directory)
+        runs = [read_run(d) for d in finished]
         name = name or runs[0][0]["encoding"]
         require(name not in results, "runs", spec, f"a name not given twice ({name!r} is)")
         results[name] = {m["seed"]: m for m, _ in runs}
         settings[name] = {m["seed"]: s for m, s in runs}
         sources[name] = str(directory)
-    return results, settings, sources
+        if left_out := unfinished_runs(finished):
+            unfinished[name] = left_out
+    return results, settings, sources, unfinished
 
 
 def check_same_test_pairs(results: dict, sources: dict) -> None:
@@ -152,11 +164,11 @@ def combined_context(results: dict, settings: dict, sources: dict) -> dict:
 
 def combine_runs(specs: list[str], output: Path, all_pairs: bool = False) -> dict:
     """Read the arms, check them and write output/results.{json,md} and curve.png."""
-    results, settings, sources = load_arms(specs)
+    results, settings, sources, unfinished = load_arms(specs)
     check_same_test_pairs(results, sources)
     context = combined_context(results, settings, sources)
     tests = significance(results) if len(results) > 1 else {}
-    extra = {"setting_differences": setting_differences(settings)}
+    extra = {"setting_differences": setting_differences(settings), "unfinished": unfinished}
     if all_pairs:
         extra["pairwise"] = pairwise_tests(results)
     output = Path(output)

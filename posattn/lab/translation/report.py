@@ -189,6 +189,11 @@ def translation_markdown(
     ]
     if "setting_differences" in extra:
         parts += [*settings_lines(extra["setting_differences"], next(iter(results))), ""]
+    if extra.get("unfinished"):
+        left_out = ", ".join(
+            f"`{arm}` {' '.join(folders)}" for arm, folders in extra["unfinished"].items()
+        )
+        parts += [f"Not finished, so left out: {left_out}.", ""]
     parts += [
         "## Verdicts",
         *verdicts(results),
