@@ -347,5 +347,5 @@ def test_translation_compare_tests_each_encoding_against_the_first(toy, tmp_path
     assert again["significance"]["rel"] == {**test, "against": "sin"}
     assert again["curve"]["steps"] == summary["curve"]["steps"]
     assert again["setting_differences"] == {}
-    sources = {"sin": str(output / "sinusoidal"), "rel": str(output / "t5")}
+    sources = {"sin": [str(output / "sinusoidal")], "rel": [str(output / "t5")]}
     assert again["context"]["sources"] == sources

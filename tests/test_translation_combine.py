@@ -52,14 +52,19 @@ POOR = ["cat the mat", "tree dog", "sat"]
 
 def test_arms_trained_apart_are_compared_pair_by_pair_with_their_setting_differences(tmp_path):
     write_run(tmp_path / "a", "sinusoidal", 0, POOR)
-    write_run(tmp_path / "a", "sinusoidal", 1, POOR)
+    write_run(tmp_path / "a1", "sinusoidal", 1, POOR)  # a seed trained in its own output
     write_run(tmp_path / "b", "diet-rel", 0, HALF)
     write_run(tmp_path / "b", "diet-rel", 1, HALF)
     write_run(tmp_path / "c", "diet-rel", 0, GOOD, trainer={"positional_lr_scale": 10.0})
     (tmp_path / "c" / "diet-rel" / "seed1" / "checkpoints").mkdir(parents=True)  # still training
     output = tmp_path / "combined"
     summary = combine_runs(
-        [str(tmp_path / "a"), f"rel={tmp_path / 'b'}", f"rel-x10={tmp_path / 'c' / 'diet-rel'}"],
+        [
+            str(tmp_path / "a"),
+            f"rel={tmp_path / 'b'}",
+            f"rel-x10={tmp_path / 'c' / 'diet-rel'}",
+            f"sinusoidal={tmp_path / 'a1'}",  # the arm's second seed
+        ],
         output,
         all_pairs=True,
     )
@@ -85,8 +90,13 @@ def test_arms_trained_apart_are_compared_pair_by_pair_with_their_setting_differe
     assert '- `rel-x10`: trainer: (absent) -> {"positional_lr_scale": 10.0}' in markdown
     assert "| `rel-x10` - `rel` | 0 |" in markdown
     assert "One seed for some encoding" in markdown
-    assert summary["unfinished"] == {"rel-x10": ["seed1"]}
-    assert "Not finished, so left out: `rel-x10` seed1." in markdown
+    assert summary["context"]["sources"]["sinusoidal"] == [
+        str(tmp_path / "a"),
+        str(tmp_path / "a1"),
+    ]
+    unfinished = str(tmp_path / "c" / "diet-rel" / "seed1")
+    assert summary["unfinished"] == {"rel-x10": [unfinished]}
+    assert f"Not finished, so left out: `rel-x10` {unfinished}." in markdown
     assert json.loads((output / "results.json").read_text())["pairwise"] == summary["pairwise"]
 
 
@@ -95,7 +105,7 @@ def test_runs_that_cannot_be_paired_are_refused(tmp_path):
     write_run(tmp_path / "a", "t5", 0, HALF)
     with pytest.raises(PosAttnConfigError, match=r"runs=.*this one holds sinusoidal, t5"):
         combine_runs([str(tmp_path / "a")], tmp_path / "out")
-    with pytest.raises(PosAttnConfigError, match="a name not given twice"):
+    with pytest.raises(PosAttnConfigError, match=r"'x' seed 0 is also in .*t5"):
         combine_runs([f"x={tmp_path / 'a' / 't5'}", f"x={tmp_path / 'a' / 'sinusoidal'}"],
                      tmp_path / "out")  # fmt: skip
     other = ["the cat sat", "a dog ran", "the bird"]

@@ -77,29 +77,37 @@ def unfinished_runs(finished: list[Path]) -> list[str]:
     """The seed folders beside an arm's finished runs that hold no result yet (still training,
     or killed): left out of the report, and named there."""
     folder = finished[0].parent
-    return sorted(p.name for p in folder.glob("seed*") if p.is_dir() and not (p / RESULT).exists())
+    return sorted(str(p) for p in folder.glob("seed*") if p.is_dir() and not (p / RESULT).exists())
 
 
 def load_arms(specs: list[str]) -> tuple[dict, dict, dict, dict]:
-    """({arm: {seed: metrics}}, {arm: {seed: settings}}, {arm: directory}, {arm: unfinished
-    seed folders}) in the given order."""
+    """({arm: {seed: metrics}}, {arm: {seed: settings}}, {arm: [directories]}, {arm: unfinished
+    seed folders}) in the given order. A name given again adds that directory's seeds to the
+    arm (seeds trained in separate outputs); a seed found twice is refused."""
     require(len(specs) >= 1, "runs", specs, "at least one NAME=DIR")
     results: dict[str, dict[int, dict]] = {}
     settings: dict[str, dict[int, dict]] = {}
-    sources: dict[str, str] = {}
+    sources: dict[str, list[str]] = {}
     unfinished: dict[str, list[str]] = {}
     for spec in specs:
         name, directory = parse_spec(spec)
         finished = seed_directories(directory)
         runs = [read_run(d) for d in finished]
         name = name or runs[0][0]["encoding"]
-        require(name not in results, "runs", spec, f"a name not given twice ({name!r} is)")
-        results[name] = {m["seed"]: m for m, _ in runs}
-        settings[name] = {m["seed"]: s for m, s in runs}
-        sources[name] = str(directory)
-        if left_out := unfinished_runs(finished):
-            unfinished[name] = left_out
-    return results, settings, sources, unfinished
+        for metrics, run_settings in runs:
+            seed = metrics["seed"]
+            require(
+                seed not in results.get(name, {}),
+                "runs",
+                spec,
+                f"seeds not given twice for one arm ({name!r} seed {seed} is also in "
+                f"{', '.join(sources.get(name, []))})",
+            )
+            results.setdefault(name, {})[seed] = metrics
+            settings.setdefault(name, {})[seed] = run_settings
+        sources.setdefault(name, []).append(str(directory))
+        unfinished.setdefault(name, []).extend(unfinished_runs(finished))
+    return results, settings, sources, {arm: found for arm, found in unfinished.items() if found}
 
 
 def check_same_test_pairs(results: dict, sources: dict) -> None:

@@ -159,7 +159,7 @@ def time_line(context: dict) -> str:
     time (apart, so not a comparison of speed)."""
     if context.get("wall_seconds") is not None:
         return f"Wall time: {context['wall_seconds'] / 60:.1f} min."
-    sources = ", ".join(f"`{arm}` {where}" for arm, where in context["sources"].items())
+    sources = "; ".join(f"`{arm}` {', '.join(where)}" for arm, where in context["sources"].items())
     return (
         f"Combined from runs trained apart ({sources}); their training took "
         f"{context['train_seconds'] / 60:.1f} min together."
