@@ -116,6 +116,12 @@ def test_runs_that_cannot_be_paired_are_refused(tmp_path):
     (tmp_path / "c" / "t5" / "seed0" / "stage.json").unlink()
     with pytest.raises(PosAttnConfigError, match=r"stage\.json"):
         combine_runs([str(tmp_path / "c")], tmp_path / "out")
+    untested = tmp_path / "c" / "t5" / "seed0"
+    shutil.copy(tmp_path / "a" / "t5" / "seed0" / "stage.json", untested)
+    metrics = json.loads((untested / "metrics.json").read_text())
+    (untested / "metrics.json").write_text(json.dumps({**metrics, "evaluation": {}}))
+    with pytest.raises(PosAttnConfigError, match="scored on the test pairs"):
+        combine_runs([str(tmp_path / "c")], tmp_path / "out")
     with pytest.raises(PosAttnConfigError, match="an existing run directory"):
         combine_runs([str(tmp_path / "missing")], tmp_path / "out")
     assert not (tmp_path / "out" / "results.json").exists()

@@ -61,6 +61,12 @@ def read_run(directory: Path) -> tuple[dict, dict]:
     stage = directory / STAGE_FILE
     if not stage.is_file():
         raise invalid("runs", str(directory), f"a finished run with its {STAGE_FILE}")
+    require(
+        "test" in metrics.get("evaluation", {}),
+        "runs",
+        str(directory),
+        "a run scored on the test pairs (decode.splits with 'test'), as compare scores them",
+    )
     return metrics, json.loads(stage.read_text(encoding="utf-8")).get("settings", {})
 
 
