@@ -124,8 +124,8 @@ def check_same_test_pairs(results: dict, sources: dict) -> None:
         for seed, metrics in runs.items():
             if metrics["evaluation"]["test"]["references"] != references:
                 raise PosAttnConfigError(
-                    f"runs: {arm} (seed {seed}, {sources[arm]}) was scored on other test "
-                    f"sentences than {first_arm}: a paired comparison needs the same ones "
+                    f"runs: {arm} (seed {seed}, {', '.join(sources[arm])}) was scored on other "
+                    f"test sentences than {first_arm}: a paired comparison needs the same ones "
                     "(same data.pairs, data.reverse, data.max_eval_pairs and model.max_len)"
                 )
 
@@ -146,13 +146,15 @@ def setting_differences(settings: dict) -> dict[str, list[str]]:
     return found
 
 
-def pairwise_tests(results: dict) -> list[dict]:
-    """sacrebleu's paired test of every later arm against every earlier one."""
+def pairwise_tests(results: dict, against_first: dict) -> list[dict]:
+    """sacrebleu's paired test of every later arm against every earlier one; the tests against
+    the first arm are those already run (against_first), not run again."""
     arms = list(results)
     tests = []
     for i, base in enumerate(arms):
         for other in arms[i + 1 :]:
-            test = significance({base: results[base], other: results[other]}).get(other)
+            test = against_first.get(other) if i == 0 else None
+            test = test or significance({base: results[base], other: results[other]}).get(other)
             if test:
                 tests.append({"system": other, **test})
     return tests
@@ -184,7 +186,7 @@ def combine_runs(specs: list[str], output: Path, all_pairs: bool = False) -> dic
     tests = significance(results) if len(results) > 1 else {}
     extra = {"setting_differences": setting_differences(settings), "unfinished": unfinished}
     if all_pairs:
-        extra["pairwise"] = pairwise_tests(results)
+        extra["pairwise"] = pairwise_tests(results, tests)
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     return write_report(output, results, context, tests, extra)
