@@ -5,12 +5,18 @@ from __future__ import annotations
 from contextlib import ExitStack
 from pathlib import Path
 
+import os
+
 import pytest
 import torch
 
 from posattn import Encoder, PosAttnConfig, execution
 
 torch.set_default_dtype(torch.float64)
+# `make test` runs one pytest worker per core (pytest-xdist): a worker with several torch
+# threads would share its cores with the other workers' threads.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
 
 
 # Options without a default (the rotary layout is never implicit) and causal-only methods.
