@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from contextlib import ExitStack
 from pathlib import Path
-
-import os
 
 import pytest
 import torch

@@ -29,6 +29,20 @@ def test_an_ablation_changes_only_what_it_names(config):
     assert arm_config(config, "random-init").model.encoding == "learned"
 
 
+def test_the_positional_rate_variant_scales_only_the_trainer_setting(config):
+    plain, faster = arm_config(config, "diet-rel"), arm_config(config, "diet-rel/positional-lr-x10")
+    assert faster.model == plain.model and plain.trainer.positional_lr_scale == 1.0
+    assert faster.trainer.positional_lr_scale == 10.0
+    assert asdict(faster.trainer) == {**asdict(plain.trainer), "positional_lr_scale": 10.0}
+    # distinct cells: pretraining and fine-tuning fingerprints differ from the plain arm's
+    for task in (None, "topic"):
+        plain_stage = Cell("diet-rel", 0, task).stage(config, "out")
+        faster_stage = Cell("diet-rel/positional-lr-x10", 0, task).stage(config, "out")
+        assert plain_stage.fingerprint != faster_stage.fingerprint
+    config.trainer.positional_lr_scale = 2.0  # the run's own scale is multiplied, not replaced
+    assert arm_config(config, "diet-rel/positional-lr-x10").trainer.positional_lr_scale == 20.0
+
+
 @pytest.mark.parametrize(
     ("arms", "fragment"),
     [

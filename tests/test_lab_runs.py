@@ -203,6 +203,10 @@ def test_a_killed_run_resumes_to_the_same_end(data_dir, tmp_path):
         (["compare", "pretrain.stpes=3"], ["pretrain.stpes", "pretrain.steps"]),
         (["compare", "--preset", "fast"], ["--preset='fast'", "smoke"]),
         (["compare", "finetune.max_len=64"], ["finetune.max_len=64", "model.max_len=32"]),
+        (
+            ["compare", "encodings=[learned,sinusoidal/positional-lr-x10]"],
+            ["encodings='sinusoidal/positional-lr-x10'", "'sinusoidal' has none"],
+        ),
     ],
 )
 def test_bad_runs_fail_before_training(data_dir, tmp_path, arguments, fragments):

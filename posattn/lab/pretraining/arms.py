@@ -10,6 +10,10 @@ pretraining, the floor every pretrained arm must clear. The variants are the pap
     share-none          DIET-ABS / DIET-REL tables per layer (DIET Sec. 4.4)
     share-layer         shared across layers, per head
     share-head          shared across heads, per layer
+    positional-lr-x10   the positional parameters at ten times the run's learning rate, in
+                        pretraining and fine-tuning (trainer.positional_lr_scale=10): per-head
+                        tables and factors start at N(0, 0.02), and under Adam a parameter
+                        moves about one learning rate a step, so a short run leaves them small
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "share-none": {"encoding_options": {"sharing": "none"}},
     "share-layer": {"encoding_options": {"sharing": "layer"}},
     "share-head": {"encoding_options": {"sharing": "head"}},
+    "positional-lr-x10": {"trainer": {"positional_lr_scale": 10.0}},
 }
 
 
@@ -44,7 +49,9 @@ def split_arm(arm: str) -> tuple[str, str | None]:
 
 
 def arm_config(config: RunConfig, arm: str) -> RunConfig:
-    """The run config of one arm: the model section with its encoding and variant applied."""
+    """The run config of one arm: the model (and trainer) sections with its encoding and
+    variant applied. A variant's trainer setting multiplies the run's, so that
+    `trainer.positional_lr_scale=2` with `positional-lr-x10` gives 20."""
     encoding, variant = split_arm(arm)
     changes = VARIANTS.get(variant, {}) if variant else {}
     options = {**config.model.encoding_options, **changes.get("encoding_options", {})}
@@ -54,7 +61,11 @@ def arm_config(config: RunConfig, arm: str) -> RunConfig:
         encoding_options=options,
         segments=changes.get("segments", config.model.segments),
     )
-    return replace(config, model=model)
+    trainer = config.trainer
+    if "trainer" in changes:
+        scale = changes["trainer"]["positional_lr_scale"]
+        trainer = replace(trainer, positional_lr_scale=trainer.positional_lr_scale * scale)
+    return replace(config, model=model, trainer=trainer)
 
 
 def pretrained_arms(arms: list[str]) -> list[str]:

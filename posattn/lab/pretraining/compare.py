@@ -162,6 +162,15 @@ def check_before_training(config: RunConfig, tokenizer, tasks) -> None:
                 config.finetune.max_len,
                 f"at most model.max_len={table}: arm {arm!r} has a position table",
             )
+        if arm_config(config, arm).trainer.positional_lr_scale != 1.0 and not any(
+            True for _ in encoding.parameters()
+        ):
+            raise invalid(
+                "encodings",
+                arm,
+                f"an arm with positional parameters: {model.encoding!r} has none for "
+                "a positional learning rate to scale",
+            )
     for task in config.finetune.tasks:
         tasks.spec(task)
 
