@@ -182,6 +182,31 @@ def test_sharing_claim_takes_the_default_name_or_the_explicit_variant():
     )
 
 
+def test_rate_matched_diet_claims_compare_only_the_faster_arms():
+    tasks = {
+        "x": {
+            "learned": [70.0, 71.0, 72.0],
+            "diet-abs": [70.5, 70.0, 72.5],
+            "learned/positional-lr-x10": [70.0, 71.0, 72.0],
+            "diet-abs/positional-lr-x10": [75.0, 76.2, 76.8],
+        }
+    }
+    claims = by_id(measured(tasks))
+    faster = claims["diet-abs>input:positional-lr-x10"]
+    # differences 5.0, 5.2, 4.8: mean 5.0, s = 0.2, half width t(0.975, 2) * 0.2 / sqrt(3)
+    half = T2 * 0.2 / math.sqrt(3)
+    assert faster["verdict"] == HOLDS
+    difference = faster["values"]["difference"]
+    assert faster["values"]["a"] == "diet-abs/positional-lr-x10"
+    assert faster["values"]["b"] == "learned/positional-lr-x10"
+    assert difference["difference"] == pytest.approx(5.0)
+    assert difference["interval"] == pytest.approx([5.0 - half, 5.0 + half])
+    assert claims["diet-abs>input"]["verdict"] == INCONCLUSIVE  # the plain arms: +0.0 +-
+    assert claims["diet-abs~rel:positional-lr-x10"]["reason"] == (
+        "not tested by this run: needs encodings `diet-rel/positional-lr-x10` on downstream tasks"
+    )
+
+
 # --- task kinds -------------------------------------------------------------------------------
 
 
@@ -341,7 +366,7 @@ def test_rank_theorem_holds_with_exact_ranks():
 
 def test_default_claims_have_unique_ids_and_every_result_field():
     claims = default_claims()
-    assert len({c.id for c in claims}) == len(claims) == 16
+    assert len({c.id for c in claims}) == len(claims) == 18
     results = evaluate_claims(Measurements())
     assert [r["id"] for r in results] == [c.id for c in claims]
     for r in results:
@@ -422,7 +447,7 @@ def test_report_shows_the_claims_table(tmp_path):
         c["verdict"] == HOLDS for c in output["claims"]
     )
     # the flattened JSON table names the claims instead of repeating them
-    assert "<td>claims</td><td>16 claims: see the Claims section</td>" in page
+    assert "<td>claims</td><td>18 claims: see the Claims section</td>" in page
     assert "<td>downstream.sst2.learned.mean</td><td>84</td>" in page
     text = (run / "report.md").read_text()
     assert "| `diet-theorem1` | DIET (Chen et al., EMNLP 2021) |" in text
