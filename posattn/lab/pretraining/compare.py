@@ -162,9 +162,8 @@ def check_before_training(config: RunConfig, tokenizer, tasks) -> None:
                 config.finetune.max_len,
                 f"at most model.max_len={table}: arm {arm!r} has a position table",
             )
-        if arm_config(config, arm).trainer.positional_lr_scale != 1.0 and not any(
-            True for _ in encoding.parameters()
-        ):
+        scaled = arm_config(config, arm).trainer.positional_lr_scale != 1.0
+        if scaled and next(encoding.parameters(), None) is None:
             raise invalid(
                 "encodings",
                 arm,
