@@ -182,12 +182,12 @@ def test_sharing_claim_takes_the_default_name_or_the_explicit_variant():
     )
 
 
-def test_rate_matched_diet_claims_compare_only_the_faster_arms():
+def test_rate_raised_diet_claims_take_the_faster_diet_arms_and_plain_bert_a():
     tasks = {
         "x": {
             "learned": [70.0, 71.0, 72.0],
             "diet-abs": [70.5, 70.0, 72.5],
-            "learned/positional-lr-x10": [70.0, 71.0, 72.0],
+            "learned/positional-lr-x10": [60.0, 61.0, 62.0],  # not BERT-A's arm in the claim
             "diet-abs/positional-lr-x10": [75.0, 76.2, 76.8],
         }
     }
@@ -195,10 +195,12 @@ def test_rate_matched_diet_claims_compare_only_the_faster_arms():
     faster = claims["diet-abs>input:positional-lr-x10"]
     # differences 5.0, 5.2, 4.8: mean 5.0, s = 0.2, half width t(0.975, 2) * 0.2 / sqrt(3)
     half = T2 * 0.2 / math.sqrt(3)
-    assert faster["verdict"] == HOLDS
     difference = faster["values"]["difference"]
-    assert faster["values"]["a"] == "diet-abs/positional-lr-x10"
-    assert faster["values"]["b"] == "learned/positional-lr-x10"
+    assert faster["verdict"] == HOLDS
+    assert (faster["values"]["a"], faster["values"]["b"]) == (
+        "diet-abs/positional-lr-x10",
+        "learned",
+    )
     assert difference["difference"] == pytest.approx(5.0)
     assert difference["interval"] == pytest.approx([5.0 - half, 5.0 + half])
     assert claims["diet-abs>input"]["verdict"] == INCONCLUSIVE  # the plain arms: +0.0 +-
