@@ -33,7 +33,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "share-none": {"encoding_options": {"sharing": "none"}},
     "share-layer": {"encoding_options": {"sharing": "layer"}},
     "share-head": {"encoding_options": {"sharing": "head"}},
-    "positional-lr-x10": {"trainer": {"positional_lr_scale": 10.0}},
+    "positional-lr-x10": {"positional_lr_factor": 10.0},
 }
 
 
@@ -50,7 +50,7 @@ def split_arm(arm: str) -> tuple[str, str | None]:
 
 def arm_config(config: RunConfig, arm: str) -> RunConfig:
     """The run config of one arm: the model (and trainer) sections with its encoding and
-    variant applied. A variant's trainer setting multiplies the run's, so that
+    variant applied. A variant's positional rate factor multiplies the run's scale, so that
     `trainer.positional_lr_scale=2` with `positional-lr-x10` gives 20."""
     encoding, variant = split_arm(arm)
     changes = VARIANTS.get(variant, {}) if variant else {}
@@ -61,10 +61,8 @@ def arm_config(config: RunConfig, arm: str) -> RunConfig:
         encoding_options=options,
         segments=changes.get("segments", config.model.segments),
     )
-    trainer = config.trainer
-    if "trainer" in changes:
-        scale = changes["trainer"]["positional_lr_scale"]
-        trainer = replace(trainer, positional_lr_scale=trainer.positional_lr_scale * scale)
+    scale = config.trainer.positional_lr_scale * changes.get("positional_lr_factor", 1.0)
+    trainer = replace(config.trainer, positional_lr_scale=scale)
     return replace(config, model=model, trainer=trainer)
 
 

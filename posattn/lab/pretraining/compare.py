@@ -152,7 +152,8 @@ def check_before_training(config: RunConfig, tokenizer, tasks) -> None:
     """Every arm against the model and every task name, before the first step trains."""
     check_arms(config.encodings)
     for arm in config.encodings:
-        model = model_config(arm_config(config, arm), tokenizer)
+        arm_run = arm_config(config, arm)
+        model = model_config(arm_run, tokenizer)
         with torch.device("meta"):
             encoding = build_encoding(model.encoding, model.dims, model.encoding_options)
         table = encoding.max_positions
@@ -162,7 +163,7 @@ def check_before_training(config: RunConfig, tokenizer, tasks) -> None:
                 config.finetune.max_len,
                 f"at most model.max_len={table}: arm {arm!r} has a position table",
             )
-        scaled = arm_config(config, arm).trainer.positional_lr_scale != 1.0
+        scaled = arm_run.trainer.positional_lr_scale != 1.0
         if scaled and next(encoding.parameters(), None) is None:
             raise invalid(
                 "encodings",

@@ -485,7 +485,7 @@ def tupe_pair(a: str, b: str, label_a: str, label_b: str, table: str) -> Claim:
 FASTER = "positional-lr-x10"
 
 
-def rate_matched_diet_claims() -> list[Claim]:
+def rate_raised_diet_claims() -> list[Claim]:
     """DIET's two downstream claims again with DIET's positional parameters at ten times the
     run's rate (arms.py): per-head tables and factors start at N(0, 0.02) and move about one
     learning rate a step under Adam, so a short run may test DIET at a positional term too small
@@ -596,7 +596,7 @@ def default_claims() -> list[Claim]:
             f"{AVERAGE}: `diet-abs` - `diet-rel`, within +-1 point",
             about_equal("diet-abs", "diet-rel", margin=1.0),
         ),
-        *rate_matched_diet_claims(),
+        *rate_raised_diet_claims(),
         *segments,
         Claim(
             "diet-abs-sharing",
