@@ -84,3 +84,16 @@ def test_the_knob_is_checked_kept_from_training_arguments_and_fingerprinted():
     assert "positional_lr_scale" not in trainer_arguments(config.trainer, cuda=False)
     assert config.trainer.result_settings() == {"positional_lr_scale": 10}
     assert TrainerSection().result_settings() == {}  # default runs keep their fingerprint
+
+
+@pytest.mark.parametrize("encoding", ["sinusoidal", "rope", "alibi"])
+def test_a_scale_that_reaches_no_parameter_is_refused_naming_the_knob(encoding, tmp_path):
+    """posattn pretrain / finetune / translate with the knob on an encoding without
+    positional parameters would train exactly as at 1.0 under another fingerprint."""
+    model = PosAttnForMaskedLM(tiny_config(encoding))
+    assert not positional_parameter_ids(model)
+    with pytest.raises(PosAttnConfigError, match=rf"positional_lr_scale=10.0.*'{encoding}'"):
+        trainer_for(model, 10.0, tmp_path).create_optimizer_and_scheduler(num_training_steps=4)
+    plain = trainer_for(PosAttnForMaskedLM(tiny_config(encoding)), 1.0, tmp_path / "plain")
+    plain.create_optimizer_and_scheduler(num_training_steps=4)  # the default stays accepted
+    assert len(plain.optimizer.param_groups) == 2

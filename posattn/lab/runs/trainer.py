@@ -44,7 +44,15 @@ class AtomicCheckpointTrainer(Trainer):
         fresh = self.optimizer is None
         optimizer = super().create_optimizer(model)
         if fresh and self.positional_lr_scale != 1.0:
-            scale_positional_lr(optimizer, self.model, self.positional_lr_scale)
+            moved = scale_positional_lr(optimizer, self.model, self.positional_lr_scale)
+            # a scale that reaches no parameter would train exactly as 1 under another name
+            require(
+                moved > 0,
+                "trainer.positional_lr_scale",
+                self.positional_lr_scale,
+                "1.0 for a model without trainable positional parameters (encoding "
+                f"{getattr(self.model.config, 'encoding', None)!r} has none to scale)",
+            )
         return optimizer
 
     def _get_output_dir(self, trial):
