@@ -237,6 +237,44 @@ def test_translate_eval_reports_bad_files_and_beam_sizes(toy, tmp_path, capsys):
     assert "1 of 2 sources truncated" in capsys.readouterr().out
 
 
+def test_translate_eval_scores_a_prepared_split_as_the_run_scored_it(toy, tmp_path, capsys):
+    """data.too_long=drop (the presets' setting) leaves the pairs over the model's max_len
+    out of a prepared split, as training's final evaluation does, and says how many;
+    data.too_long=error refuses them and --truncate keeps every pair."""
+    from posattn.cli import entry
+    from posattn.models.seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig
+
+    tokenizer = load_translation_tokenizer(toy / "translation/toy/tokenizer")
+    max_len = 6
+    config = PosAttnSeq2SeqConfig(
+        vocab_size=len(tokenizer), d_model=16, num_heads=2, num_layers=1, ffn_dim=32,
+        max_len=max_len, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.bos_token_id,
+    )  # fmt: skip
+    PosAttnForSeq2SeqLM(config).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    sources = (toy / "translation/toy/test.src").read_text().splitlines()
+    targets = (toy / "translation/toy/test.tgt").read_text().splitlines()
+    fitting = [
+        target
+        for source, target in zip(sources, targets, strict=True)
+        if max(len(tokenizer(text)["input_ids"]) for text in (source, target)) <= max_len
+    ]
+    assert 0 < len(fitting) < len(targets)  # the fixture has pairs on both sides of the limit
+    base = ["translate", "eval", "--model", str(tmp_path / "model"), "--preset", "smoke",
+            "--data-dir", str(toy), "data.pairs=toy", "decode.max_new_tokens=4"]  # fmt: skip
+    assert entry([*base, "--output", str(tmp_path / "drop.json")]) == 0
+    dropped = len(targets) - len(fitting)
+    assert f"({dropped} pairs over max_len left out" in capsys.readouterr().out
+    scores = json.loads((tmp_path / "drop.json").read_text())
+    assert scores["references"] == fitting and scores["pairs_dropped_too_long"] == dropped
+    assert entry([*base, "data.too_long=error"]) == 2
+    assert "max_len=6" in capsys.readouterr().err
+    assert entry([*base, "--truncate", "--output", str(tmp_path / "cut.json")]) == 0
+    scores = json.loads((tmp_path / "cut.json").read_text())
+    assert scores["references"] == targets and "pairs_dropped_too_long" not in scores
+
+
 class PairedScorer:
     """Runs the cached and the recomputing scorer side by side and checks every step."""
 

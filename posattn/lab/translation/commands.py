@@ -50,6 +50,8 @@ def summary(scores: dict) -> str:
     ]
     truncated = scores.get("truncated_sources", 0)
     note = f" ({truncated} of {scores['pairs']} sources truncated to max_len)" if truncated else ""
+    if dropped := scores.get("pairs_dropped_too_long", 0):
+        note += f" ({dropped} pairs over max_len left out, data.too_long=drop)"
     return ", ".join(parts) + note
 
 
@@ -59,16 +61,24 @@ def run_eval(args: argparse.Namespace) -> int:
     from ...models.seq2seq import PosAttnForSeq2SeqLM
     from ..runs.device import resolve_device
     from .evaluate import evaluate_model
-    from .train import load_pairs
+    from .train import load_pairs, scored_pairs
 
     config = run_config(args)
     model = PosAttnForSeq2SeqLM.from_pretrained(args.model).to(resolve_device(args.device))
     tokenizer = load_translation_tokenizer(args.model)
+    truncate = args.truncate or config.data.too_long == "truncate"
+    dropped = 0
     if args.source or args.target:
+        # your own lines are translated line for line: never dropped
         pairs = read_parallel(Path(args.source or ""), Path(args.target or ""))
+    elif config.data.too_long == "drop" and not args.truncate:
+        # a prepared split is scored as a run scores it (the same pairs left out)
+        pairs, dropped = scored_pairs(tokenizer, config, args.split, model.config.max_len)
     else:
         pairs = load_pairs(config, args.split)
-    scores = evaluate_model(model, tokenizer, pairs, config.decode, truncate=args.truncate)
+    scores = evaluate_model(model, tokenizer, pairs, config.decode, truncate=truncate)
+    if dropped:
+        scores["pairs_dropped_too_long"] = dropped
     print(summary(scores))
     if args.output:
         Path(args.output).write_text(json.dumps(scores, indent=2, ensure_ascii=False))
@@ -93,7 +103,9 @@ def register(commands) -> None:
     evaluate.add_argument(
         "--truncate",
         action="store_true",
-        help="cut sources longer than the model's max_len (reported) instead of failing",
+        help="cut sources longer than the model's max_len (reported) instead of failing; a "
+        "prepared split otherwise follows data.too_long as a run does (drop: those pairs are "
+        "left out and counted), while your own --source lines are never dropped",
     )
     add_device_option(evaluate)
     evaluate.set_defaults(func=run_eval)

@@ -63,13 +63,16 @@ def seq2seq_config(config: TranslationRunConfig, tokenizer) -> PosAttnSeq2SeqCon
     )
 
 
-def scored_pairs(tokenizer, config: TranslationRunConfig, split: str) -> tuple[list, int]:
+def scored_pairs(
+    tokenizer, config: TranslationRunConfig, split: str, max_len: int | None = None
+) -> tuple[list, int]:
     """(the split's pairs that are scored, how many were dropped): with data.too_long=drop,
-    pairs over max_len are left out."""
+    pairs over max_len (the run's model.max_len unless given) are left out."""
     pairs = load_pairs(config, split)
     kept = pairs
     if config.data.too_long == "drop":
-        kept = [pair for pair in pairs if fits(tokenizer, pair, config.model.max_len)]
+        limit = max_len or config.model.max_len
+        kept = [pair for pair in pairs if fits(tokenizer, pair, limit)]
     return kept, len(pairs) - len(kept)
 
 
