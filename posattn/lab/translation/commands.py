@@ -127,12 +127,46 @@ def register(commands) -> None:
         help="a paired test of every pair of arms (default: each against the first)",
     )
     combine.set_defaults(func=run_combine)
+    rescore = actions.add_parser(
+        "rescore",
+        help="decode finished runs again with a length penalty chosen on the dev pairs",
+        description="For each finished run under RUNS (a compare --task translation output of "
+        "one encoding, or its encoding's folder): beam search on the dev pairs at each length "
+        "penalty, the one with the highest dev BLEU chosen, the test pairs decoded with it. "
+        "Writes OUTPUT/<encoding>/seed<S>/ as runs `translate combine` reads (the chosen "
+        "penalty shows there as a setting); a run rescored with the same candidates is reused.",
+    )
+    rescore.add_argument("runs", metavar="RUNS", help="a directory of finished runs")
+    rescore.add_argument("--output", required=True, help="where the rescored runs go")
+    rescore.add_argument(
+        "--length-penalties",
+        required=True,
+        help="the candidates, comma-separated (e.g. 0.6,1.0,1.5)",
+    )
+    rescore.add_argument("--data-dir", help="the prepared data the runs were trained on")
+    add_device_option(rescore)
+    rescore.set_defaults(func=run_rescore)
 
 
 def run_combine(args: argparse.Namespace) -> int:
     from .combine import combine_runs
 
     combine_runs(args.runs, Path(args.output), all_pairs=args.all_pairs)
+    return 0
+
+
+def run_rescore(args: argparse.Namespace) -> int:
+    from .rescore import parse_penalties, rescore_runs
+
+    penalties = parse_penalties(args.length_penalties)
+    tunings = rescore_runs(
+        Path(args.runs), Path(args.output), penalties, data_dir=args.data_dir, device=args.device
+    )
+    for seed, tuning in sorted(tunings.items()):
+        dev = ", ".join(
+            f"{alpha}: {scores['bleu']:.2f}" for alpha, scores in tuning["candidates"].items()
+        )
+        print(f"seed {seed}: dev BLEU by length penalty {dev}; chosen {tuning['chosen']}")
     return 0
 
 
