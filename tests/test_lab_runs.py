@@ -265,10 +265,19 @@ def test_compare_reuses_only_stages_of_the_same_settings(data_dir, tmp_path):
 
     assert main(base) == 0
     first = stamps()
+    assert json.loads((output / "results.json").read_text())["context"]["cells"] == {
+        "total": 2,
+        "reused": 0,
+    }
+    assert "min.\n" in (output / "results.md").read_text()  # no cell reused: no note
     stage = json.loads((cell / "pretrain" / "stage.json").read_text())
     assert stage["settings"]["pretrain"]["steps"] == 12 and len(stage["fingerprint"]) == 64
     assert main(base) == 0  # the same settings: both stages are read back, nothing trains
     assert stamps() == first
+    assert (
+        "for the 0 of 2 cells this invocation computed; reused"
+        in (output / "results.md").read_text()
+    )
     with pytest.raises(PosAttnConfigError) as error:
         main([*base, "pretrain.steps=6"])
     assert "pretrain.steps: 12 -> 6" in str(error.value) and "--overwrite" in str(error.value)

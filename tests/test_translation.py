@@ -332,6 +332,10 @@ def test_translation_compare_reuses_only_runs_of_the_same_settings(toy, tmp_path
         first = metrics.stat().st_mtime_ns
         assert main(base) == 0  # read back, not retrained
         assert metrics.stat().st_mtime_ns == first
+        assert (
+            "computed; reused from earlier invocations, whose time is not in it: 1."
+            in (output / "results.md").read_text()
+        )
         with pytest.raises(PosAttnConfigError, match=r"train\.steps: 12 -> 6.*--overwrite"):
             main([*base, "train.steps=6"])
         assert metrics.stat().st_mtime_ns == first

@@ -212,6 +212,9 @@ def test_compare_xlingual_writes_every_output_and_reuses_its_cells(data_dir, tmp
     stamps = [marker.stat().st_mtime_ns, model.stat().st_mtime_ns]
     assert main(args) == 0  # the same settings: every cell is read back, nothing trains
     assert [marker.stat().st_mtime_ns, model.stat().st_mtime_ns] == stamps
+    cells = json.loads((output / "results.json").read_text())["context"]["cells"]
+    assert cells == {"total": 6, "reused": 6}  # 2 arms x (pretraining + 2 tasks)
+    assert "0 of 6 cells this invocation computed" in (output / "results.md").read_text()
     with pytest.raises(PosAttnConfigError, match=r"finetune\.epochs: 1 -> 2"):
         main([*args, "finetune.epochs=2"])
     assert main(["report", str(output)]) == 0

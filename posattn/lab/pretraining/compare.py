@@ -183,6 +183,15 @@ def check_stages(config: RunConfig, output: Path, overwrite: bool) -> None:
         stage_state(cell.stage(config, output), overwrite)
 
 
+def finished_cells(config: RunConfig, output: Path, stage_of=None) -> dict:
+    """{"total", "reused"}: the comparison's cells and those already finished with these
+    settings (after check_stages, so none of other settings is left to refuse)."""
+    stage_of = stage_of or (lambda cell: cell.stage(config, output))
+    cells = [cell for group in cells_of(config) for cell in group]
+    reused = sum(stage_state(stage_of(cell)) == FINISHED for cell in cells)
+    return {"total": len(cells), "reused": reused}
+
+
 def read_json(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
@@ -219,6 +228,7 @@ def compare(
     output.mkdir(parents=True, exist_ok=True)
     if is_main_process():
         write_atomic(output / "config.yaml", to_yaml(config))
+    reused = finished_cells(config, output)
     start = time.perf_counter()
     # Under a launcher the ranks share each cell: pretraining data-parallel with the global
     # batch, fine-tuning runs one per rank (finetune.py).
@@ -235,5 +245,6 @@ def compare(
         workers=workers,
         pretrain_seeds=list(config.compare.pretrain_seeds),
         finetune_seeds=list(config.finetune.seeds),
+        cells=reused,
     )
     return write_summary(config, output, results, context, tasks)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..runs.claims import Measurements, evaluate_claims, paired_downstream
+from ..runs.context import wall_time_line
 from ..runs.results import claims_markdown, downstream_summary, plot_downstream
 from ..runs.stages import save_run
 from ..runs.statistics import mean_interval, paired_permutation
@@ -186,7 +187,7 @@ def results_markdown(config, results, downstream, table, claims, context, paired
         "",
         claims_markdown(claims),
         "",
-        f"Wall time: {context['wall_seconds'] / 60:.1f} min.",
+        wall_time_line(context),
     ]
     return "\n".join(parts) + "\n"
 

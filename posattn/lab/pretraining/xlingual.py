@@ -28,7 +28,14 @@ from ..runs.fingerprint import run_settings
 from ..runs.stages import FINISHED, RESUME, Stage, save_run, stage_state, start_stage
 from .arms import RANDOM_INIT
 from .baselines import save_initial_model
-from .compare import Cell, cells_of, check_before_training, collect_results, run_cells
+from .compare import (
+    Cell,
+    cells_of,
+    check_before_training,
+    collect_results,
+    finished_cells,
+    run_cells,
+)
 from .finetune import encode, finetune_once
 from .pretrain import pretrain
 from .runconfig import RunConfig
@@ -149,6 +156,7 @@ def compare_xlingual(config: RunConfig, output: Path, preset: str, overwrite: bo
         stage_state(stage_of(cell, config, output, data.languages), overwrite)
     output.mkdir(parents=True, exist_ok=True)
     write_atomic(output / "config.yaml", to_yaml(config))
+    reused = finished_cells(config, output, lambda c: stage_of(c, config, output, data.languages))
     start = time.perf_counter()
     workers = config.compare.workers
     for cells in cells_of(config):
@@ -162,5 +170,6 @@ def compare_xlingual(config: RunConfig, output: Path, preset: str, overwrite: bo
         finetune_seeds=list(config.finetune.seeds),
         languages=data.languages,
         source=ENGLISH,
+        cells=reused,
     )
     return write_xlingual_summary(config, output, results, context, data)

@@ -17,6 +17,7 @@ import numpy as np
 from ...data.multilingual import ENGLISH
 from ..runs.claims import DIET, Claim, Measurements, about_equal, better, evaluate_claims
 from ..runs.claims import paired_downstream as paired_average
+from ..runs.context import wall_time_line
 from ..runs.figures import plt, save_figure
 from ..runs.results import claims_markdown
 from ..runs.stages import save_run
@@ -243,7 +244,7 @@ def results_markdown(config, results, runs, summary, tables, claims, paired, con
         "",
         claims_markdown(claims),
         "",
-        f"Wall time: {context['wall_seconds'] / 60:.1f} min.",
+        wall_time_line(context),
     ]
     return "\n".join(parts) + "\n"
 

@@ -23,3 +23,17 @@ def run_context(preset: str, wall_seconds: float, **extra) -> dict:
         "torch": torch.__version__,
         **extra,
     }
+
+
+def wall_time_line(context: dict) -> str:
+    """The invocation's wall time, and where cells finished by earlier invocations were reused,
+    how many: their time is not in it (a rerun that reuses every cell takes seconds)."""
+    line = f"Wall time: {context['wall_seconds'] / 60:.1f} min"
+    cells = context.get("cells")
+    if not cells or not cells["reused"]:
+        return line + "."
+    computed = cells["total"] - cells["reused"]
+    return (
+        f"{line} for the {computed} of {cells['total']} cells this invocation computed; "
+        f"reused from earlier invocations, whose time is not in it: {cells['reused']}."
+    )

@@ -70,8 +70,10 @@ def compare_translation(
     output = Path(output)
     check_before_training(config)
     runs = list(run_configs(config, output))
-    for _, _, run_config, run_dir in runs:  # refused (or discarded) before anything trains
+    states = [  # refused (or discarded) before anything trains
         stage_state(translation_stage(run_config, run_dir), overwrite)
+        for _, _, run_config, run_dir in runs
+    ]
     output.mkdir(parents=True, exist_ok=True)
     if is_main_process():  # under a launcher every rank trains each run; one writes
         write_atomic(output / "config.yaml", to_yaml(config))
@@ -86,6 +88,7 @@ def compare_translation(
         pairs=config.data.pairs + (" reversed" if config.data.reverse else ""),
         beam_size=config.decode.beam_size,
         length_penalty=config.decode.length_penalty,
+        cells={"total": len(runs), "reused": states.count(FINISHED)},
     )
     tests = significance(results) if len(results) > 1 else {}
     write_report(output, results, context, tests)

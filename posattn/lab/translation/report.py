@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import statistics
 
+from ..runs.context import wall_time_line
 from ..runs.tables import markdown_table as table
 from ..runs.verdicts import Spread, verdict_lines
 from .scoring import paired_significance
@@ -158,7 +159,7 @@ def time_line(context: dict) -> str:
     """A comparison's own wall time; runs combined from elsewhere have only their training
     time (apart, so not a comparison of speed)."""
     if context.get("wall_seconds") is not None:
-        return f"Wall time: {context['wall_seconds'] / 60:.1f} min."
+        return wall_time_line(context)
     sources = "; ".join(f"`{arm}` {', '.join(where)}" for arm, where in context["sources"].items())
     return (
         f"Combined from runs trained apart ({sources}); their training took "
