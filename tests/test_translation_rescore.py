@@ -33,6 +33,10 @@ def trained(tmp_path_factory):
     return toy, output
 
 
+def original_alpha(run) -> float:
+    return json.loads((run / "stage.json").read_text())["settings"]["decode"]["length_penalty"]
+
+
 def evaluated(toy, model, split, alpha, path):
     """`translate eval` of one model at one penalty: the independent reading."""
     assert entry(["translate", "eval", "--model", str(model), "--preset", "smoke",
@@ -69,6 +73,9 @@ def test_the_dev_best_penalty_decodes_the_test_pairs(trained, tmp_path, capsys):
                   f"plain={runs}", f"tuned={out}"]) == 0  # fmt: skip
     combined = json.loads((tmp_path / "both/results.json").read_text())
     assert any("length_penalty" in line for line in combined["setting_differences"]["tuned"])
+    alphas = sorted({original_alpha(run), best})
+    header = " / ".join(map(str, alphas)) + " (per run)" if len(alphas) > 1 else str(best)
+    assert f"length penalty {header} (and greedy)" in (tmp_path / "both/results.md").read_text()
     # the same candidates again: reused, not decoded again
     written = (out / "sinusoidal/seed0/metrics.json").stat().st_mtime_ns
     assert entry(args) == 0

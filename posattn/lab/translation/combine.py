@@ -163,6 +163,9 @@ def pairwise_tests(results: dict, against_first: dict) -> list[dict]:
 def combined_context(results: dict, settings: dict, sources: dict) -> dict:
     first = next(iter(next(iter(settings.values())).values()))
     run = next(iter(next(iter(results.values())).values()))
+    penalties = sorted(
+        {s["decode"]["length_penalty"] for by in settings.values() for s in by.values()}
+    )
     runs = [m for by_seed in results.values() for m in by_seed.values()]
     machines = sorted({m["machine"] for m in runs if "machine" in m})
     return run_context(
@@ -170,7 +173,10 @@ def combined_context(results: dict, settings: dict, sources: dict) -> dict:
         None,
         pairs=run["pairs"] + (" reversed" if run.get("reversed") else ""),
         beam_size=first["decode"]["beam_size"],
-        length_penalty=first["decode"]["length_penalty"],
+        # runs rescored with a penalty tuned on dev each have their own
+        length_penalty=penalties[0]
+        if len(penalties) == 1
+        else " / ".join(map(str, penalties)) + " (per run)",
         machine=", ".join(machines) or "machines not recorded",
         train_seconds=sum(m.get("train_seconds", 0.0) for m in runs),
         sources=sources,
