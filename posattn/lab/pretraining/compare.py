@@ -37,7 +37,7 @@ from ..runs.config import to_yaml
 from ..runs.context import run_context
 from ..runs.ranks import barrier, world_size
 from ..runs.sources import PreparedData
-from ..runs.stages import FINISHED, RESUME, Stage, is_main_process, stage_state
+from ..runs.stages import FINISHED, RESUME, Stage, is_main_process, reuse_counts, stage_state
 from .arms import RANDOM_INIT, arm_config, check_arms
 from .baselines import save_initial_model
 from .finetune import finetune, finetune_stage
@@ -175,21 +175,12 @@ def check_before_training(config: RunConfig, tokenizer, tasks) -> None:
         tasks.spec(task)
 
 
-def check_stages(config: RunConfig, output: Path, overwrite: bool) -> None:
+def check_stages(config: RunConfig, output: Path, overwrite: bool) -> list[str]:
     """Every cell already in `output` against this run's settings, before anything trains:
-    one of other settings fails here (or, with overwrite, is deleted here)."""
+    one of other settings fails here (or, with overwrite, is deleted here). Returns each
+    cell's state."""
     pretraining, tuning = cells_of(config)
-    for cell in [*pretraining, *tuning]:
-        stage_state(cell.stage(config, output), overwrite)
-
-
-def finished_cells(config: RunConfig, output: Path, stage_of=None) -> dict:
-    """{"total", "reused"}: the comparison's cells and those already finished with these
-    settings (after check_stages, so none of other settings is left to refuse)."""
-    stage_of = stage_of or (lambda cell: cell.stage(config, output))
-    cells = [cell for group in cells_of(config) for cell in group]
-    reused = sum(stage_state(stage_of(cell)) == FINISHED for cell in cells)
-    return {"total": len(cells), "reused": reused}
+    return [stage_state(cell.stage(config, output), overwrite) for cell in [*pretraining, *tuning]]
 
 
 def read_json(path: Path) -> dict:
@@ -224,11 +215,10 @@ def compare(
     overwrite: discard cells written with other settings instead of refusing them."""
     output = Path(output)
     check_before_training(config, tokenizer, tasks)
-    check_stages(config, output, overwrite)
+    states = check_stages(config, output, overwrite)
     output.mkdir(parents=True, exist_ok=True)
     if is_main_process():
         write_atomic(output / "config.yaml", to_yaml(config))
-    reused = finished_cells(config, output)
     start = time.perf_counter()
     # Under a launcher the ranks share each cell: pretraining data-parallel with the global
     # batch, fine-tuning runs one per rank (finetune.py).
@@ -245,6 +235,6 @@ def compare(
         workers=workers,
         pretrain_seeds=list(config.compare.pretrain_seeds),
         finetune_seeds=list(config.finetune.seeds),
-        cells=reused,
+        cells=reuse_counts(states),
     )
     return write_summary(config, output, results, context, tasks)

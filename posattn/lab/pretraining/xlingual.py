@@ -25,17 +25,18 @@ from ...errors import require_choice
 from ..runs.config import merge_config, preset_file, to_yaml
 from ..runs.context import run_context
 from ..runs.fingerprint import run_settings
-from ..runs.stages import FINISHED, RESUME, Stage, save_run, stage_state, start_stage
+from ..runs.stages import (
+    FINISHED,
+    RESUME,
+    Stage,
+    reuse_counts,
+    save_run,
+    stage_state,
+    start_stage,
+)
 from .arms import RANDOM_INIT
 from .baselines import save_initial_model
-from .compare import (
-    Cell,
-    cells_of,
-    check_before_training,
-    collect_results,
-    finished_cells,
-    run_cells,
-)
+from .compare import Cell, cells_of, check_before_training, collect_results, run_cells
 from .finetune import encode, finetune_once
 from .pretrain import pretrain
 from .runconfig import RunConfig
@@ -152,11 +153,13 @@ def compare_xlingual(config: RunConfig, output: Path, preset: str, overwrite: bo
     output = Path(output)
     data, tokenizer = xlingual_data(config.data.data_dir)
     check_before_training(config, tokenizer, data)
-    for cell in [cell for cells in cells_of(config) for cell in cells]:
+    states = [  # refused (or discarded) before anything trains
         stage_state(stage_of(cell, config, output, data.languages), overwrite)
+        for cells in cells_of(config)
+        for cell in cells
+    ]
     output.mkdir(parents=True, exist_ok=True)
     write_atomic(output / "config.yaml", to_yaml(config))
-    reused = finished_cells(config, output, lambda c: stage_of(c, config, output, data.languages))
     start = time.perf_counter()
     workers = config.compare.workers
     for cells in cells_of(config):
@@ -170,6 +173,6 @@ def compare_xlingual(config: RunConfig, output: Path, preset: str, overwrite: bo
         finetune_seeds=list(config.finetune.seeds),
         languages=data.languages,
         source=ENGLISH,
-        cells=reused,
+        cells=reuse_counts(states),
     )
     return write_xlingual_summary(config, output, results, context, data)

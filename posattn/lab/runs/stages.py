@@ -91,6 +91,12 @@ def stage_state(stage: Stage, overwrite: bool = False) -> str:
     return state
 
 
+def reuse_counts(states: list[str]) -> dict:
+    """{"total", "reused"} of a comparison's stage states read before it runs: the wall-time
+    line of its report says how many stages an earlier invocation had finished."""
+    return {"total": len(states), "reused": states.count(FINISHED)}
+
+
 def read_stage_state(stage: Stage, overwrite: bool) -> str:
     """`stage_state` on this process alone, without waiting for the other ranks."""
     directory = stage.directory

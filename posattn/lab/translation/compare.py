@@ -15,7 +15,7 @@ from ...data.manifest import write_atomic
 from ...errors import require
 from ..runs.config import to_yaml
 from ..runs.context import run_context
-from ..runs.stages import FINISHED, RESUME, is_main_process, save_run, stage_state
+from ..runs.stages import FINISHED, RESUME, is_main_process, reuse_counts, save_run, stage_state
 from .curve_report import curve_markdown, curve_summary, has_curves, plot_curves
 from .report import significance, translation_markdown
 from .runconfig import TranslationRunConfig
@@ -88,7 +88,7 @@ def compare_translation(
         pairs=config.data.pairs + (" reversed" if config.data.reverse else ""),
         beam_size=config.decode.beam_size,
         length_penalty=config.decode.length_penalty,
-        cells={"total": len(runs), "reused": states.count(FINISHED)},
+        cells=reuse_counts(states),
     )
     tests = significance(results) if len(results) > 1 else {}
     write_report(output, results, context, tests)

@@ -68,21 +68,30 @@ def tune(model, tokenizer, config: TranslationRunConfig, penalties: list[float])
     return {"split": "dev", "candidates": candidates, "chosen": best}
 
 
-def done(target: Path, source: Path, penalties: list[float]) -> bool:
-    """A rescored run of the same source and candidates is reused, not decoded again."""
+def reusable(target: Path, source: Path, penalties: list[float]) -> dict | None:
+    """The tuning of a rescored run of the same source and candidates (reused, not decoded
+    again), or None."""
     if not (target / RESULT).is_file():
-        return False
+        return None
     tuning = json.loads((target / RESULT).read_text(encoding="utf-8")).get(TUNING, {})
-    return tuning.get("source") == str(source.resolve()) and tuning.get("penalties") == penalties
+    same = tuning.get("source") == str(source.resolve()) and tuning.get("penalties") == penalties
+    return tuning if same else None
 
 
-def rescore_run(run: Path, target: Path, penalties: list[float], options: dict) -> dict:
+def rescore_run(
+    run: Path,
+    run_record: tuple[dict, dict],
+    target: Path,
+    penalties: list[float],
+    data_dir: str | None = None,
+    device: str | None = None,
+) -> dict:
+    """Decode one run (its metrics and settings already read) and write it to `target`."""
     from ...models.seq2seq import PosAttnForSeq2SeqLM
 
-    metrics, settings = read_run(run)
-    config = run_config(run, options.get("data_dir"))
-    device = resolve_device(options.get("device"))
-    model = PosAttnForSeq2SeqLM.from_pretrained(run / "model").to(device).eval()
+    metrics, settings = run_record
+    config = run_config(run, data_dir)
+    model = PosAttnForSeq2SeqLM.from_pretrained(run / "model").to(resolve_device(device)).eval()
     tokenizer = load_translation_tokenizer(run / "model")
     tuning = tune(model, tokenizer, config, penalties)
     test = evaluate_split(model, tokenizer, with_penalty(config, tuning["chosen"]), "test")
@@ -95,7 +104,13 @@ def rescore_run(run: Path, target: Path, penalties: list[float], options: dict) 
     return tuning
 
 
-def rescore_runs(directory: Path, output: Path, penalties: list[float], **options) -> dict:
+def rescore_runs(
+    directory: Path,
+    output: Path,
+    penalties: list[float],
+    data_dir: str | None = None,
+    device: str | None = None,
+) -> dict:
     """Rescore every finished run under `directory` (a compare output of one encoding, or its
     encoding's folder) into output/<encoding>/seed<S>/; returns {seed: tuning}."""
     runs = seed_directories(Path(directory))
@@ -108,9 +123,11 @@ def rescore_runs(directory: Path, output: Path, penalties: list[float], **option
     )
     found = {}
     for run in runs:
-        metrics, _ = read_run(run)
+        record = read_run(run)
+        metrics = record[0]
         target = output / metrics["encoding"] / run.name
-        if not done(target, run, penalties):
-            rescore_run(run, target, penalties, options)
-        found[metrics["seed"]] = json.loads((target / RESULT).read_text(encoding="utf-8"))[TUNING]
+        tuning = reusable(target, run, penalties)
+        if tuning is None:
+            tuning = rescore_run(run, record, target, penalties, data_dir, device)
+        found[metrics["seed"]] = tuning
     return found
