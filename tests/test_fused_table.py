@@ -69,6 +69,20 @@ def test_table_attention_gradcheck(mask_name, chunk_elements):
     )
 
 
+def test_table_attention_gradcheck_over_uneven_head_groups(monkeypatch):
+    """Heads 0-1 in one group, head 2 alone: the diagonal sums' buffer reused at another size."""
+    per_thread = -(-2 * 5 * 5 // torch.get_num_threads())  # two heads of 5 x 5 in all threads
+    monkeypatch.setattr(fused_bias, "CHUNK_ELEMENTS_PER_THREAD", per_thread)
+    assert [g.stop - g.start for g in fused_bias.head_groups(3, 5, 5)] == [2, 1]
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(2, 3, 5, 4, requires_grad=True) for _ in range(3))
+    table = torch.randn(3, 9, requires_grad=True)
+    mask = masks(2, 5)["padded"]
+    assert torch.autograd.gradcheck(
+        lambda q, k, v, t: fused_table_attention(q, k, v, t, mask, 0.6), (q, k, v, table)
+    )
+
+
 @pytest.mark.parametrize("mask_name", ["none", "padded", "padded causal"])
 @pytest.mark.parametrize("bias_shape", [(1, 2, 5, 5), (3, 2, 5, 5), (1, 1, 5, 5), (3, 1, 1, 5)])
 def test_bias_attention_gradcheck_over_head_groups(mask_name, bias_shape, chunk_elements):

@@ -63,20 +63,27 @@ def toeplitz(table: Tensor, n_k: int | None = None) -> Tensor:
     """[..., n_q + n_k - 1] -> [..., n_q, n_k] with T[..., i, j] = table[..., j - i + n_q - 1]
     (`posattn.encodings.relative.toeplitz`, materialised; n_k None: square)."""
     n_k = (table.shape[-1] + 1) // 2 if n_k is None else n_k
-    return table.unfold(-1, n_k, 1).flip(-2)
+    return table.contiguous().unfold(-1, n_k, 1).flip(-2)  # rows of keys contiguous
 
 
 class DiagonalSums:
     """Accumulates [g, n, n] blocks and returns the sums along their 2n-1 diagonals, [g, 2n-1]
     in `toeplitz` order. Row i of each block is added at columns [n-1-i, 2n-1-i) of a zero
     [g, n, 2n-1] buffer (a strided view, no index tensors): its column sums are the diagonal
-    sums."""
+    sums. `restart` reuses the buffer for the next head group (a fresh one per group cost
+    page faults and zeroing of 2-8 MB a head at n=512-1024)."""
 
     def __init__(self, groups: int, n: int, dtype: torch.dtype, n_k: int | None = None) -> None:
-        n_k = n if n_k is None else n_k
-        width = n + n_k - 1
-        self.buffer = torch.zeros(groups, n, width, dtype=dtype)
-        self.view = self.buffer.as_strided((groups, n, n_k), (n * width, width - 1, 1), n - 1)
+        self.n, self.n_k = n, n if n_k is None else n_k
+        self.storage = torch.zeros(groups, n, n + self.n_k - 1, dtype=dtype)
+        self.restart(groups)
+
+    def restart(self, groups: int) -> None:
+        """Start over with `groups` blocks (at most the number the buffer was made for)."""
+        n, width = self.n, self.n + self.n_k - 1
+        self.buffer = self.storage[:groups]
+        self.buffer.zero_()
+        self.view = self.buffer.as_strided((groups, n, self.n_k), (n * width, width - 1, 1), n - 1)
 
     def add(self, block: Tensor) -> None:
         self.view.add_(block)
@@ -94,9 +101,13 @@ def flash_forward(ctx, q, k, v, merged, scale) -> tuple[Tensor, Tensor]:
     )
 
 
-def with_column(x: Tensor, column: Tensor) -> Tensor:
-    """[..., n, d] and [..., n] -> [..., n, d + 1]."""
-    return torch.cat([x, column.unsqueeze(-1).to(x.dtype)], -1)
+def with_column(x: Tensor, column: Tensor, factor: float = 1.0) -> Tensor:
+    """[..., n, d] and [..., n] -> [..., n, d + 1] (the d columns times `factor`): one fresh
+    tensor written once (torch.cat of strided heads measured twice as slow)."""
+    out = torch.empty(*x.shape[:-1], x.shape[-1] + 1, dtype=x.dtype)
+    torch.mul(x, factor, out=out[..., :-1])
+    out[..., -1].copy_(column)
+    return out
 
 
 def grad_logits(
@@ -104,29 +115,31 @@ def grad_logits(
 ) -> Iterator[tuple[slice, int, Tensor]]:
     """For each head group and batch element b: dS = dL/d(logits) [g, n_q, n_k] of those heads,
     from probabilities recomputed with additive(b, heads) (bias + mask, broadcastable to
-    [g, n_q, n_k]); dq, dk, dv are written into `grads` on the way.
+    [g, n_q, n_k]); dq, dk, dv are written into `grads` on the way (dq complete once the
+    iteration ends).
 
     Few, large operations per block (on a shared CPU every parallel region waits for its
     slowest thread): the log-sum-exp rides in the q k^T product as one more column, and
     delta = rowsum(dO * O) in the dO v^T product, so a block costs five matrix products, one
-    exp and one multiply."""
+    add, one exp and one multiply. The bias is added after the product rather than as
+    baddbmm's input, which copies it into the result first (one pass more, measured at n=512)."""
     grad_q, grad_k, grad_v = grads
-    ones = torch.ones(k.shape[:-1], dtype=q.dtype)
-    delta = (grad_out * out).sum(-1)
-    q_scaled, k_scaled = q * scale, k * scale
-    q_lse = with_column(q_scaled, -lse)  # . [k, 1] = q k^T * scale - lse
+    ones = torch.ones((), dtype=q.dtype).expand(k.shape[:-1])
+    q_lse = with_column(q, -lse, scale)  # . [k, 1] = q k^T * scale - lse
     k_one = with_column(k, ones)
-    do_delta = with_column(grad_out, -delta)  # . [v, 1] = dO v^T - delta
+    do_delta = with_column(grad_out, torch.linalg.vecdot(grad_out, out).neg_())
     v_one = with_column(v, ones)
+    q_scaled, k_plain = q_lse[..., :-1], k_one[..., :-1]
     for heads in head_groups(q.shape[1], q.shape[2], k.shape[2]):
         for b in range(q.shape[0]):
-            probs = torch.baddbmm(additive(b, heads), q_lse[b, heads], k_one[b, heads].mT)
-            probs.exp_()
+            probs = torch.bmm(q_lse[b, heads], k_one[b, heads].mT)
+            probs.add_(additive(b, heads)).exp_()
             torch.bmm(probs.mT, grad_out[b, heads], out=grad_v[b, heads])
             grad_s = torch.bmm(do_delta[b, heads], v_one[b, heads].mT).mul_(probs)
-            torch.bmm(grad_s, k_scaled[b, heads], out=grad_q[b, heads])
+            torch.bmm(grad_s, k_plain[b, heads], out=grad_q[b, heads])
             torch.bmm(grad_s.mT, q_scaled[b, heads], out=grad_k[b, heads])
             yield heads, b, grad_s
+    grad_q.mul_(scale)  # dq = dS k * scale, scaled once instead of a scaled copy of k
 
 
 def empty_grads(q, k, v) -> tuple[Tensor, Tensor, Tensor]:
@@ -152,7 +165,7 @@ class FusedBiasAttention(torch.autograd.Function):
             part = pick(detached, b, heads)
             return part if mask is None else additive_mask(part, pick(mask, b, heads))
 
-        chunks = grad_logits(q, k, v, out, lse, grad_out.contiguous(), ctx.scale, additive, grads)
+        chunks = grad_logits(q, k, v, out, lse, grad_out, ctx.scale, additive, grads)
         for heads, b, grad_s in chunks:
             target = pick(grad_bias, b, heads)
             target += reduce_to(grad_s, target.shape)
@@ -173,21 +186,23 @@ class FusedTableAttention(torch.autograd.Function):
         grads = empty_grads(q, k, v)
         n, n_k = q.shape[-2], k.shape[-2]
         grad_table = torch.empty(table.shape, dtype=q.dtype)
-        group = {}  # the head group in progress: its bias and its diagonal sums
+        groups = head_groups(q.shape[1], n, n_k)
+        sums = DiagonalSums(groups[0].stop - groups[0].start, n, q.dtype, n_k)
+        group = {}  # the head group in progress and its bias
 
         def additive(b, heads):
             if group.get("heads") != heads:
                 bias = toeplitz(table[heads].detach().to(q.dtype), n_k)
-                sums = DiagonalSums(bias.shape[0], n, q.dtype, n_k)
-                group.update(heads=heads, bias=bias, sums=sums)
+                sums.restart(bias.shape[0])
+                group.update(heads=heads, bias=bias)
             bias = group["bias"]
             return bias if mask is None else additive_mask(bias, pick(mask, b, heads))
 
-        chunks = grad_logits(q, k, v, out, lse, grad_out.contiguous(), ctx.scale, additive, grads)
+        chunks = grad_logits(q, k, v, out, lse, grad_out, ctx.scale, additive, grads)
         for heads, b, grad_s in chunks:
-            group["sums"].add(grad_s)
+            sums.add(grad_s)
             if b == q.shape[0] - 1:  # the group's last batch element
-                grad_table[heads] = group["sums"].total()
+                grad_table[heads] = sums.total()
         return *grads, grad_table.to(table.dtype), None, None
 
 
