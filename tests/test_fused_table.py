@@ -113,6 +113,28 @@ def test_table_attention_equals_eager_with_the_toeplitz_bias(mask_name, chunk_el
         torch.testing.assert_close(ours, reference, rtol=1e-10, atol=1e-10)
 
 
+def test_a_built_bias_is_read_and_its_gradient_goes_to_the_table():
+    """The forward reads the Toeplitz matrix it is given; the table alone gets the gradient
+    (the bias is built from it: a gradient for both would count it twice)."""
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(2, 3, 6, 4, requires_grad=True) for _ in range(3))
+    table = torch.randn(3, 11, requires_grad=True)
+    built = toeplitz(table).unsqueeze(0)
+    grad_out = torch.randn(2, 3, 6, 4)
+    results = []
+    for bias in (built, None):
+        out = fused_table_attention(q, k, v, table, None, 0.4, bias)
+        results.append((out, *torch.autograd.grad(out, (q, k, v, table), grad_out)))
+    for given, rebuilt in zip(*results, strict=True):
+        torch.testing.assert_close(given, rebuilt, rtol=0, atol=0)
+    shifted = fused_table_attention(q, k, v, table, None, 0.4, built + 1.0)  # + 1 per row
+    torch.testing.assert_close(shifted, results[0][0], rtol=1e-12, atol=1e-12)
+    doubled = fused_table_attention(q, k, v, table, None, 0.4, 2 * built)
+    assert not torch.allclose(doubled, results[0][0])
+    with pytest.raises(PosAttnConfigError, match="bias"):
+        fused_table_attention(q, k, v, table, None, 0.4, built[:, :2])
+
+
 def test_diagonal_sums_are_the_toeplitz_backward():
     torch.manual_seed(0)
     table = torch.randn(3, 13, requires_grad=True)

@@ -174,8 +174,10 @@ class FusedBiasAttention(torch.autograd.Function):
 
 class FusedTableAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, table, mask, scale):
-        bias = toeplitz(table.detach().to(q.dtype), k.shape[-2]).unsqueeze(0)
+    def forward(ctx, q, k, v, table, mask, scale, bias):
+        if bias is None:
+            bias = toeplitz(table.detach().to(q.dtype), k.shape[-2]).unsqueeze(0)
+        bias = bias.detach().to(q.dtype)
         out, lse = flash_forward(ctx, q, k, v, additive_mask(bias, mask), scale)
         ctx.save_for_backward(q, k, v, out, lse, table, mask)
         return out
@@ -203,7 +205,7 @@ class FusedTableAttention(torch.autograd.Function):
             sums.add(grad_s)
             if b == q.shape[0] - 1:  # the group's last batch element
                 grad_table[heads] = sums.total()
-        return *grads, grad_table.to(table.dtype), None, None
+        return *grads, grad_table.to(table.dtype), None, None, None
 
 
 def fused_bias_attention(q, k, v, bias, mask, scale) -> Tensor:
@@ -211,9 +213,11 @@ def fused_bias_attention(q, k, v, bias, mask, scale) -> Tensor:
     return FusedBiasAttention.apply(q, k, v, bias, mask, scale)
 
 
-def fused_table_attention(q, k, v, table, mask, scale) -> Tensor:
+def fused_table_attention(q, k, v, table, mask, scale, bias=None) -> Tensor:
     """The bias bias[h, i, j] = table[h, j - i + n_q - 1] read from its table
-    [H, n_q + n_k - 1] (square: [H, 2n-1]); the gradient comes back for the table."""
+    [H, n_q + n_k - 1] (square: [H, 2n-1]); the gradient comes back for the table. bias: that
+    Toeplitz matrix already built ([1, H, n_q, n_k], as `LayerTerms.bias`), read by the
+    forward instead of building it again; its gradient goes to the table."""
     width = q.shape[-2] + k.shape[-2] - 1
     require(
         table.shape == (q.shape[1], width),
@@ -222,4 +226,7 @@ def fused_table_attention(q, k, v, table, mask, scale) -> Tensor:
         f"[H, n_q + n_k - 1] = ({q.shape[1]}, {width}) for {q.shape[-2]} queries over "
         f"{k.shape[-2]} keys",
     )
-    return FusedTableAttention.apply(q, k, v, table, mask, scale)
+    if bias is not None:
+        expected = (1, q.shape[1], q.shape[-2], k.shape[-2])
+        require(tuple(bias.shape) == expected, "bias", tuple(bias.shape), f"{expected}")
+    return FusedTableAttention.apply(q, k, v, table, mask, scale, bias)

@@ -41,7 +41,9 @@ def sdpa_attention(
     its gradient (diagonal sums of dS, no [H, n, n] gradient)."""
     table = recompute_bias and bias is not None and offset_bias is not None
     if table and uses_fused_bias(q, offset_bias, dropout_p):
-        return fused_table_attention(q, k, v, offset_bias, mask, scale)
+        built = bias if bias.dim() == 4 else bias.unsqueeze(0)
+        built = built if built.shape[:2] == (1, q.shape[1]) else None  # else built again
+        return fused_table_attention(q, k, v, offset_bias, mask, scale, built)
     if bias is None:
         attn_mask = mask
     else:
