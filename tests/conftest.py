@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from posattn import Encoder, PosAttnConfig, execution
+from posattn.lab.runs.denormals import KEEP_DENORMALS
 
 torch.set_default_dtype(torch.float64)
 # `make test` runs one pytest worker per core (pytest-xdist): a worker with several torch
@@ -23,6 +24,15 @@ REQUIRED_OPTIONS = {"rope": {"layout": "interleaved"}, "xpos": {"layout": "inter
 CAUSAL_ONLY = {"xpos", "fire"}
 # Keys projected along the sequence (Linformer): bidirectional, segments at the input only.
 PROJECTED = {"linformer", "diet-abs-lin"}
+
+
+@pytest.fixture(autouse=True)
+def subnormals_kept_between_tests():
+    """A test that runs a command leaves subnormals flushed (posattn's commands flush them,
+    `posattn.lab.runs.denormals`): the next test starts from torch's default again."""
+    yield
+    torch.set_flush_denormal(False)
+    os.environ.pop(KEEP_DENORMALS, None)
 
 
 @pytest.fixture

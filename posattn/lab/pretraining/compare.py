@@ -35,6 +35,7 @@ from ...encodings import build_encoding
 from ...errors import invalid
 from ..runs.config import to_yaml
 from ..runs.context import run_context
+from ..runs.denormals import apply_denormal_choice
 from ..runs.ranks import barrier, world_size
 from ..runs.sources import PreparedData
 from ..runs.stages import FINISHED, RESUME, Stage, is_main_process, reuse_counts, stage_state
@@ -123,6 +124,7 @@ def one_thread_worker() -> None:
     """A worker process: one torch thread (two small models on two cores beat one model on
     both) and no progress bars interleaving with the other workers'."""
     torch.set_num_threads(1)
+    apply_denormal_choice()
     os.environ[QUIET_PROGRESS] = "1"
 
 

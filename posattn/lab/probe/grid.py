@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from rich.console import Console
 
 from ...data.manifest import write_atomic
+from ..runs.denormals import apply_denormal_choice
 from ..runs.device import resolve_device
 from .cell import run_cell
 from .settings import ProbeSettings
@@ -54,6 +55,7 @@ def compute_cell(
 def one_thread() -> None:
     """Worker processes share the cores: one thread each."""
     torch.set_num_threads(1)
+    apply_denormal_choice()
 
 
 @contextmanager
