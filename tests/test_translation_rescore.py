@@ -24,13 +24,16 @@ def trained(tmp_path_factory):
     output = tmp_path_factory.mktemp("runs") / "compare"
     torch.set_num_threads(1)
     with torch.random.fork_rng():
-        assert main(["compare", "--task", "translation", "--preset", "smoke", "--data-dir",
-                     str(toy), "--output", str(output), "--encodings", "sinusoidal",
-                     "data.pairs=toy", "train.steps=300", "train.learning_rate=3e-3",
-                     "model.d_model=48", "model.ffn_dim=96", "train.batch_size=32",
-                     "train.curve_steps=null", "train.eval_steps=150",
-                     "train.save_steps=150"]) == 0  # fmt: skip
+        assert main(compare_args(toy, output)) == 0
     return toy, output
+
+
+def compare_args(toy, output) -> list[str]:
+    return ["compare", "--task", "translation", "--preset", "smoke", "--data-dir", str(toy),
+            "--output", str(output), "--encodings", "sinusoidal", "data.pairs=toy",
+            "train.steps=300", "train.learning_rate=3e-3", "model.d_model=48",
+            "model.ffn_dim=96", "train.batch_size=32", "train.curve_steps=null",
+            "train.eval_steps=150", "train.save_steps=150"]  # fmt: skip
 
 
 def original_alpha(run) -> float:
@@ -91,3 +94,41 @@ def test_bad_candidates_and_an_output_over_the_runs_are_refused(trained, capsys)
     args = ["translate", "rescore", str(runs), "--output", str(runs), "--length-penalties", "1"]
     assert entry(args) == 2
     assert "--output=" in capsys.readouterr().err
+
+
+def test_compare_tunes_the_length_on_dev_as_rescore_does_and_reuses_its_runs(trained, tmp_path):
+    """`tune_length_penalties` lies outside the runs' settings: a finished comparison is
+    reused as it is, and its runs decoded again exactly as `translate rescore` decodes them."""
+    toy, runs = trained
+    run_metrics = runs / "sinusoidal/seed0/metrics.json"
+    trained_at = run_metrics.stat().st_mtime_ns
+    candidates = "[" + ",".join(map(str, PENALTIES)) + "]"
+    with torch.random.fork_rng():
+        assert main([*compare_args(toy, runs), f"tune_length_penalties={candidates}"]) == 0
+    assert run_metrics.stat().st_mtime_ns == trained_at  # reused, not trained again
+    rescored = tmp_path / "rescored"
+    args = ["translate", "rescore", str(runs), "--output", str(rescored), "--data-dir", str(toy),
+            "--length-penalties", ",".join(map(str, PENALTIES))]  # fmt: skip
+    with torch.random.fork_rng():
+        assert entry(args) == 0
+    by_rescore = json.loads((rescored / "sinusoidal/seed0/metrics.json").read_text())
+    tuned_run = json.loads((runs / "length-tuned/sinusoidal/seed0/metrics.json").read_text())
+
+    def hypotheses(run):
+        return run["evaluation"]["test"]["beam"]["hypotheses"]
+
+    assert hypotheses(tuned_run) == hypotheses(by_rescore)
+    assert tuned_run["length_penalty_tuning"] == by_rescore["length_penalty_tuning"]
+    summary = json.loads((runs / "results.json").read_text())
+    chosen = by_rescore["length_penalty_tuning"]["chosen"]
+    assert summary["length_tuned"]["chosen"] == {"sinusoidal": {"0": chosen}}
+    assert f"seed 0: {chosen}" in (runs / "results.md").read_text()
+    combined = json.loads((runs / "length-tuned/results.json").read_text())
+    assert hypotheses(combined["results"]["sinusoidal"]["0"]) == hypotheses(by_rescore)
+
+
+@pytest.mark.parametrize("value", ["[-1]", "[0.6,0.6]"])
+def test_bad_tuning_penalties_are_refused_before_training(value, tmp_path):
+    with pytest.raises(PosAttnConfigError, match="tune_length_penalties"):
+        main(["compare", "--task", "translation", "--preset", "smoke", "--output",
+              str(tmp_path), f"tune_length_penalties={value}"])  # fmt: skip

@@ -23,6 +23,7 @@ from .train import load_tokenizer, seq2seq_config, train_translation, translatio
 
 console = Console()
 CURVE_FIGURE = "curve.png"
+TUNED_DIRECTORY = "length-tuned"
 
 
 def run_once(config: TranslationRunConfig, run_dir: Path, overwrite: bool = False) -> dict:
@@ -91,8 +92,32 @@ def compare_translation(
         cells=reuse_counts(states),
     )
     tests = significance(results) if len(results) > 1 else {}
-    write_report(output, results, context, tests)
+    extra = None
+    if config.tune_length_penalties:
+        extra = {"length_tuned": tune_lengths(config, output)}
+    write_report(output, results, context, tests, extra)
     return results
+
+
+def tune_lengths(config: TranslationRunConfig, output: Path) -> dict:
+    """Every finished run decoded again at the length penalty its dev pairs choose among
+    `tune_length_penalties` (`translate rescore`), combined in OUTPUT/length-tuned as
+    `translate combine` would; returns {directory, chosen: {encoding: {seed: penalty}}}."""
+    from .combine import combine_runs
+    from .rescore import rescore_runs
+
+    tuned = output / TUNED_DIRECTORY
+    penalties = list(config.tune_length_penalties)
+    data_dir = config.data.data_dir
+    chosen = {}
+    for encoding in config.encodings:
+        console.rule(f"length penalty tuned on dev: {encoding}")
+        tunings = rescore_runs(
+            output / encoding, tuned, penalties, data_dir=data_dir, seeds=list(config.seeds)
+        )
+        chosen[encoding] = {seed: tuning["chosen"] for seed, tuning in sorted(tunings.items())}
+    combine_runs([f"{encoding}={tuned / encoding}" for encoding in config.encodings], tuned)
+    return {"directory": TUNED_DIRECTORY, "penalties": penalties, "chosen": chosen}
 
 
 def write_report(

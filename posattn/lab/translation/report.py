@@ -167,6 +167,20 @@ def time_line(context: dict) -> str:
     )
 
 
+def length_tuned_lines(tuned: dict) -> list[str]:
+    """Where the runs decoded at a dev-chosen length penalty are reported, and what each chose."""
+    chosen = "; ".join(
+        f"`{encoding}` " + ", ".join(f"seed {seed}: {alpha}" for seed, alpha in by_seed.items())
+        for encoding, by_seed in tuned["chosen"].items()
+    )
+    candidates = ", ".join(map(str, tuned["penalties"]))
+    return [
+        "## Length penalty tuned on the dev pairs",
+        f"Every run decoded again with the penalty of the highest dev BLEU among {candidates}: "
+        f"{chosen}. Its test scores and paired tests: `{tuned['directory']}/results.md`.",
+    ]
+
+
 def translation_markdown(
     results: dict, context: dict, tests: dict | None = None, extra: dict | None = None
 ) -> str:
@@ -204,5 +218,7 @@ def translation_markdown(
     ]
     if extra.get("pairwise"):
         parts += pairwise_lines(extra["pairwise"])
+    if extra.get("length_tuned"):
+        parts += ["", *length_tuned_lines(extra["length_tuned"])]
     parts += ["", time_line(context)]
     return "\n".join(parts) + "\n"

@@ -110,9 +110,11 @@ def rescore_runs(
     penalties: list[float],
     data_dir: str | None = None,
     device: str | None = None,
+    seeds: list[int] | None = None,
 ) -> dict:
     """Rescore every finished run under `directory` (a compare output of one encoding, or its
-    encoding's folder) into output/<encoding>/seed<S>/; returns {seed: tuning}."""
+    encoding's folder; of `seeds` only, where given) into output/<encoding>/seed<S>/; returns
+    {seed: tuning}."""
     runs = seed_directories(Path(directory))
     output = Path(output)
     require(
@@ -125,6 +127,8 @@ def rescore_runs(
     for run in runs:
         record = read_run(run)
         metrics = record[0]
+        if seeds is not None and metrics["seed"] not in seeds:
+            continue
         target = output / metrics["encoding"] / run.name
         tuning = reusable(target, run, penalties)
         if tuning is None:

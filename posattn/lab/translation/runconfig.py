@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ...errors import invalid
+from ...errors import invalid, require
 from ..runs import ranges as r
 from ..runs.config import ModelSection, StepSection, merge_config, preset_file
 from ..runs.trainer_section import TrainerSection
@@ -108,6 +108,11 @@ class TranslationRunConfig:
         default_factory=lambda: ["sinusoidal", "shaw", "diet-rel", "t5", "tupe-r", "diet-abs"]
     )
     seeds: list[int] = field(default_factory=lambda: [0, 1])
+    # `compare` only: after the runs, each run's dev pairs decoded again at each of these
+    # length penalties and its test pairs at the one of the highest dev BLEU, reported in
+    # OUTPUT/length-tuned (as `translate rescore`, then `translate combine`). Outside the
+    # runs' settings: adding it reuses finished runs. Empty: no tuning.
+    tune_length_penalties: list[float] = field(default_factory=list)
 
     RANGES: ClassVar[dict[str, r.Range]] = {"seeds": r.SEEDS}
 
@@ -126,6 +131,13 @@ def load_translation_config(
     config = merge_config(TranslationRunConfig, path, file, overrides)
     if config.data.too_long not in TOO_LONG:
         raise invalid("data.too_long", config.data.too_long, f"one of {', '.join(TOO_LONG)}")
+    penalties = config.tune_length_penalties
+    require(
+        min(penalties, default=0) >= 0 and len(set(penalties)) == len(penalties),
+        "tune_length_penalties",
+        penalties,
+        "a list of length penalties, each >= 0, none repeated (empty: no tuning)",
+    )
     train = config.train
     if train.curve_steps is not None and train.curve_steps > train.steps:
         raise invalid(
