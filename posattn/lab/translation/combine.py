@@ -19,8 +19,8 @@ from ...errors import PosAttnConfigError, invalid, require
 from ..runs.context import run_context
 from ..runs.fingerprint import differences
 from ..runs.stages import STAGE_FILE
-from .compare import write_report
 from .report import significance
+from .report_files import write_report
 
 RESULT = "metrics.json"
 # What names an arm's runs apart from each other: not a setting difference between arms.

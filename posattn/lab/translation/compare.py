@@ -15,14 +15,13 @@ from ...data.manifest import write_atomic
 from ...errors import require
 from ..runs.config import to_yaml
 from ..runs.context import run_context
-from ..runs.stages import FINISHED, RESUME, is_main_process, reuse_counts, save_run, stage_state
-from .curve_report import curve_markdown, curve_summary, has_curves, plot_curves
-from .report import significance, translation_markdown
+from ..runs.stages import FINISHED, RESUME, is_main_process, reuse_counts, stage_state
+from .report import significance
+from .report_files import write_report
 from .runconfig import TranslationRunConfig
 from .train import load_tokenizer, seq2seq_config, train_translation, translation_stage
 
 console = Console()
-CURVE_FIGURE = "curve.png"
 TUNED_DIRECTORY = "length-tuned"
 
 
@@ -118,21 +117,3 @@ def tune_lengths(config: TranslationRunConfig, output: Path) -> dict:
         chosen[encoding] = {seed: tuning["chosen"] for seed, tuning in sorted(tunings.items())}
     combine_runs([f"{encoding}={tuned / encoding}" for encoding in config.encodings], tuned)
     return {"directory": TUNED_DIRECTORY, "penalties": penalties, "chosen": chosen}
-
-
-def write_report(
-    output: Path, results: dict, context: dict, tests: dict, extra: dict | None = None
-) -> dict:
-    """results.json ({context, results, significance, curve?, **extra}), results.md and, where
-    the runs kept learning curves, curve.png; the markdown is printed too. Returns the summary."""
-    markdown = translation_markdown(results, context, tests, extra)
-    summary = {"context": context, "results": results, "significance": tests, **(extra or {})}
-    if has_curves(results):
-        curves = curve_summary(results)
-        if is_main_process():
-            plot_curves(results, curves, output / CURVE_FIGURE)
-        markdown += "\n" + "\n".join(curve_markdown(results, curves, CURVE_FIGURE)) + "\n"
-        summary["curve"] = curves
-    save_run(output, {"results.json": summary, "results.md": markdown})
-    print(markdown)
-    return summary
