@@ -101,10 +101,12 @@ def compare_translation(
 def tune_lengths(config: TranslationRunConfig, output: Path) -> dict:
     """Every finished run decoded again at the length penalty its dev pairs choose among
     `tune_length_penalties` (`translate rescore`), combined in OUTPUT/length-tuned as
-    `translate combine` would; returns {directory, chosen: {encoding: {seed: penalty}}}."""
+    `translate combine` would; returns {directory, penalties, chosen: {encoding: {seed:
+    penalty}}, seconds}."""
     from .combine import combine_runs
     from .rescore import rescore_runs
 
+    start = time.perf_counter()
     tuned = output / TUNED_DIRECTORY
     penalties = list(config.tune_length_penalties)
     data_dir = config.data.data_dir
@@ -116,4 +118,5 @@ def tune_lengths(config: TranslationRunConfig, output: Path) -> dict:
         )
         chosen[encoding] = {seed: tuning["chosen"] for seed, tuning in sorted(tunings.items())}
     combine_runs([f"{encoding}={tuned / encoding}" for encoding in config.encodings], tuned)
-    return {"directory": TUNED_DIRECTORY, "penalties": penalties, "chosen": chosen}
+    seconds = time.perf_counter() - start  # decoding only: reused rescored runs take ~0
+    return dict(directory=TUNED_DIRECTORY, penalties=penalties, chosen=chosen, seconds=seconds)

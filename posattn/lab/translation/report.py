@@ -177,7 +177,8 @@ def length_tuned_lines(tuned: dict) -> list[str]:
     return [
         "## Length penalty tuned on the dev pairs",
         f"Every run decoded again with the penalty of the highest dev BLEU among {candidates}: "
-        f"{chosen}. Its test scores and paired tests: `{tuned['directory']}/results.md`.",
+        f"{chosen}. Its test scores and paired tests: `{tuned['directory']}/results.md` "
+        f"(decoding: {tuned['seconds'] / 60:.1f} min, not in the wall time below).",
     ]
 
 
