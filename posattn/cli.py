@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--keep-denormals",
         action="store_true",
         help="compute with IEEE subnormal floats on the CPU (default: flushed to zero, which "
-        "made ALiBi training 2-2.5x faster on an Intel CPU; see README 'Cost, measured')",
+        "made ALiBi training 2-2.6x faster on an Intel CPU; see README 'Cost, measured')",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     for add_commands in command_modules():
