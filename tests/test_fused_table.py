@@ -23,8 +23,8 @@ from posattn.kernels.fused_bias import (
     DiagonalSums,
     fused_bias_attention,
     fused_table_attention,
-    toeplitz,
 )
+from posattn.toeplitz import toeplitz
 
 # (encoding, options) whose bias is described by its diagonals; alibi's table is fixed.
 TABLE_ENCODINGS = [

@@ -10,7 +10,7 @@ import posattn
 
 PACKAGE = Path(posattn.__file__).parent
 LIBRARY = ("posattn.encodings", "posattn.kernels", "posattn.models", "posattn.data")
-LIBRARY_MODULES = ("posattn.attention", "posattn.execution", "posattn.errors")
+LIBRARY_MODULES = ("posattn.attention", "posattn.execution", "posattn.errors", "posattn.toeplitz")
 
 
 def module_name(path: Path) -> str:

@@ -7,6 +7,7 @@ import torch
 from torch import Tensor
 
 from ..execution import use_skew
+from ..toeplitz import toeplitz
 
 __all__ = [
     "offsets",
@@ -33,21 +34,6 @@ def position_differences(positions: Tensor) -> Tensor:
 def offsets(seq_len: int, device) -> Tensor:
     """Every relative position j - i of an n x n attention matrix once: -(n-1) .. n-1."""
     return torch.arange(-(seq_len - 1), seq_len, device=device)
-
-
-def toeplitz(by_offset: Tensor) -> Tensor:
-    """[..., 2n-1] values of the offsets j - i (from `offsets`) -> [..., n, n] with
-    T[..., i, j] = by_offset[..., j - i + n - 1].
-
-    A relative bias built from its 2n-1 distinct values: overlapping windows (a view) and one
-    flip, so the backward sums gradients along diagonals (unfold's backward) instead of
-    scattering n^2 indices into a small table (on a GPU that scatter took 2 s at n=4096).
-    """
-    n = (by_offset.shape[-1] + 1) // 2
-    # A table read as weight[buckets].T has its heads innermost, and flip keeps that layout:
-    # the [H, n, n] bias would step over H values per key, which attention kernels read
-    # several times slower (T5 forward at n=1024 on the 2-core CPU). The table is small.
-    return by_offset.contiguous().unfold(-1, n, 1).flip(-2)
 
 
 def skew(per_offset: Tensor) -> Tensor:

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from ..errors import require
+from ..toeplitz import toeplitz
 
 # Elements of one recomputed [heads, n_q, n_k] block in backward, per torch thread: two such
 # blocks are alive at a time (P and dS). Blocks that stay near the cache train faster: on the
@@ -57,13 +58,6 @@ def head_groups(heads: int, n_q: int, n_k: int) -> list[slice]:
     elements = CHUNK_ELEMENTS_PER_THREAD * torch.get_num_threads()
     size = max(1, min(heads, elements // (n_q * n_k)))
     return [slice(start, min(start + size, heads)) for start in range(0, heads, size)]
-
-
-def toeplitz(table: Tensor, n_k: int | None = None) -> Tensor:
-    """[..., n_q + n_k - 1] -> [..., n_q, n_k] with T[..., i, j] = table[..., j - i + n_q - 1]
-    (`posattn.encodings.relative.toeplitz`, materialised; n_k None: square)."""
-    n_k = (table.shape[-1] + 1) // 2 if n_k is None else n_k
-    return table.contiguous().unfold(-1, n_k, 1).flip(-2)  # rows of keys contiguous
 
 
 class DiagonalSums:
