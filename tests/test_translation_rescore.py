@@ -127,6 +127,30 @@ def test_compare_tunes_the_length_on_dev_as_rescore_does_and_reuses_its_runs(tra
     assert hypotheses(combined["results"]["sinusoidal"]["0"]) == hypotheses(by_rescore)
 
 
+def test_a_failed_tuning_leaves_the_main_report_of_the_finished_runs(
+    trained, tmp_path, monkeypatch
+):
+    """Tuning decodes every run again after they finish: stopped there, the comparison's
+    report at the run's own penalty is already written (and names no tuning)."""
+    toy, runs = trained
+    output = tmp_path / "compare"
+    output.mkdir()
+    (output / "sinusoidal").symlink_to(runs / "sinusoidal", target_is_directory=True)
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt("stopped while decoding")
+
+    monkeypatch.setattr("posattn.lab.translation.rescore.rescore_runs", stopped)
+    with pytest.raises(KeyboardInterrupt), torch.random.fork_rng():
+        main([*compare_args(toy, output), "tune_length_penalties=[0.6,1.0]"])
+    summary = json.loads((output / "results.json").read_text())
+    finished = json.loads((runs / "sinusoidal/seed0/metrics.json").read_text())
+    test_bleu = finished["evaluation"]["test"]["beam"]["bleu"]
+    assert summary["results"]["sinusoidal"]["0"]["evaluation"]["test"]["beam"]["bleu"] == test_bleu
+    assert "length_tuned" not in summary
+    assert (output / "results.md").exists()
+
+
 @pytest.mark.parametrize("value", ["[-1]", "[0.6,0.6]"])
 def test_bad_tuning_penalties_are_refused_before_training(value, tmp_path):
     with pytest.raises(PosAttnConfigError, match="tune_length_penalties"):

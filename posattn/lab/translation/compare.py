@@ -91,10 +91,12 @@ def compare_translation(
         cells=reuse_counts(states),
     )
     tests = significance(results) if len(results) > 1 else {}
-    extra = None
+    # The main report first: decoding every run again takes minutes, and a stopped or failed
+    # tuning must not leave finished runs without their report.
+    write_report(output, results, context, tests)
     if config.tune_length_penalties:
-        extra = {"length_tuned": tune_lengths(config, output)}
-    write_report(output, results, context, tests, extra)
+        tuned = {"length_tuned": tune_lengths(config, output)}
+        write_report(output, results, context, tests, tuned)
     return results
 
 
