@@ -11,6 +11,7 @@ from conftest import tiny_encoder
 from posattn import execution
 from posattn.attention import MultiHeadAttention
 from posattn.encodings import ModelDims, build_encoding
+from posattn.encodings.relative import lookup_by_head
 from posattn.errors import PosAttnConfigError
 from posattn.kernels import (
     KERNELS,
@@ -316,3 +317,33 @@ def test_table_biases_are_built_with_rows_of_keys_contiguous(name):
     expected = [[[table[h, j - i + 8] for j in range(9)] for i in range(9)] for h in range(4)]
     assert terms.bias.is_contiguous()
     torch.testing.assert_close(terms.bias[0].detach(), torch.tensor(expected), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["t5", "bert-r", "diet-rel", "tupe-r", "kerple", "alibi", "fire"])
+def test_biases_at_given_positions_keep_each_heads_keys_contiguous(name):
+    """`layer_terms_at` (position_ids, cached decoding) gathers a table at [B, n, n] indices:
+    read as table[index] the heads would be innermost (FIRE's MLP likewise puts them last).
+    Each head's [n, n] block is contiguous, and the bias is the one of `layer_terms` where the
+    positions are 0..n-1, entry by entry."""
+    options = {"untie_cls": False} if name == "tupe-r" else {}
+    encoding = build_encoding(name, ModelDims(32, 4, 1, 9, causal=name == "fire"), options)
+    positions = torch.arange(9).expand(2, 9)
+    at = encoding.layer_terms_at(positions, torch.float64)[0].bias.detach()
+    assert at.stride()[-1] == 1 and at.stride()[-2] == 9
+    plain = encoding.layer_terms(9, "cpu", torch.float64)[0].bias.detach()
+    assert plain.is_contiguous()
+    # TUPE-R's position product and FIRE's MLP are summed in another order there.
+    exact = name not in ("tupe-r", "fire")
+    tolerance = {} if not exact else {"rtol": 0, "atol": 0}
+    torch.testing.assert_close(at, plain.expand_as(at), **tolerance)
+
+
+def test_lookup_by_head_reads_the_table_at_every_index():
+    table = torch.randn(5, 3)
+    index = torch.randint(0, 5, (2, 4, 4))
+    looked_up = lookup_by_head(table, index)
+    expected = [[[[table[index[b, i, j], h] for j in range(4)] for i in range(4)] for h in range(3)]
+                for b in range(2)]  # fmt: skip
+    assert looked_up.shape == (2, 3, 4, 4)
+    torch.testing.assert_close(looked_up, torch.tensor(expected), rtol=0, atol=0)
+    assert looked_up[1, 2].is_contiguous()

@@ -16,7 +16,7 @@ from .base import (
     layer_group,
     sharing_groups,
 )
-from .relative import offsets, position_differences, toeplitz
+from .relative import lookup_by_head, offsets, position_differences, toeplitz
 
 SHARING = ("none", "layer", "head")
 
@@ -176,7 +176,7 @@ class DietRelative(PositionalEncoding):
         return per_layer_terms(
             self.options.sharing,
             self.dims.num_layers,
-            lambda g: LayerTerms(scale=scale, bias=self.table[g][rows].movedim(-1, -3)),
+            lambda g: LayerTerms(scale=scale, bias=lookup_by_head(self.table[g], rows)),
         )
 
     @staticmethod

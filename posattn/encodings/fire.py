@@ -71,12 +71,21 @@ class FireBias(OwnsParameters, nn.Module):
 
     def forward(self, seq_len: int, device) -> Tensor:
         """[1, H, n, n] bias."""
-        distance = self.normalised_distance(seq_len, device)
-        return self.mlp(distance[..., None]).permute(2, 0, 1).unsqueeze(0)
+        return self.bias_of(self.normalised_distance(seq_len, device)).unsqueeze(0)
 
     def at(self, positions: Tensor) -> Tensor:
         """[B, H, n, n] bias of tokens at positions [B, n]."""
-        return self.mlp(self.normalised_distance_at(positions)[..., None]).movedim(-1, -3)
+        return self.bias_of(self.normalised_distance_at(positions))
+
+    def bias_of(self, distance: Tensor) -> Tensor:
+        """The MLP of distances [..., n, n] -> [..., H, n, n], heads outermost: its last layer
+        as W [H, w] times the hidden units' transpose, so that the bias is written with each
+        head's keys contiguous (the MLP's own output [..., n, n, H] has the heads innermost,
+        which attention kernels read several times slower)."""
+        first, activation, last = self.mlp
+        hidden = activation(first(distance[..., None])).flatten(-3, -2)  # [..., n*n, w]
+        bias = (last.weight @ hidden.mT).add_(last.bias[:, None])  # [..., H, n*n]
+        return bias.unflatten(-1, distance.shape[-2:])
 
 
 class Fire(PositionalEncoding):

@@ -10,6 +10,7 @@ from ..execution import use_skew
 from ..toeplitz import toeplitz
 
 __all__ = [
+    "lookup_by_head",
     "offsets",
     "position_differences",
     "relative_positions",
@@ -29,6 +30,15 @@ def position_differences(positions: Tensor) -> Tensor:
     """[B, n] positions of the tokens -> [B, n, n] with entry (b, i, j) = p_bj - p_bi: the
     relative position j - i of `relative_positions` at given positions."""
     return positions[..., None, :] - positions[..., :, None]
+
+
+def lookup_by_head(table: Tensor, index: Tensor) -> Tensor:
+    """A per-head table [K, H] read at indices [..., n, n] -> [..., H, n, n] with entry
+    (..., h, i, j) = table[index[..., i, j], h], each head's [n, n] block contiguous.
+
+    table[index] would put the heads innermost, and attention kernels read a bias that steps
+    over H values per key several times slower (the same layout `toeplitz` avoids)."""
+    return table.T.contiguous()[:, index].movedim(0, -3)
 
 
 def offsets(seq_len: int, device) -> Tensor:

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from ..errors import require, require_positive_int
 from .absolute import Learned
 from .base import LayerTerms, ModelDims, OwnsParameters, Place, PositionalEncoding, empty_parameter
-from .relative import offsets, position_differences, toeplitz
+from .relative import lookup_by_head, offsets, position_differences, toeplitz
 
 
 def t5_relative_bucket(
@@ -107,7 +107,7 @@ class T5BiasTable(OwnsParameters, nn.Module):
 
     def at(self, buckets: Tensor) -> Tensor:
         """Bucket ids [B, n, n] (any shape [..., n, n]) -> the bias [..., H, n, n]."""
-        return self.weight[buckets].movedim(-1, -3)
+        return lookup_by_head(self.weight, buckets)
 
     def forward(self, offset_buckets: Tensor) -> Tensor:
         """[2n - 1] buckets of the offsets (`cached_buckets`) -> the bias [1, H, n, n]."""
