@@ -299,6 +299,34 @@ def test_fire_matches_eq(hidden):
         torch.testing.assert_close(logits[..., lower], expected[..., lower], **TOL)
 
 
+@pytest.mark.parametrize("threshold", [30.0, 9.0, 4.5, 4.0, -3.0, 0.2, 0.0])
+def test_fire_by_offsets_below_the_threshold_equals_every_score(threshold):
+    """FIRE's rows below |L| come from the MLP at the 2n-1 offsets; the bias and the gradients
+    of c, L and the MLP equal the MLP run on every score (rows at and above |L|, the tie
+    i = |L| included, keep their own normaliser)."""
+    model = tiny_encoder("fire", encoding_options={"init_threshold": 5.0})
+    fire = model.encoding.layers[0].double()
+    with torch.no_grad():
+        fire.threshold.fill_(threshold)
+        fire.c.fill_(0.3)
+    weights = torch.randn(1, 3, 9, 9, dtype=torch.float64)
+
+    def bias_and_grads(build):
+        fire.zero_grad()
+        with torch.enable_grad():
+            bias = build()
+            (bias * weights).sum().backward()
+        return bias.detach(), [p.grad.clone() for p in fire.parameters()]
+
+    by_offsets, grads = bias_and_grads(lambda: fire(9, "cpu"))
+    every, expected = bias_and_grads(lambda: fire.bias_of(fire.normalised_distance(9, "cpu"))[None])
+    assert fire.rows_below_threshold(9) == min(9, math.ceil(abs(threshold)))
+    torch.testing.assert_close(by_offsets, every, rtol=1e-12, atol=1e-12)
+    for grad, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(grad, want, rtol=1e-10, atol=1e-12)
+    assert by_offsets.is_contiguous()
+
+
 @pytest.mark.parametrize(
     ("encoding", "options"),
     [

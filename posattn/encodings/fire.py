@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -17,7 +18,7 @@ from .base import (
     empty_parameter,
     require_causal,
 )
-from .relative import position_differences, relative_positions
+from .relative import offsets, position_differences, relative_positions, toeplitz
 
 
 @dataclass(frozen=True)
@@ -52,13 +53,16 @@ class FireBias(OwnsParameters, nn.Module):
         nn.init.constant_(self.c, self.options.init_c)
         nn.init.constant_(self.threshold, self.options.init_threshold)
 
-    def normalised_distance(self, seq_len: int, device) -> Tensor:
-        """[n, n] psi(i - j) / psi(max(L, i)), psi(x) = log(|c x| + 1)."""
-        relative = -relative_positions(seq_len, device).to(self.c.dtype)  # i - j
-        query = torch.arange(seq_len, device=device, dtype=self.c.dtype)
+    def psi(self, x: Tensor) -> Tensor:
+        return torch.log1p(torch.abs(self.c * x))
+
+    def normalised_distance(self, seq_len: int, device, start: int = 0) -> Tensor:
+        """[n - start, n] psi(i - j) / psi(max(L, i)), psi(x) = log(|c x| + 1), for the query
+        rows i >= start."""
+        relative = -relative_positions(seq_len, device)[start:].to(self.c.dtype)  # i - j
+        query = torch.arange(start, seq_len, device=device, dtype=self.c.dtype)
         normaliser = torch.maximum(query, self.threshold.abs())[:, None]
-        psi = lambda x: torch.log1p(torch.abs(self.c * x))  # noqa: E731
-        return psi(relative) / (psi(normaliser) + self.eps)
+        return self.psi(relative) / (self.psi(normaliser) + self.eps)
 
     def normalised_distance_at(self, positions: Tensor) -> Tensor:
         """`normalised_distance` at given positions [B, n]: [B, n, n] with i, j the positions
@@ -66,26 +70,51 @@ class FireBias(OwnsParameters, nn.Module):
         relative = -position_differences(positions).to(self.c.dtype)  # p_i - p_j
         query = positions.to(self.c.dtype)
         normaliser = torch.maximum(query, self.threshold.abs())[..., :, None]
-        psi = lambda x: torch.log1p(torch.abs(self.c * x))  # noqa: E731
-        return psi(relative) / (psi(normaliser) + self.eps)
+        return self.psi(relative) / (self.psi(normaliser) + self.eps)
 
     def forward(self, seq_len: int, device) -> Tensor:
-        """[1, H, n, n] bias."""
-        return self.bias_of(self.normalised_distance(seq_len, device)).unsqueeze(0)
+        """[1, H, n, n] bias. Query rows i < |L| have the constant normaliser psi(|L|), so
+        there the bias is a function of i - j alone: the MLP runs on the 2n-1 offsets and
+        their Toeplitz matrix gives those rows (for n <= |L|, every row: 2n-1 MLP inputs
+        instead of n^2). Rows from |L| on keep their own normaliser."""
+        # Compiled: one graph for every |L| (the split would be a graph break).
+        rows = 0 if torch.compiler.is_compiling() else self.rows_below_threshold(seq_len)
+        if rows == 0:
+            return self.bias_of(self.normalised_distance(seq_len, device)).unsqueeze(0)
+        by_offset = self.by_head(self.distance_by_offset(seq_len, device))  # [H, 2n-1]
+        bias = toeplitz(by_offset)
+        if rows < seq_len:
+            tail = self.normalised_distance(seq_len, device, start=rows)  # ties as maximum's
+            bias = torch.cat([bias[:, :rows], self.bias_of(tail)], dim=1)
+        return bias.unsqueeze(0)
+
+    def rows_below_threshold(self, seq_len: int) -> int:
+        """How many query rows i lie strictly below |L|: min(n, ceil(|L|)), read on the host
+        (the row split is a shape)."""
+        return min(seq_len, math.ceil(float(self.threshold.detach().abs())))
+
+    def distance_by_offset(self, seq_len: int, device) -> Tensor:
+        """[2n-1] psi(i - j) / psi(|L|) at the offsets j - i in `toeplitz` order: the
+        normalised distance of a row below the threshold."""
+        relative = -offsets(seq_len, device).to(self.c.dtype)  # i - j
+        return self.psi(relative) / (self.psi(self.threshold.abs()) + self.eps)
 
     def at(self, positions: Tensor) -> Tensor:
         """[B, H, n, n] bias of tokens at positions [B, n]."""
         return self.bias_of(self.normalised_distance_at(positions))
 
     def bias_of(self, distance: Tensor) -> Tensor:
-        """The MLP of distances [..., n, n] -> [..., H, n, n], heads outermost: its last layer
-        as W [H, w] times the hidden units' transpose, so that the bias is written with each
-        head's keys contiguous (the MLP's own output [..., n, n, H] has the heads innermost,
+        """The MLP of distances [..., m, n] -> [..., H, m, n]."""
+        return self.by_head(distance.flatten(-2)).unflatten(-1, distance.shape[-2:])
+
+    def by_head(self, distance: Tensor) -> Tensor:
+        """The MLP of distances [..., m] -> [..., H, m], heads outermost: its last layer as
+        W [H, w] times the hidden units' transpose, so that the bias is written with each
+        head's keys contiguous (the MLP's own output [..., m, H] has the heads innermost,
         which attention kernels read several times slower)."""
         first, activation, last = self.mlp
-        hidden = activation(first(distance[..., None])).flatten(-3, -2)  # [..., n*n, w]
-        bias = (last.weight @ hidden.mT).add_(last.bias[:, None])  # [..., H, n*n]
-        return bias.unflatten(-1, distance.shape[-2:])
+        hidden = activation(first(distance[..., None]))  # [..., m, w]
+        return (last.weight @ hidden.mT).add_(last.bias[:, None])
 
 
 class Fire(PositionalEncoding):
