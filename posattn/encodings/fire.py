@@ -134,7 +134,7 @@ class Fire(PositionalEncoding):
     paper = "Li et al. 2023 (FIRE)"
     equation = "FIRE f(psi(i-j)/psi(max(L,i)))"
     places = (Place.LOGIT_BIAS,)
-    cost = "per layer, MLP over n^2 scalars, [H,n,n]"
+    cost = "per layer, MLP over the 2n-1 offsets (each score in rows i >= abs(L)), [H,n,n]"
 
     def __init__(self, dims: ModelDims, options: FireOptions) -> None:
         require_causal(self.name, dims)
