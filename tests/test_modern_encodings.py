@@ -299,7 +299,7 @@ def test_fire_matches_eq(hidden):
         torch.testing.assert_close(logits[..., lower], expected[..., lower], **TOL)
 
 
-@pytest.mark.parametrize("threshold", [30.0, 9.0, 4.5, 4.0, -3.0, 0.2, 0.0])
+@pytest.mark.parametrize("threshold", [1e6, 30.0, 9.0, 4.5, 4.0, -3.0, 0.2, 0.0])
 def test_fire_by_offsets_below_the_threshold_equals_every_score(threshold):
     """FIRE's rows below |L| come from the MLP at the 2n-1 offsets; the bias and the gradients
     of c, L and the MLP equal the MLP run on every score (rows at and above |L|, the tie
@@ -320,11 +320,23 @@ def test_fire_by_offsets_below_the_threshold_equals_every_score(threshold):
 
     by_offsets, grads = bias_and_grads(lambda: fire(9, "cpu"))
     every, expected = bias_and_grads(lambda: fire.bias_of(fire.normalised_distance(9, "cpu"))[None])
-    assert fire.rows_below_threshold(9) == min(9, math.ceil(abs(threshold)))
+    assert fire.rows_below_threshold(9) == (9 if abs(threshold) >= 9 else math.ceil(abs(threshold)))
     torch.testing.assert_close(by_offsets, every, rtol=1e-12, atol=1e-12)
     for grad, want in zip(grads, expected, strict=True):
         torch.testing.assert_close(grad, want, rtol=1e-10, atol=1e-12)
     assert by_offsets.is_contiguous()
+
+
+@pytest.mark.parametrize(("threshold", "rows"), [(math.nan, 0), (math.inf, 9), (-math.inf, 9)])
+def test_fire_with_a_threshold_that_is_not_finite_still_runs(threshold, rows):
+    """A diverged L: NaN computes every row as it is (NaN logits, as before), an infinite one
+    is above every row."""
+    fire = tiny_encoder("fire").encoding.layers[0]
+    with torch.no_grad():
+        fire.threshold.fill_(threshold)
+    assert fire.rows_below_threshold(9) == rows
+    every = fire.bias_of(fire.normalised_distance(9, "cpu"))[None]
+    torch.testing.assert_close(fire(9, "cpu"), every, equal_nan=True)
 
 
 @pytest.mark.parametrize(

@@ -90,8 +90,11 @@ class FireBias(OwnsParameters, nn.Module):
 
     def rows_below_threshold(self, seq_len: int) -> int:
         """How many query rows i lie strictly below |L|: min(n, ceil(|L|)), read on the host
-        (the row split is a shape)."""
-        return min(seq_len, math.ceil(float(self.threshold.detach().abs())))
+        (the row split is a shape); none for a NaN L (every row computed as it is)."""
+        threshold = float(self.threshold.detach().abs())
+        if math.isnan(threshold):
+            return 0
+        return seq_len if threshold >= seq_len else math.ceil(threshold)
 
     def distance_by_offset(self, seq_len: int, device) -> Tensor:
         """[2n-1] psi(i - j) / psi(|L|) at the offsets j - i in `toeplitz` order: the
