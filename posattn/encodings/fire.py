@@ -90,7 +90,9 @@ class FireBias(OwnsParameters, nn.Module):
 
     def rows_below_threshold(self, seq_len: int) -> int:
         """How many query rows i lie strictly below |L|: min(n, ceil(|L|)), read on the host
-        (the row split is a shape); none for a NaN L (every row computed as it is)."""
+        (the row split is a shape: one device sync a layer on a GPU, where the MLP on every
+        score would hold [n, n, mlp_width] hidden units, 2 GiB a layer in float32 at n=4096);
+        none for a NaN L (every row computed as it is)."""
         threshold = float(self.threshold.detach().abs())
         if math.isnan(threshold):
             return 0
