@@ -77,8 +77,10 @@ class FireBias(OwnsParameters, nn.Module):
         there the bias is a function of i - j alone: the MLP runs on the 2n-1 offsets and
         their Toeplitz matrix gives those rows (for n <= |L|, every row: 2n-1 MLP inputs
         instead of n^2). Rows from |L| on keep their own normaliser."""
-        # Compiled: one graph for every |L| (the split would be a graph break).
-        rows = 0 if torch.compiler.is_compiling() else self.rows_below_threshold(seq_len)
+        # Compiled: one graph for every |L| (the split would be a graph break); on the meta
+        # device (construction-time checks) there is no value to split at.
+        dense = torch.compiler.is_compiling() or self.threshold.is_meta
+        rows = 0 if dense else self.rows_below_threshold(seq_len)
         if rows == 0:
             return self.bias_of(self.normalised_distance(seq_len, device)).unsqueeze(0)
         by_offset = self.by_head(self.distance_by_offset(seq_len, device))  # [H, 2n-1]
