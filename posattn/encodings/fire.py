@@ -84,10 +84,11 @@ class FireBias(OwnsParameters, nn.Module):
         if rows == 0:
             return self.bias_of(self.normalised_distance(seq_len, device)).unsqueeze(0)
         by_offset = self.by_head(self.distance_by_offset(seq_len, device))  # [H, 2n-1]
-        bias = toeplitz(by_offset)
+        # The offsets of rows [0, rows) only: no Toeplitz rows built to be cut off.
+        bias = toeplitz(by_offset[:, seq_len - rows :], seq_len)  # [H, rows, n]
         if rows < seq_len:
             tail = self.normalised_distance(seq_len, device, start=rows)  # ties as maximum's
-            bias = torch.cat([bias[:, :rows], self.bias_of(tail)], dim=1)
+            bias = torch.cat([bias, self.bias_of(tail)], dim=1)
         return bias.unsqueeze(0)
 
     def rows_below_threshold(self, seq_len: int) -> int:
