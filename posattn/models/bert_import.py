@@ -145,20 +145,40 @@ def import_bert(
         bert_config, encoding=encoding, encoding_options=encoding_options or {}, **overrides
     )
     model = model_class(config)
+    load_bert_content(model, weights, str(path), keep_positions=encoding == "learned")
+    return model
+
+
+def load_bert_content(
+    model: PosAttnPreTrainedModel, weights: dict, source: str, keep_positions: bool = False
+) -> None:
+    """Copy a BERT checkpoint's content weights (and its MLM head when `model` has one) into
+    `model`, whose sizes must be the checkpoint's. BERT's position table is copied only with
+    keep_positions (a `learned` model: its first max_len rows); every other positional
+    parameter keeps its own initialisation. `source` names the checkpoint in errors."""
     encoder_weights, head_weights = state_dict_from_bert(
-        weights, with_head=model_class is PosAttnForMaskedLM
+        weights, with_head=isinstance(model, PosAttnForMaskedLM)
     )
-    if encoding != "learned":
-        encoder_weights.pop("encoding.table.weight", None)
+    table = encoder_weights.pop("encoding.table.weight", None)
     encoder = model.base_model.encoder  # PosAttnModel.encoder, for the bare model and heads
+    own = encoder.state_dict()
+    if keep_positions and table is not None:
+        encoder_weights["encoding.table.weight"] = table[: own["encoding.table.weight"].shape[0]]
+    for name, tensor in encoder_weights.items():
+        if name in own and own[name].shape != tensor.shape:
+            raise invalid(
+                f"checkpoint parameter {name}",
+                list(tensor.shape),
+                f"the model's shape {list(own[name].shape)}: set the model's sizes to "
+                f"the checkpoint's ({source})",
+            )
     missing, unexpected = encoder.load_state_dict(encoder_weights, strict=False)
     if unexpected:
         raise invalid(
-            "checkpoint parameters", unexpected, f"parameters of a {config.encoding} model"
+            "checkpoint parameters", unexpected, f"parameters of a {model.config.encoding} model"
         )
     positional = [name for name in missing if not name.startswith(("encoding.", "segment_bias."))]
     if positional:
-        raise invalid("checkpoint", str(path), f"a complete BERT checkpoint; missing {positional}")
+        raise invalid("checkpoint", source, f"a complete BERT checkpoint; missing {positional}")
     if head_weights:
         model.load_state_dict(head_weights, strict=False)
-    return model

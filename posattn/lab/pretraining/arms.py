@@ -34,6 +34,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "share-layer": {"encoding_options": {"sharing": "layer"}},
     "share-head": {"encoding_options": {"sharing": "head"}},
     "positional-lr-x10": {"positional_lr_factor": 10.0},
+    "checkpoint-positions": {"init_positions": True},
 }
 
 
@@ -63,7 +64,9 @@ def arm_config(config: RunConfig, arm: str) -> RunConfig:
     )
     scale = config.trainer.positional_lr_scale * changes.get("positional_lr_factor", 1.0)
     trainer = replace(config.trainer, positional_lr_scale=scale)
-    return replace(config, model=model, trainer=trainer)
+    init_positions = changes.get("init_positions", config.pretrain.init_positions)
+    pretrain = replace(config.pretrain, init_positions=init_positions)
+    return replace(config, model=model, trainer=trainer, pretrain=pretrain)
 
 
 def pretrained_arms(arms: list[str]) -> list[str]:

@@ -24,6 +24,12 @@ def data_for(config: RunConfig):
     return PreparedData(config.data.data_dir)
 
 
+def tokenizer_for(config: RunConfig, data):
+    from .warm_start import run_tokenizer
+
+    return run_tokenizer(config.pretrain.init_from, data)
+
+
 def run_pretrain(args: argparse.Namespace) -> int:
     from .pretrain import pretrain
 
@@ -31,7 +37,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
     data = data_for(config)
     output = Path(args.output or f"runs/pretrain-{config.model.encoding}")
     with run_lock(output, "posattn pretrain"):
-        pretrain(config, output, data.tokenizer(), data, resume=args.resume)
+        pretrain(config, output, tokenizer_for(config, data), data, resume=args.resume)
         finish_distributed()
     return 0
 
@@ -43,7 +49,7 @@ def run_finetune(args: argparse.Namespace) -> int:
     data = data_for(config)
     output = Path(args.output or Path(args.pretrained).parent / "finetune")
     with run_lock(output, "posattn finetune"):
-        finetune(Path(args.pretrained), config, output, data.tokenizer(), data)
+        finetune(Path(args.pretrained), config, output, tokenizer_for(config, data), data)
         finish_distributed()
     return 0
 
@@ -60,7 +66,8 @@ def run_compare(args: argparse.Namespace) -> int:
     output = Path(args.output or f"runs/compare-{args.preset or 'custom'}")
     overwrite = getattr(args, "overwrite", False)
     with run_lock(output, "posattn compare --task pretraining"):
-        compare(config, output, data.tokenizer(), data, data, args.preset or "custom", overwrite)
+        tokenizer = tokenizer_for(config, data)
+        compare(config, output, tokenizer, data, data, args.preset or "custom", overwrite)
         finish_distributed()
     return 0
 

@@ -45,6 +45,7 @@ from .finetune import finetune, finetune_stage
 from .pretrain import QUIET_PROGRESS, model_config, pretrain, pretrain_stage
 from .runconfig import RunConfig
 from .summary import write_summary
+from .warm_start import check_start, run_tokenizer
 
 console = Console()
 
@@ -93,11 +94,11 @@ def cells_of(config: RunConfig) -> tuple[list[Cell], list[Cell]]:
 
 
 @functools.cache
-def prepared_data(data_dir: str | None) -> tuple[PreparedData, object]:
+def prepared_data(data_dir: str | None, init_from: str | None) -> tuple[PreparedData, object]:
     """The data and tokenizer of a process, made once: the cells a worker runs then share
     pretrain.packed_blocks' cache instead of packing the corpus again for every cell."""
     data = PreparedData(data_dir)
-    return data, data.tokenizer()
+    return data, run_tokenizer(init_from, data)
 
 
 def run_cell(config: RunConfig, cell: Cell, output: Path, overwrite: bool = False) -> str:
@@ -106,7 +107,7 @@ def run_cell(config: RunConfig, cell: Cell, output: Path, overwrite: bool = Fals
     state = stage_state(stage, overwrite)
     if state == FINISHED:
         return cell.name
-    data, tokenizer = prepared_data(config.data.data_dir)
+    data, tokenizer = prepared_data(config.data.data_dir, config.pretrain.init_from)
     cell_config = cell.config(config)
     directory = cell.directory(output)
     if cell.task is not None:
@@ -156,6 +157,7 @@ def check_before_training(config: RunConfig, tokenizer, tasks) -> None:
     for arm in config.encodings:
         arm_run = arm_config(config, arm)
         model = model_config(arm_run, tokenizer)
+        check_start(arm_run.pretrain.init_from, arm_run.pretrain.init_positions, model)
         with torch.device("meta"):
             encoding = build_encoding(model.encoding, model.dims, model.encoding_options)
         table = encoding.max_positions

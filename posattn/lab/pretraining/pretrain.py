@@ -11,7 +11,6 @@ from pathlib import Path
 import torch
 from transformers import TrainingArguments
 
-from ...models import PosAttnForMaskedLM
 from ...models.config import PosAttnConfig
 from ..runs.fingerprint import run_settings, trainer_settings
 from ..runs.mlm_data import MaskedBlocks, pack_paragraphs
@@ -24,6 +23,7 @@ from ..runs.trainer import (
     tensorboard_logs,
 )
 from .runconfig import RunConfig
+from .warm_start import check_start, initial_masked_lm
 
 QUIET_PROGRESS = "POSATTN_QUIET_PROGRESS"
 
@@ -86,6 +86,7 @@ def pretrain(config: RunConfig, output: Path, tokenizer, corpus, resume: bool = 
     """
     output = Path(output)
     model_cfg = model_config(config, tokenizer)
+    check_start(config.pretrain.init_from, config.pretrain.init_positions, model_cfg)
     checkpoint = start_stage(pretrain_stage(config, output), resume)
     seq_len = config.model.max_len
     train_blocks = packed_blocks(
@@ -97,7 +98,7 @@ def pretrain(config: RunConfig, output: Path, tokenizer, corpus, resume: bool = 
     # The same masks for every encoding and every evaluation.
     validation = masked_dataset(tokenizer, validation_blocks, config, seed=12345)
     torch.manual_seed(config.pretrain.seed)
-    model = PosAttnForMaskedLM(model_cfg)
+    model = initial_masked_lm(model_cfg, config.pretrain.init_from, config.pretrain.init_positions)
     with tensorboard_logs(output / TENSORBOARD):
         trainer = AtomicCheckpointTrainer(
             model=model,

@@ -36,12 +36,20 @@ class DataSection:
 
 @dataclass
 class PretrainSection(StepSection):
-    """Masked-LM pretraining as in TUPE Sec. 4.1 / DIET Sec. 4, in miniature."""
+    """Masked-LM pretraining as in TUPE Sec. 4.1 / DIET Sec. 4, in miniature. init_from: a
+    BERT checkpoint directory, or "minilm" (the packaged MiniLM-L6), whose content weights
+    start every pretrained arm, positions fresh (warm_start.py); None: random weights.
+    init_positions: also start from the checkpoint's position table (`learned` only; the
+    `checkpoint-positions` arm)."""
 
     mlm_probability: float = 0.15
+    init_from: str | None = None
+    init_positions: bool = False
 
     # 0 would mask nothing: no token to predict, a loss of NaN
     RANGES: ClassVar[dict[str, r.Range]] = {"mlm_probability": r.OPEN_PROBABILITY}
+    # Added after results existed: see PretrainModelSection.ADDED_DEFAULTS.
+    ADDED_DEFAULTS: ClassVar[dict] = {"init_from": None, "init_positions": False}
 
 
 @dataclass
@@ -95,7 +103,7 @@ class RunConfig:
     encodings: list[str] = field(default_factory=lambda: ["learned", "tupe-r", "diet-abs"])
 
 
-PRESETS = ("smoke", "quick", "standard", "paper-mini")
+PRESETS = ("smoke", "quick", "standard", "paper-mini", "warm-start")
 
 
 def preset_path(name: str) -> Path:

