@@ -107,8 +107,8 @@ def state_dict_from_bert(weights: dict, with_head: bool) -> tuple[dict, dict]:
     return encoder, head
 
 
-def read_bert(path: str | Path) -> tuple[dict, dict]:
-    """(config dict, weights) of a BERT checkpoint directory, with clear errors."""
+def read_bert_config(path: str | Path) -> dict:
+    """The config.json of a BERT checkpoint directory, with clear errors."""
     path = Path(path)
     for required in ("config.json", "model.safetensors"):
         if not (path / required).is_file():
@@ -119,11 +119,17 @@ def read_bert(path: str | Path) -> tuple[dict, dict]:
         raise invalid("config.json", str(path / "config.json"), f"valid JSON ({error})") from None
     if config.get("model_type", "bert") != "bert":
         raise invalid("model_type", config["model_type"], "a BERT checkpoint (model_type 'bert')")
+    return config
+
+
+def read_bert(path: str | Path) -> tuple[dict, dict]:
+    """(config dict, weights) of a BERT checkpoint directory, with clear errors."""
+    config = read_bert_config(path)
     try:
-        weights = load_file(path / "model.safetensors")
+        weights = load_file(Path(path) / "model.safetensors")
     except (SafetensorError, OSError) as error:
         raise PosAttnConfigError(
-            f"checkpoint file {path / 'model.safetensors'} is corrupt or unreadable: {error}"
+            f"checkpoint file {Path(path) / 'model.safetensors'} is corrupt or unreadable: {error}"
         ) from None
     return config, weights
 

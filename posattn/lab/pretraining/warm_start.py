@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ...errors import invalid
 from ...models import PosAttnForMaskedLM
-from ...models.bert_import import load_bert_content, read_bert
+from ...models.bert_import import load_bert_content, read_bert, read_bert_config
 from ...models.config import PosAttnConfig
 
 # The checkpoint a Python package ships (a 6 x 384 BERT; README, "Data").
@@ -78,7 +78,7 @@ def check_start(init_from: str | None, init_positions: bool, model: PosAttnConfi
             True,
             f"encoding 'learned' (BERT's position table); not {model.encoding!r}",
         )
-    bert, _ = read_bert(checkpoint_dir(init_from))
+    bert = read_bert_config(checkpoint_dir(init_from))
     if init_positions and model.max_len > bert["max_position_embeddings"]:
         raise invalid(
             "model.max_len",
