@@ -212,3 +212,15 @@ def test_a_run_from_random_weights_says_nothing_of_a_start():
 
     assert start_sentence(PretrainSection()) == ""
     assert "`minilm`" in start_sentence(PretrainSection(init_from="minilm"))
+
+
+def test_fine_tuning_with_another_vocabulary_is_refused(tiny_checkpoint, tiny_data_dir, tmp_path):
+    from posattn.lab.pretraining.finetune import finetune
+    from posattn.lab.runs.sources import PreparedData
+
+    data = PreparedData(tiny_data_dir)
+    cfg = tiny_model_config(tiny_run(tiny_checkpoint), "learned")
+    model_dir = tmp_path / "model"
+    initial_masked_lm(cfg, str(tiny_checkpoint)).save_pretrained(model_dir)
+    with pytest.raises(PosAttnConfigError, match=r"tokenizer='\d+ pieces'.*the 30522 of the model"):
+        finetune(model_dir, RunConfig(), tmp_path / "finetune", data.tokenizer(), data)

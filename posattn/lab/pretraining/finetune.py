@@ -3,6 +3,7 @@ every seed at every learning rate, the median over seeds per rate, the best rate
 
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import torch
 from sklearn.metrics import f1_score, matthews_corrcoef
 from transformers import DataCollatorWithPadding, TrainingArguments
 
+from ...errors import invalid
 from ...models import PosAttnForSequenceClassification
 from ..runs.datasets import ListDataset
 from ..runs.fingerprint import run_settings, trainer_settings
@@ -190,12 +192,29 @@ def finetune_stage(config: RunConfig, output: Path) -> Stage:
     return Stage(Path(output), settings, marker="finetune.json")
 
 
+def check_vocabulary(pretrained: Path, tokenizer) -> None:
+    """Refuse a tokenizer whose pieces are not the model's rows (a model pretrained from a
+    checkpoint's content, pretrain.init_from, reads that checkpoint's tokenizer)."""
+    config_file = Path(pretrained) / "config.json"
+    if not config_file.is_file():
+        return  # from_pretrained names the missing file
+    rows = json.loads(config_file.read_text())["vocab_size"]
+    if rows != len(tokenizer):
+        raise invalid(
+            "tokenizer",
+            f"{len(tokenizer)} pieces",
+            f"the {rows} of the model in {pretrained}: fine-tune with the settings it was "
+            "pretrained with (pretrain.init_from, data.data_dir)",
+        )
+
+
 def finetune(pretrained: Path, config: RunConfig, output: Path, tokenizer, tasks_source) -> dict:
     """Every configured task; writes finetune.json into `output` (the main process).
 
     Each (task, learning rate, seed) run is one process's job: under a launcher the runs are
     shared out over the ranks and their results gathered, so N processes run N at a time."""
     output = Path(output)
+    check_vocabulary(pretrained, tokenizer)
     join_process_group()
     start_stage(finetune_stage(config, output))
     f = config.finetune
