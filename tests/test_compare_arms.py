@@ -5,8 +5,8 @@ from dataclasses import asdict
 import pytest
 
 from posattn import PosAttnConfig, PosAttnConfigError
-from posattn.lab.pretraining.arms import arm_config, check_arms, split_arm
-from posattn.lab.pretraining.compare import Cell, cells_of
+from posattn.lab.pretraining.arms import arm_config, check_arms, scaled_arm, split_arm
+from posattn.lab.pretraining.compare import Cell, cells_of, check_before_training
 from posattn.lab.pretraining.runconfig import PRESETS, load_run_config
 
 
@@ -39,6 +39,7 @@ def test_the_positional_rate_variant_scales_only_the_trainer_setting(config):
         plain_stage = Cell("diet-rel", 0, task).stage(config, "out")
         faster_stage = Cell("diet-rel/positional-lr-x10", 0, task).stage(config, "out")
         assert plain_stage.fingerprint != faster_stage.fingerprint
+    config.model.encoding_options = {}  # diet-rel has no cls_index
     config.trainer.positional_lr_scale = 2.0  # the run's own scale is multiplied, not replaced
     assert arm_config(config, "diet-rel/positional-lr-x10").trainer.positional_lr_scale == 20.0
 
@@ -78,3 +79,63 @@ def test_every_preset_arm_builds_a_model(preset):
     for arm in config.encodings:
         model = arm_config(config, arm).model
         PosAttnConfig(vocab_size=100, **asdict(model))  # the encoding checks its options here
+
+
+class TinyTokenizer:
+    """What check_before_training reads of a tokenizer: its size and pad id."""
+
+    pad_token_id = 0
+
+    def __len__(self) -> int:
+        return 100
+
+
+class AnyTask:
+    @staticmethod
+    def spec(name):
+        return name
+
+
+@pytest.fixture
+def plain_config():
+    return load_run_config("smoke", None, [])
+
+
+def test_the_run_positional_rate_reaches_only_arms_with_positional_parameters(plain_config):
+    config = plain_config
+    config.trainer.positional_lr_scale = 10.0
+    scales = {
+        arm: arm_config(config, arm).trainer.positional_lr_scale
+        for arm in ("learned", "diet-rel", "random-init", "none", "sinusoidal")
+    }
+    assert scales == {
+        "learned": 10.0,
+        "diet-rel": 10.0,
+        "random-init": 10.0,
+        "none": 1.0,
+        "sinusoidal": 1.0,
+    }
+    assert [scaled_arm(config, arm) for arm in ("learned", "none")] == [True, False]
+    # so a `none` cell is the same cell whatever rate the run gives positional parameters
+    shared = Cell("none", 0, None).stage(config, "out").fingerprint
+    config.trainer.positional_lr_scale = 1.0
+    assert Cell("none", 0, None).stage(config, "out").fingerprint == shared
+    assert Cell("learned", 0, None).stage(config, "out").fingerprint != shared
+
+
+def test_a_positional_rate_that_reaches_no_arm_is_refused(plain_config):
+    config = plain_config
+    config.finetune.tasks = ["topic"]
+    config.trainer.positional_lr_scale = 10.0
+    config.encodings = ["none", "learned"]
+    check_before_training(config, TinyTokenizer(), AnyTask())  # `none` beside a scaled arm
+    config.encodings = ["none", "sinusoidal"]
+    with pytest.raises(PosAttnConfigError) as error:
+        check_before_training(config, TinyTokenizer(), AnyTask())
+    message = str(error.value)
+    assert "trainer.positional_lr_scale" in message and "none, sinusoidal" in message
+    config.trainer.positional_lr_scale = 1.0
+    config.encodings = ["learned", "none/positional-lr-x10"]  # asked for by name: refused
+    with pytest.raises(PosAttnConfigError) as error:
+        check_before_training(config, TinyTokenizer(), AnyTask())
+    assert "none/positional-lr-x10" in str(error.value)

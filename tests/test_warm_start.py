@@ -186,12 +186,13 @@ def test_compare_from_a_checkpoint_pretrains_and_fine_tunes_with_its_tokenizer(
     sizes = [f"model.{key}={value}" for key, value in TINY.items()]
     assert main([
         "compare", "--preset", "smoke", "--data-dir", str(tiny_data_dir), "--output", str(output),
-        "--encodings", "learned/checkpoint-positions,tupe-r,random-init",
+        "--encodings", "learned/checkpoint-positions,tupe-r,none,random-init",
         f"pretrain.init_from={tiny_checkpoint}", *sizes, "pretrain.steps=2",
+        "trainer.positional_lr_scale=10",
         "finetune.tasks=[sentiment]", "finetune.seeds=[0]", "finetune.epochs=1",
     ]) == 0  # fmt: skip
     results = json.loads((output / "results.json").read_text())["results"]
-    assert list(results) == ["learned/checkpoint-positions", "tupe-r", "random-init"]
+    assert list(results) == ["learned/checkpoint-positions", "tupe-r", "none", "random-init"]
     for arm in results:
         model = output / arm.replace("/", "+") / "seed0" / "pretrain" / "model"
         assert json.loads((model / "config.json").read_text())["vocab_size"] == 30522
@@ -205,6 +206,11 @@ def test_compare_from_a_checkpoint_pretrains_and_fine_tunes_with_its_tokenizer(
     assert not torch.equal(random_init[word], weights["bert.embeddings.word_embeddings.weight"])
     text = (output / "results.md").read_text()
     assert f"starts from the content weights of `{tiny_checkpoint}`" in text
+    # `none` has no positional parameters for the run's positional rate: it trains at 1x
+    assert "Positional parameters train at 10 times the run's learning rate; `none`, " in text
+    for arm, scale in (("tupe-r", 10.0), ("none", None)):
+        stage = json.loads((output / arm / "seed0" / "pretrain" / "stage.json").read_text())
+        assert stage["settings"].get("trainer", {}).get("positional_lr_scale") == scale
 
 
 def test_a_run_from_random_weights_says_nothing_of_a_start():

@@ -21,7 +21,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ...encodings import ENCODINGS
+import torch
+
+from ...encodings import ENCODINGS, build_encoding
+from ...encodings.base import ModelDims
 from ...errors import invalid, require_choice
 from .runconfig import RunConfig
 
@@ -49,10 +52,22 @@ def split_arm(arm: str) -> tuple[str, str | None]:
     return encoding, variant or None
 
 
+def has_positional_parameters(model) -> bool:
+    """Whether the encoding of a model section trains parameters of its own, the ones
+    `trainer.positional_lr_scale` reaches (built on the meta device: no memory, no init)."""
+    dims = ModelDims(model.d_model, model.num_heads, model.num_layers, model.max_len)
+    with torch.device("meta"):
+        encoding = build_encoding(model.encoding, dims, model.encoding_options)
+    return next(encoding.parameters(), None) is not None
+
+
 def arm_config(config: RunConfig, arm: str) -> RunConfig:
     """The run config of one arm: the model (and trainer) sections with its encoding and
     variant applied. A variant's positional rate factor multiplies the run's scale, so that
-    `trainer.positional_lr_scale=2` with `positional-lr-x10` gives 20."""
+    `trainer.positional_lr_scale=2` with `positional-lr-x10` gives 20. The run's scale is a
+    rate for positional parameters: an arm without any (`none`, `sinusoidal`, `rope`) trains
+    at scale 1, its only rate, so a comparison can keep it beside the others (a variant that
+    asks for a factor on such an arm is refused by compare)."""
     encoding, variant = split_arm(arm)
     changes = VARIANTS.get(variant, {}) if variant else {}
     options = {**config.model.encoding_options, **changes.get("encoding_options", {})}
@@ -62,11 +77,19 @@ def arm_config(config: RunConfig, arm: str) -> RunConfig:
         encoding_options=options,
         segments=changes.get("segments", config.model.segments),
     )
-    scale = config.trainer.positional_lr_scale * changes.get("positional_lr_factor", 1.0)
+    run_scale = config.trainer.positional_lr_scale
+    if run_scale != 1.0 and not has_positional_parameters(model):
+        run_scale = 1.0
+    scale = run_scale * changes.get("positional_lr_factor", 1.0)
     trainer = replace(config.trainer, positional_lr_scale=scale)
     init_positions = changes.get("init_positions", config.pretrain.init_positions)
     pretrain = replace(config.pretrain, init_positions=init_positions)
     return replace(config, model=model, trainer=trainer, pretrain=pretrain)
+
+
+def scaled_arm(config: RunConfig, arm: str) -> bool:
+    """Whether the run's positional rate reaches this arm (it has positional parameters)."""
+    return has_positional_parameters(arm_config(config, arm).model)
 
 
 def pretrained_arms(arms: list[str]) -> list[str]:

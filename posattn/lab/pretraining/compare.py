@@ -39,7 +39,7 @@ from ..runs.denormals import apply_denormal_choice
 from ..runs.ranks import barrier, world_size
 from ..runs.sources import PreparedData
 from ..runs.stages import FINISHED, RESUME, Stage, is_main_process, reuse_counts, stage_state
-from .arms import RANDOM_INIT, arm_config, check_arms
+from .arms import RANDOM_INIT, arm_config, check_arms, scaled_arm
 from .baselines import save_initial_model
 from .finetune import finetune, finetune_stage
 from .pretrain import QUIET_PROGRESS, model_config, pretrain, pretrain_stage
@@ -175,6 +175,14 @@ def check_before_training(config: RunConfig, tokenizer, tasks) -> None:
                 f"an arm with positional parameters: {model.encoding!r} has none for "
                 "a positional learning rate to scale",
             )
+    scale = config.trainer.positional_lr_scale
+    reached = [arm for arm in config.encodings if scaled_arm(config, arm)]
+    if scale != 1.0 and not reached:
+        raise invalid(
+            "trainer.positional_lr_scale",
+            scale,
+            f"1.0 for arms without positional parameters ({', '.join(config.encodings)})",
+        )
     for task in config.finetune.tasks:
         tasks.spec(task)
 

@@ -15,7 +15,7 @@ from ..runs.results import claims_markdown, downstream_summary, plot_downstream
 from ..runs.stages import save_run
 from ..runs.statistics import mean_interval, paired_permutation
 from ..runs.tables import markdown_table
-from .arms import RANDOM_INIT
+from .arms import RANDOM_INIT, scaled_arm
 from .baselines import task_baselines
 from .plots import plot_validation_loss
 from .runconfig import RunConfig
@@ -169,6 +169,19 @@ def start_sentence(pretrain) -> str:
     )
 
 
+def rate_sentence(config) -> str:
+    """The positional learning rate, when the run scales it, and the arms it cannot reach."""
+    scale = config.trainer.positional_lr_scale
+    if scale == 1.0:
+        return ""
+    unscaled = [f"`{arm}`" for arm in config.encodings if not scaled_arm(config, arm)]
+    text = f" Positional parameters train at {scale:g} times the run's learning rate"
+    if unscaled:
+        verb = "trains" if len(unscaled) == 1 else "train"
+        text += f"; {', '.join(unscaled)}, without any, {verb} at the run's rate"
+    return text + "."
+
+
 def results_markdown(config, results, downstream, table, claims, context, paired) -> str:
     tasks = list(config.finetune.tasks)
     runs = len(context["pretrain_seeds"]) * len(context["finetune_seeds"])
@@ -180,7 +193,8 @@ def results_markdown(config, results, downstream, table, claims, context, paired
         f"{context['pretrain_seeds']} x fine-tuning seeds {context['finetune_seeds']}) at each "
         "model's best learning rate, [95% interval of the mean]; MLM validation loss: mean over "
         "pretraining seeds [95% interval]. Speed is measured by `posattn bench`, paired."
-        + start_sentence(config.pretrain),
+        + start_sentence(config.pretrain)
+        + rate_sentence(config),
         "",
         results_table(results, downstream, tasks),
         "",
