@@ -39,7 +39,7 @@ from ..runs.denormals import apply_denormal_choice
 from ..runs.ranks import barrier, world_size
 from ..runs.sources import PreparedData
 from ..runs.stages import FINISHED, RESUME, Stage, is_main_process, reuse_counts, stage_state
-from .arms import RANDOM_INIT, arm_config, check_arms, scaled_arm
+from .arms import RANDOM_INIT, arm_config, check_arms
 from .baselines import save_initial_model
 from .finetune import finetune, finetune_stage
 from .pretrain import QUIET_PROGRESS, model_config, pretrain, pretrain_stage
@@ -154,6 +154,7 @@ def run_cells(
 def check_before_training(config: RunConfig, tokenizer, tasks) -> None:
     """Every arm against the model and every task name, before the first step trains."""
     check_arms(config.encodings)
+    reached = []  # the arms with positional parameters for the run's positional rate
     for arm in config.encodings:
         arm_run = arm_config(config, arm)
         model = model_config(arm_run, tokenizer)
@@ -167,8 +168,10 @@ def check_before_training(config: RunConfig, tokenizer, tasks) -> None:
                 config.finetune.max_len,
                 f"at most model.max_len={table}: arm {arm!r} has a position table",
             )
-        scaled = arm_run.trainer.positional_lr_scale != 1.0
-        if scaled and next(encoding.parameters(), None) is None:
+        has_parameters = next(encoding.parameters(), None) is not None
+        if has_parameters:
+            reached.append(arm)
+        if arm_run.trainer.positional_lr_scale != 1.0 and not has_parameters:
             raise invalid(
                 "encodings",
                 arm,
@@ -176,7 +179,6 @@ def check_before_training(config: RunConfig, tokenizer, tasks) -> None:
                 "a positional learning rate to scale",
             )
     scale = config.trainer.positional_lr_scale
-    reached = [arm for arm in config.encodings if scaled_arm(config, arm)]
     if scale != 1.0 and not reached:
         raise invalid(
             "trainer.positional_lr_scale",
