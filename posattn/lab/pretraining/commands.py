@@ -54,6 +54,33 @@ def run_finetune(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_zero_shot(args: argparse.Namespace) -> int:
+    from ..runs.stages import save_run
+    from .zero_shot import MARKER, ZERO_SHOT_TASKS, score_model
+
+    config = run_config(args)
+    data = data_for(config)
+    output = Path(args.output or Path(args.pretrained).parent / "zero-shot")
+    finetune = config.finetune
+    tokenizer = tokenizer_for(config, data)
+    result = {}
+    for task in ZERO_SHOT_TASKS:
+        result[task] = score_model(
+            Path(args.pretrained),
+            task,
+            tokenizer,
+            data,
+            finetune.max_eval_examples,
+            finetune.max_len,
+        )
+        pairs = len(result[task]["per_pair"])
+        print(
+            f"{task}: the written order preferred on {result[task]['score']:.1f}% of {pairs} pairs"
+        )
+    save_run(output, {MARKER: result})
+    return 0
+
+
 def run_compare(args: argparse.Namespace) -> int:
     """compare --task pretraining (the default): MLM pretraining, then fine-tuning."""
     from .compare import compare
@@ -100,3 +127,12 @@ def register(commands) -> None:
     parser.add_argument("pretrained", help="the model directory written by posattn pretrain")
     add_run_options(parser, "quick")
     parser.set_defaults(func=run_finetune)
+
+    parser = commands.add_parser(
+        "zero-shot",
+        help="score a pretrained masked LM on word order without fine-tuning: the share of "
+        "test sentences it prefers as written to their reordering",
+    )
+    parser.add_argument("pretrained", help="the model directory written by posattn pretrain")
+    add_run_options(parser, "quick")
+    parser.set_defaults(func=run_zero_shot)

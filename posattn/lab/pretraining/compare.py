@@ -8,6 +8,8 @@ The work is a set of independent cells, each a directory with its settings finge
 
     ARM/seedP/pretrain         masked-LM pretraining of ARM with seed P (random-init: none)
     ARM/seedP/finetune/TASK    fine-tuning that model on TASK, every seed x learning rate
+    ARM/seedP/zero-shot/TASK   that model's masked LM scored on TASK without fine-tuning
+                               (word-order: lab/pretraining/zero_shot.py)
 
 A cell finished with the same settings is reused, a killed one resumes, one of other settings
 is refused (or recomputed with --overwrite). `compare.workers` processes run the cells side by
@@ -46,26 +48,36 @@ from .pretrain import QUIET_PROGRESS, model_config, pretrain, pretrain_stage
 from .runconfig import RunConfig
 from .summary import write_summary
 from .warm_start import check_start, run_tokenizer
+from .zero_shot import MARKER as ZERO_SHOT_MARKER
+from .zero_shot import ZERO_SHOT_TASKS, zero_shot, zero_shot_stage
 
 console = Console()
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One unit of work: the pretraining of (arm, seed), or its fine-tuning on one task."""
+    """One unit of work: the pretraining of (arm, seed), its fine-tuning on one task, or (with
+    zero_shot) its masked LM scored on one task as it is."""
 
     arm: str
     seed: int
     task: str | None = None
+    zero_shot: bool = False
 
     @property
     def name(self) -> str:
-        what = "pretrain" if self.task is None else f"finetune {self.task}"
+        what = "pretrain" if self.task is None else f"{self.kind} {self.task}"
         return f"{self.arm}, seed {self.seed}: {what}"
+
+    @property
+    def kind(self) -> str:
+        if self.task is None:
+            return "pretrain"
+        return "zero-shot" if self.zero_shot else "finetune"
 
     def directory(self, output: Path) -> Path:
         base = Path(output) / self.arm.replace("/", "+") / f"seed{self.seed}"
-        return base / "pretrain" if self.task is None else base / "finetune" / self.task
+        return base / "pretrain" if self.task is None else base / self.kind / self.task
 
     def pretraining(self) -> Cell:
         return Cell(self.arm, self.seed)
@@ -79,16 +91,24 @@ class Cell:
         return replace(cell_config, finetune=replace(cell_config.finetune, tasks=[self.task]))
 
     def stage(self, config: RunConfig, output: Path) -> Stage:
+        if self.zero_shot:
+            return zero_shot_stage(self.config(config), self.task, self.directory(output))
         build = pretrain_stage if self.task is None else finetune_stage
         return build(self.config(config), self.directory(output))
 
 
 def cells_of(config: RunConfig) -> tuple[list[Cell], list[Cell]]:
-    """(pretraining cells, fine-tuning cells) of a comparison."""
+    """(pretraining cells, the cells that read a pretrained model) of a comparison: each
+    model's fine-tuning on every task, and its zero-shot score on those of ZERO_SHOT_TASKS."""
     seeds = config.compare.pretrain_seeds
     pretraining = [Cell(arm, seed) for arm in config.encodings for seed in seeds]
-    tuning = [
-        Cell(cell.arm, cell.seed, task) for cell in pretraining for task in config.finetune.tasks
+    tasks = config.finetune.tasks
+    tuning = [Cell(cell.arm, cell.seed, task) for cell in pretraining for task in tasks]
+    tuning += [
+        Cell(cell.arm, cell.seed, task, zero_shot=True)
+        for cell in pretraining
+        for task in tasks
+        if task in ZERO_SHOT_TASKS
     ]
     return pretraining, tuning
 
@@ -113,7 +133,10 @@ def run_cell(config: RunConfig, cell: Cell, output: Path, overwrite: bool = Fals
     if cell.task is not None:
         model_dir = cell.pretraining().directory(output) / "model"
         directory.mkdir(parents=True, exist_ok=True)
-        finetune(model_dir, cell_config, directory, tokenizer, data)
+        if cell.zero_shot:
+            zero_shot(model_dir, cell_config, cell.task, directory, tokenizer, data)
+        else:
+            finetune(model_dir, cell_config, directory, tokenizer, data)
     elif cell.arm == RANDOM_INIT:
         save_initial_model(cell_config, directory, tokenizer)
     else:
@@ -203,13 +226,20 @@ def read_json(path: Path) -> dict:
 
 def collect_results(config: RunConfig, output: Path, marker: str = "finetune.json") -> dict:
     """Per arm: each pretraining seed's metrics and, per task, each seed's fine-tuning (read
-    from the `marker` file its cells write: finetune.json, or xlingual.json)."""
+    from the `marker` file its cells write: finetune.json, or xlingual.json) and, where the
+    run has them, each seed's zero-shot score ("zero_shot")."""
     results: dict = {}
     pretraining, tuning = cells_of(config)
     for cell in pretraining:
         arm = results.setdefault(cell.arm, {"pretrain": {}, "finetune": {}})
         arm["pretrain"][str(cell.seed)] = read_json(cell.directory(output) / "metrics.json")
     for cell in tuning:
+        if cell.zero_shot:
+            scored = read_json(cell.directory(output) / ZERO_SHOT_MARKER)[cell.task]
+            scored.pop("pairs")  # the texts and likelihoods stay in the cell's own file
+            section = results[cell.arm].setdefault("zero_shot", {})
+            section.setdefault(cell.task, {})[str(cell.seed)] = scored
+            continue
         tuned = read_json(cell.directory(output) / marker)[cell.task]
         results[cell.arm]["finetune"].setdefault(cell.task, {})[str(cell.seed)] = tuned
     return results

@@ -44,6 +44,58 @@ def downstream_runs(results: dict, task: str, finetune_seeds: list[int]) -> dict
     return runs
 
 
+def zero_shot_runs(results: dict) -> dict[str, dict[str, list[dict]]]:
+    """Per zero-shot task, per arm, each pretraining seed's score as a downstream run (seed
+    "P", per-pair preferences as its per-example scores), for the same summaries and pairing."""
+    runs: dict = {}
+    for arm, result in results.items():
+        for task, seeds in result.get("zero_shot", {}).items():
+            runs.setdefault(task, {})[arm] = [
+                {"seed": seed, "score": scored["score"], "per_example": scored["per_pair"]}
+                for seed, scored in seeds.items()
+            ]
+    return runs
+
+
+def zero_shot_summary(runs: dict) -> tuple[dict, dict]:
+    """({task: {arm: mean and interval over pretraining seeds}}, {task: {arm: paired
+    difference to `learned`}}) of the zero-shot scores."""
+    measured = Measurements(downstream=runs)
+    summary = downstream_summary(measured)["downstream"]
+    paired: dict = {}
+    for task, arms in runs.items():
+        if BASELINE_ARM not in arms:
+            continue
+        for arm in arms:
+            if arm != BASELINE_ARM:
+                _, comparison = paired_downstream(measured, arm, BASELINE_ARM, [task])
+                paired.setdefault(task, {})[arm] = comparison and comparison.to_dict()
+    return summary, paired
+
+
+def zero_shot_markdown(summary: dict, paired: dict) -> str:
+    """A section per zero-shot task: each arm's score and its difference to `learned`."""
+    parts = []
+    for task, arms in summary.items():
+        rows = [
+            [f"`{arm}`", score_cell(value), difference_text(paired.get(task, {}).get(arm))]
+            for arm, value in arms.items()
+        ]
+        parts += [
+            f"## `{task}` without fine-tuning",
+            "",
+            "Each test sentence written in order against its own reordering (two adjacent "
+            "swaps), both scored by the masked LM's pseudo-log-likelihood: % of pairs where "
+            "the written order scores higher (a tie counts half; a model without positions "
+            "ties every pair, 50). Mean over pretraining seeds [95% interval]; minus `learned` "
+            "with a bootstrap interval over seeds and pairs.",
+            "",
+            markdown_table(["arm", "zero-shot", "- `learned`"], rows),
+            "",
+        ]
+    return "\n".join(parts)
+
+
 def mlm_curves(results: dict) -> dict[str, list[list[list[float]]]]:
     """Per pretrained arm, each pretraining seed's validation curve [[step, loss], ...]."""
     return {
@@ -182,7 +234,9 @@ def rate_sentence(config) -> str:
     return text + "."
 
 
-def results_markdown(config, results, downstream, table, claims, context, paired) -> str:
+def results_markdown(
+    config, results, downstream, table, claims, context, paired, zero_shot_section=""
+) -> str:
     tasks = list(config.finetune.tasks)
     runs = len(context["pretrain_seeds"]) * len(context["finetune_seeds"])
     parts = [
@@ -211,6 +265,7 @@ def results_markdown(config, results, downstream, table, claims, context, paired
         "",
         baselines_table(table, tasks),
         "",
+        zero_shot_section,
         claims_markdown(claims),
         "",
         wall_time_line(context),
@@ -230,13 +285,25 @@ def write_summary(config: RunConfig, output: Path, results: dict, context: dict,
     )
     claims = evaluate_claims(measurements)
     paired = paired_with_baseline_arm(results, measurements)
-    markdown = results_markdown(config, results, downstream, table, claims, context, paired)
+    zero_shot, zero_shot_paired = zero_shot_summary(zero_shot_runs(results))
+    markdown = results_markdown(
+        config,
+        results,
+        downstream,
+        table,
+        claims,
+        context,
+        paired,
+        zero_shot_markdown(zero_shot, zero_shot_paired),
+    )
     summary = {
         "context": context,
         "claims": claims,
         "downstream": downstream,
         "baselines": table,
         "paired_with_learned": paired,
+        "zero_shot": zero_shot,
+        "zero_shot_paired_with_learned": zero_shot_paired,
         "results": results,
     }
     save_run(output, {"results.json": summary, "results.md": markdown})
