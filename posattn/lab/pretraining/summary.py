@@ -242,7 +242,7 @@ def results_markdown(
     parts = [
         "# posattn compare",
         "",
-        f"Preset `{context['preset']}`, {context['machine']}, {context['workers']} worker(s). "
+        f"Preset `{context['preset']}`, {context['machine']}. "
         f"Test accuracy (%): mean over {runs} runs (pretraining seeds "
         f"{context['pretrain_seeds']} x fine-tuning seeds {context['finetune_seeds']}) at each "
         "model's best learning rate, [95% interval of the mean]; MLM validation loss: mean over "

@@ -216,7 +216,7 @@ def results_markdown(config, results, runs, summary, tables, claims, paired, con
     parts = [
         "# posattn compare --task xlingual",
         "",
-        f"Preset `{context['preset']}`, {context['machine']}, {context['workers']} worker(s). "
+        f"Preset `{context['preset']}`, {context['machine']}. "
         f"Fine-tuned on {ENGLISH} labels only; every other language is zero-shot. Test accuracy "
         f"(%): mean over {count} runs (pretraining seeds {context['pretrain_seeds']} x "
         f"fine-tuning seeds {context['finetune_seeds']}) [95% interval of the mean]; zero-shot: "

@@ -26,9 +26,13 @@ def run_context(preset: str, wall_seconds: float, **extra) -> dict:
 
 
 def wall_time_line(context: dict) -> str:
-    """The invocation's wall time, and where cells finished by earlier invocations were reused,
-    how many: their time is not in it (a rerun that reuses every cell takes seconds)."""
+    """The invocation's wall time (and its worker processes, where the context has them), and
+    where cells finished by earlier invocations were reused, how many: their time is not in it
+    (a rerun that reuses every cell takes seconds)."""
     line = f"Wall time: {context['wall_seconds'] / 60:.1f} min"
+    workers = context.get("workers")
+    if workers:  # this invocation's; an earlier one may have used another number
+        line += f" on {workers} worker{'s' if workers > 1 else ''}"
     cells = context.get("cells")
     if not cells or not cells["reused"]:
         return line + "."

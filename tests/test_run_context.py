@@ -1,0 +1,15 @@
+"""The wall-time line of a comparison's report: this invocation's time and workers, and how
+many cells an earlier invocation had finished."""
+
+from posattn.lab.runs.context import wall_time_line
+
+
+def test_the_line_names_this_invocations_workers_and_the_reused_cells():
+    context = {"wall_seconds": 474.0, "workers": 1, "cells": {"total": 36, "reused": 27}}
+    assert wall_time_line(context) == (
+        "Wall time: 7.9 min on 1 worker for the 9 of 36 cells this invocation computed; "
+        "reused from earlier invocations, whose time is not in it: 27."
+    )
+    context = {"wall_seconds": 90.0, "workers": 2, "cells": {"total": 4, "reused": 0}}
+    assert wall_time_line(context) == "Wall time: 1.5 min on 2 workers."
+    assert wall_time_line({"wall_seconds": 30.0}) == "Wall time: 0.5 min."
