@@ -269,7 +269,7 @@ def test_compare_reuses_only_stages_of_the_same_settings(data_dir, tmp_path):
         "total": 2,
         "reused": 0,
     }
-    assert "min.\n" in (output / "results.md").read_text()  # no cell reused: no note
+    assert "min on 1 worker.\n" in (output / "results.md").read_text()  # no reused cell
     stage = json.loads((cell / "pretrain" / "stage.json").read_text())
     assert stage["settings"]["pretrain"]["steps"] == 12 and len(stage["fingerprint"]) == 64
     assert main(base) == 0  # the same settings: both stages are read back, nothing trains
