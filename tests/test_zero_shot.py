@@ -87,6 +87,19 @@ def test_a_task_without_an_original_label_is_refused_naming_the_labels():
         minimal_pairs(indexed(word_order_rows(4, seed=1)), ["a", "b"], None)
 
 
+def test_a_model_directory_without_the_masked_lm_head_is_refused(tiny_data_dir, tmp_path):
+    from posattn.lab.pretraining.zero_shot import load_masked_lm
+    from posattn.models import PosAttnForSequenceClassification
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_data_dir / "tokenizer"))
+    classifier = PosAttnForSequenceClassification(tiny_model("learned", len(tokenizer)).config)
+    classifier.save_pretrained(tmp_path / "classifier")
+    with pytest.raises(PosAttnConfigError, match=r"pretrained=.*lacks head\.decoder\.bias"):
+        load_masked_lm(tmp_path / "classifier")
+    tiny_model("learned", len(tokenizer)).save_pretrained(tmp_path / "mlm")
+    assert isinstance(load_masked_lm(tmp_path / "mlm"), PosAttnForMaskedLM)
+
+
 def test_preference_counts_a_tie_half():
     assert preference(-10.0, -12.0) == 100.0
     assert preference(-12.0, -10.0) == 0.0

@@ -117,9 +117,23 @@ def score_model(model_dir: Path, task: str, tokenizer, tasks, limit: int | None,
     pairs = minimal_pairs(tasks.records(task, "test"), labels, limit)
     if not pairs:
         raise invalid("task", task, f"a test split with sentences labelled {ORIGINAL!r} to pair")
-    with quiet_transformers():  # a pretraining directory's model is exactly this one
-        model = PosAttnForMaskedLM.from_pretrained(str(model_dir))
-    return score_pairs(model, tokenizer, pairs, max_len)
+    return score_pairs(load_masked_lm(model_dir), tokenizer, pairs, max_len)
+
+
+def load_masked_lm(model_dir: Path) -> PosAttnForMaskedLM:
+    """The masked LM a pretraining wrote; a directory without its MLM head (a classifier, an
+    encoder alone) is refused: a freshly drawn head would score noise."""
+    with quiet_transformers():  # a partial load is refused below, with its keys named
+        model, info = PosAttnForMaskedLM.from_pretrained(str(model_dir), output_loading_info=True)
+    missing = sorted(info["missing_keys"])
+    if missing:
+        raise invalid(
+            "pretrained",
+            str(model_dir),
+            "a masked-LM model directory written by `posattn pretrain` (it lacks "
+            f"{', '.join(missing[:4])}{', ...' if len(missing) > 4 else ''})",
+        )
+    return model
 
 
 def zero_shot(
