@@ -61,18 +61,10 @@ def run_zero_shot(args: argparse.Namespace) -> int:
     config = run_config(args)
     data = data_for(config)
     output = Path(args.output or Path(args.pretrained).parent / "zero-shot")
-    finetune = config.finetune
     tokenizer = tokenizer_for(config, data)
     result = {}
     for task in ZERO_SHOT_TASKS:
-        result[task] = score_model(
-            Path(args.pretrained),
-            task,
-            tokenizer,
-            data,
-            finetune.max_eval_examples,
-            finetune.max_len,
-        )
+        result[task] = score_model(Path(args.pretrained), task, tokenizer, data, config.finetune)
         pairs = len(result[task]["per_pair"])
         print(
             f"{task}: the written order preferred on {result[task]['score']:.1f}% of {pairs} pairs"

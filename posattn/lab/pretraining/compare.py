@@ -66,7 +66,7 @@ class Cell:
 
     @property
     def name(self) -> str:
-        what = "pretrain" if self.task is None else f"{self.kind} {self.task}"
+        what = self.kind if self.task is None else f"{self.kind} {self.task}"
         return f"{self.arm}, seed {self.seed}: {what}"
 
     @property
@@ -77,7 +77,7 @@ class Cell:
 
     def directory(self, output: Path) -> Path:
         base = Path(output) / self.arm.replace("/", "+") / f"seed{self.seed}"
-        return base / "pretrain" if self.task is None else base / self.kind / self.task
+        return base / self.kind if self.task is None else base / self.kind / self.task
 
     def pretraining(self) -> Cell:
         return Cell(self.arm, self.seed)

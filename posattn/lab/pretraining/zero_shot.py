@@ -25,7 +25,7 @@ from ...models import PosAttnForMaskedLM
 from ..runs.stages import Stage, save_run, start_stage
 from ..runs.trainer import quiet_transformers
 from .pretrain import pretrain_stage
-from .runconfig import RunConfig
+from .runconfig import FinetuneSection, RunConfig
 from .subset import fixed_subset
 
 ZERO_SHOT_TASKS = ("word-order",)
@@ -109,15 +109,15 @@ def zero_shot_stage(config: RunConfig, task: str, output: Path) -> Stage:
     return Stage(Path(output), settings, marker=MARKER)
 
 
-def score_model(model_dir: Path, task: str, tokenizer, tasks, limit: int | None, max_len: int):
-    """The masked LM in `model_dir` scored on `task`'s minimal pairs from the test records
-    (the first `limit` by `fixed_subset`). `tasks`: an object with .records and .spec
-    (PreparedData)."""
+def score_model(model_dir: Path, task: str, tokenizer, tasks, finetune: FinetuneSection):
+    """The masked LM in `model_dir` scored on `task`'s minimal pairs under the fine-tuning's
+    caps: the test records it scores (max_eval_examples by `fixed_subset`) at its max_len.
+    `tasks`: an object with .records and .spec (PreparedData)."""
     labels = list(tasks.spec(task).labels)
-    pairs = minimal_pairs(tasks.records(task, "test"), labels, limit)
+    pairs = minimal_pairs(tasks.records(task, "test"), labels, finetune.max_eval_examples)
     if not pairs:
         raise invalid("task", task, f"a test split with sentences labelled {ORIGINAL!r} to pair")
-    return score_pairs(load_masked_lm(model_dir), tokenizer, pairs, max_len)
+    return score_pairs(load_masked_lm(model_dir), tokenizer, pairs, finetune.max_len)
 
 
 def load_masked_lm(model_dir: Path) -> PosAttnForMaskedLM:
@@ -139,13 +139,9 @@ def load_masked_lm(model_dir: Path) -> PosAttnForMaskedLM:
 def zero_shot(
     model_dir: Path, config: RunConfig, task: str, output: Path, tokenizer, tasks
 ) -> dict:
-    """A comparison's zero-shot cell: `score_model` under the fine-tuning's caps, written
-    to output/MARKER ({task: result}) with the stage's fingerprint; returns it."""
+    """A comparison's zero-shot cell: `score_model`, written to output/MARKER ({task:
+    result}) with the stage's fingerprint; returns it."""
     start_stage(zero_shot_stage(config, task, output))
-    finetune = config.finetune
-    scored = score_model(
-        model_dir, task, tokenizer, tasks, finetune.max_eval_examples, finetune.max_len
-    )
-    result = {task: scored}
+    result = {task: score_model(model_dir, task, tokenizer, tasks, config.finetune)}
     save_run(Path(output), {MARKER: result})
     return result
