@@ -312,6 +312,19 @@ def test_steps_fraction_holds_with_the_hand_computed_interval():
     assert r["verdict"] == HOLDS
 
 
+def test_steps_fraction_seeds_tied_on_the_eval_grid_are_not_a_zero_width_interval():
+    # both seeds first reach learned's final loss at the eval of step 300, the one before at 250:
+    # fraction 0.3 each, known to within 0.05; s >= 0.05 / sqrt(12), t(0.975, 1) = 12.7062
+    curves = [[[0, 10.0], [250, 3.5], [300, 3.0], [1000, 2.5]]] * 2
+    r = fraction_result(None, curves)
+    half = 12.706204736174698 * 0.05 / math.sqrt(12) / math.sqrt(2)
+    assert r["values"]["resolution"] == pytest.approx(0.05)
+    assert r["values"]["fraction"]["interval"] == pytest.approx([0.3 - half, 0.3 + half])
+    assert r["verdict"] == INCONCLUSIVE and "to within 0.05" in r["reason"]
+    # three seeds spread wider than the grid keep their own spread
+    assert fraction_result([200, 210, 220])["values"]["resolution"] == pytest.approx(0.01)
+
+
 def test_steps_fraction_fails_is_inconclusive_never_reached_and_not_tested():
     assert fraction_result([600, 620, 640])["verdict"] == FAILS
     # fractions 0.2, 0.25, 0.3: upper bound 0.25 + T2 * 0.05 / sqrt(3) = 0.374 > 0.3 > lower

@@ -60,6 +60,20 @@ def test_mean_interval_by_hand():
         mean_interval([])
 
 
+def test_mean_interval_on_a_grid_has_at_least_the_grids_spread():
+    # two seeds both read 0.30 on a grid of step 0.05: s = 0.05 / sqrt(12), t(0.975, 1) = 12.7062
+    tied = mean_interval([0.3, 0.3], resolution=0.05)
+    half = 12.706204736174698 * (0.05 / math.sqrt(12)) / math.sqrt(2)
+    assert tied.mean == pytest.approx(0.3) and tied.high == pytest.approx(0.3 + half, abs=1e-12)
+    assert tied.low == pytest.approx(0.3 - half, abs=1e-12)
+    # a spread wider than the grid's is kept as measured
+    wide = mean_interval([1.0, 2.0, 3.0], resolution=0.5)
+    assert wide.high == pytest.approx(2 + 4.302652729911275 / math.sqrt(3), abs=1e-9)
+    assert mean_interval([0.3], resolution=0.05).bounds is None
+    with pytest.raises(ValueError, match=r"resolution=-0\.1"):
+        mean_interval([1.0, 2.0], resolution=-0.1)
+
+
 def test_paired_bootstrap_all_equal_gives_zero_difference_and_p_one():
     rng = np.random.default_rng(3)
     a = (rng.random((3, 40)) > 0.5).astype(float)

@@ -322,16 +322,22 @@ def first_step_reaching(curve: list[list[float]], target: float) -> float | None
     return None
 
 
+def step_before(curve: list[list[float]], step: float) -> float:
+    """The evaluation before `step` (0 where none): the crossing lies in (that, step]."""
+    return max((point[0] for point in curve if point[0] < step), default=0.0)
+
+
 def steps_fraction(encoding: str, base: str = "learned", limit: float = 0.3):
     """Per pretraining seed: the first eval step at which `encoding`'s validation loss is at or
     below `base`'s final validation loss, as a fraction of `base`'s steps; its mean at most
-    `limit` (upper interval bound)."""
+    `limit` (upper interval bound). The interval's spread is at least that of the evaluation
+    grid (`mean_interval`'s resolution: the widest gap before a crossing)."""
 
     def evaluate(m: Measurements) -> Outcome:
         curves, base_curves = m.mlm_curves.get(encoding), m.mlm_curves.get(base)
         if not curves or not base_curves:
             return curves_missing(m, encoding, base)
-        fractions, never = [], []
+        fractions, never, gaps = [], [], []
         for seed, (curve, base_curve) in enumerate(zip(curves, base_curves, strict=False)):
             base_step, target = sorted(base_curve, key=lambda point: point[0])[-1]
             reached = first_step_reaching(curve, target)
@@ -340,6 +346,7 @@ def steps_fraction(encoding: str, base: str = "learned", limit: float = 0.3):
                 fractions.append(None)
             else:
                 fractions.append(reached / base_step)
+                gaps.append((reached - step_before(curve, reached)) / base_step)
         values = {"encoding": encoding, "base": base, "limit": limit, "fractions": fractions}
         if never:
             seeds = ", ".join(str(s) for s, _ in never)
@@ -357,12 +364,17 @@ def steps_fraction(encoding: str, base: str = "learned", limit: float = 0.3):
                 f"`{encoding}`'s curve on seed(s) {seeds} stops before {limit:g} of `{base}`'s "
                 "steps without reaching its final loss",
             )
-        interval = mean_interval(fractions)
+        # Each crossing is known to within the evaluation before it: the interval's spread
+        # is at least that grid's, so seeds crossing at one evaluation are not a zero width.
+        resolution = max(gaps)
+        interval = mean_interval(fractions, resolution=resolution)
         values["fraction"] = interval.to_dict()
+        values["resolution"] = resolution
         verdict, reason = at_most_verdict(interval.bounds, limit)
         reason = (
             f"mean fraction of `{base}`'s steps {interval.mean:.3g} over {interval.n} "
-            f"pretraining seed(s); {reason} (a seed whose curve never reaches the loss counts as "
+            f"pretraining seed(s), each read to within {resolution:.3g} (the evaluation "
+            f"spacing); {reason} (a seed whose curve never reaches the loss counts as "
             "a fraction > 1: does not hold)"
         )
         return Outcome(values, verdict, reason)

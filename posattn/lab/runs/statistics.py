@@ -1,7 +1,9 @@
 """Intervals and paired tests over seeds, for the comparisons' claims.
 
 - `mean_interval(values)`: the mean over seeds and its Student-t interval (n - 1 degrees of
-  freedom; scipy's t quantile).
+  freedom; scipy's t quantile). Values read on a grid (a step found at the first evaluation
+  past it) pass the grid's `resolution`: the spread is then at least that of a value uniform
+  within one grid step, so seeds tied on the grid do not give a zero-width interval.
 - `paired_bootstrap(a, b)`: two encodings scored on the same test examples by several runs
   (arrays [runs, examples], runs paired by seed index): the mean difference a - b, a
   percentile-bootstrap interval that resamples runs and examples jointly, and a two-sided
@@ -57,10 +59,19 @@ def _check_confidence(confidence: float) -> float:
     return 1.0 - confidence
 
 
-def mean_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
+def mean_interval(
+    values: Sequence[float], confidence: float = 0.95, resolution: float = 0.0
+) -> Interval:
     """The mean of `values` (one per seed) and its Student-t interval with n - 1 degrees of
-    freedom: mean +- t((1 + confidence) / 2, n - 1) * s / sqrt(n). One value: no interval."""
+    freedom: mean +- t((1 + confidence) / 2, n - 1) * s / sqrt(n). One value: no interval.
+
+    resolution: the grid step the values were read on (0: exact values). s is then at least
+    resolution / sqrt(12), the standard deviation of a value uniform within one step: two
+    seeds that cross a threshold at the same evaluation differ by an unknown amount below the
+    step, not by zero."""
     alpha = _check_confidence(confidence)
+    if not resolution >= 0.0:
+        raise ValueError(f"resolution={resolution}: must be >= 0 (the grid step, 0 for exact)")
     x = np.asarray(values, dtype=np.float64).ravel()
     if x.size == 0:
         raise ValueError("mean_interval of no values")
@@ -68,7 +79,8 @@ def mean_interval(values: Sequence[float], confidence: float = 0.95) -> Interval
     if x.size < 2:
         return Interval(mean, None, None, 1, confidence)
     t = float(stats.t.ppf(1.0 - alpha / 2.0, x.size - 1))
-    half = t * float(x.std(ddof=1)) / math.sqrt(x.size)
+    spread = max(float(x.std(ddof=1)), resolution / math.sqrt(12.0))
+    half = t * spread / math.sqrt(x.size)
     return Interval(mean, mean - half, mean + half, int(x.size), confidence)
 
 
