@@ -81,6 +81,36 @@ def test_every_preset_arm_builds_a_model(preset):
         PosAttnConfig(vocab_size=100, **asdict(model))  # the encoding checks its options here
 
 
+@pytest.mark.parametrize(
+    ("arm", "encoding", "scale"),
+    [
+        ("learned", "learned", 1.0),
+        ("tupe-r", "tupe-r", 1.0),
+        ("t5/positional-lr-x10", "t5", 10.0),
+        ("diet-rel/positional-lr-x10", "diet-rel", 10.0),
+        ("none", "none", 1.0),
+    ],
+)
+def test_a_warm_start_long_cell_is_the_pretraining_the_command_runs(arm, encoding, scale, tmp_path):
+    """Each pretraining cell of `--preset warm-start-long` has the fingerprint of `posattn
+    pretrain --preset warm-start-long model.encoding=E pretrain.seed=S` with the arm's
+    positional rate: such a run, put where the cell goes, is reused, not recomputed."""
+    from posattn.lab.pretraining.pretrain import pretrain_stage
+
+    config = load_run_config("warm-start-long")
+    cell = Cell(arm, 2)
+    assert cell.config(config).trainer.positional_lr_scale == scale
+    command = load_run_config(
+        "warm-start-long",
+        None,
+        [f"model.encoding={encoding}", "pretrain.seed=2", f"trainer.positional_lr_scale={scale}"],
+    )
+    ours = cell.stage(config, tmp_path).fingerprint
+    assert ours == pretrain_stage(command, tmp_path).fingerprint
+    other_seed = load_run_config("warm-start-long", None, [f"model.encoding={encoding}"])
+    assert ours != pretrain_stage(other_seed, tmp_path).fingerprint
+
+
 class TinyTokenizer:
     """What check_before_training reads of a tokenizer: its size and pad id."""
 

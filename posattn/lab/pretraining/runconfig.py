@@ -103,7 +103,7 @@ class RunConfig:
     encodings: list[str] = field(default_factory=lambda: ["learned", "tupe-r", "diet-abs"])
 
 
-PRESETS = ("smoke", "quick", "standard", "paper-mini", "warm-start")
+PRESETS = ("smoke", "quick", "standard", "paper-mini", "warm-start", "warm-start-long")
 
 
 def preset_path(name: str) -> Path:

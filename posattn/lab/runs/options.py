@@ -11,7 +11,7 @@ import torch.distributed as dist
 def add_run_options(
     parser: argparse.ArgumentParser,
     default_preset: str | None,
-    presets: str = "smoke | quick | standard | paper-mini | warm-start",
+    presets: str = "smoke | quick | standard | paper-mini | warm-start | warm-start-long",
     example: str = "pretrain.steps=200 model.encoding=t5",
 ) -> None:
     parser.add_argument("--preset", default=default_preset, help=presets)
