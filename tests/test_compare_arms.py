@@ -88,6 +88,7 @@ def test_every_preset_arm_builds_a_model(preset):
         ("tupe-r", "tupe-r", 1.0),
         ("t5/positional-lr-x10", "t5", 10.0),
         ("diet-rel/positional-lr-x10", "diet-rel", 10.0),
+        ("diet-abs/positional-lr-x10", "diet-abs", 10.0),
         ("none", "none", 1.0),
     ],
 )
