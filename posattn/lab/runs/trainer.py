@@ -62,7 +62,7 @@ class AtomicCheckpointTrainer(Trainer):
         # A tied output matrix is saved once, under the word embeddings' name: its own key is
         # missing from every checkpoint by design and the tie restored it, so only the keys
         # that are really absent are reported.
-        tied = tied_parameter_names(self.model)
+        tied = getattr(self.model, "all_tied_weights_keys", None) or {}  # empty when untied
         missing = [key for key in load_result.missing_keys if key not in tied]
         super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
 
@@ -88,18 +88,6 @@ class AtomicCheckpointTrainer(Trainer):
             prune_checkpoints(Path(run_dir), limit)
         if dist.is_available() and dist.is_initialized():
             dist.barrier()
-
-
-def tied_parameter_names(model: torch.nn.Module) -> set[str]:
-    """The model's `_tied_weights_keys` targets that are tied now (the very parameter of their
-    source): with tie_word_embeddings false the decoder is its own matrix and not among them."""
-    tied = getattr(model, "_tied_weights_keys", None) or {}
-    parameters = dict(model.named_parameters(remove_duplicate=False))
-    return {
-        target
-        for target, source in tied.items()
-        if target in parameters and parameters[target] is parameters.get(source)
-    }
 
 
 def checkpoints(run_dir: Path) -> list[Path]:
