@@ -3,6 +3,7 @@ scored on the same capped examples as fine-tuning."""
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -13,8 +14,10 @@ from posattn.lab.pretraining.baselines import (
     bag_of_words,
     bag_of_words_baseline,
     majority_baseline,
+    overlap_features,
     random_init_model_dir,
     task_baselines,
+    word_overlap_baseline,
 )
 from posattn.lab.pretraining.finetune import encode
 from posattn.lab.pretraining.runconfig import load_run_config
@@ -106,6 +109,45 @@ def test_bag_of_words_learns_words_and_keeps_the_segments_apart():
     )
 
 
+def test_overlap_features_by_hand():
+    pair = {"text": "The club rose, the club fell", "text_pair": "club ROSE again"}
+    # words {the, club, rose, fell} and {club, rose, again}: 2 shared of 5
+    assert overlap_features(pair) == [2 / 5, math.log1p(2)]
+    assert overlap_features({"text": "a", "text_pair": "b"}) == [0.0, 0.0]
+    # Other units: characters, as for a script written without spaces.
+    assert overlap_features({"text": "語言", "text_pair": "言語學"}, list) == [2 / 3, math.log1p(2)]
+
+
+def overlap_pairs(count, seed):
+    """Pairs of random vocabulary words whose label is whether B repeats three words of A: the
+    words differ from row to row, so only what the segments share tells the labels apart."""
+    rng = random.Random(seed)
+    vocabulary = [f"w{i}" for i in range(400)]
+    rows = []
+    for i in range(count):
+        words = rng.sample(vocabulary, 12)
+        first, second = words[:6], words[6:]
+        if i % 2:
+            second = [*first[:3], *second[3:]]
+        rows.append({"text": " ".join(first), "text_pair": " ".join(second), "label": i % 2})
+    return rows
+
+
+def test_word_overlap_reads_what_the_segments_share_where_a_bag_of_words_cannot():
+    train, test = overlap_pairs(300, 0), overlap_pairs(100, 1)
+    assert word_overlap_baseline(train, test) == 1.0
+    assert bag_of_words_baseline(train, test) < 0.7
+    # the caps pick the examples fine-tuning sees
+    assert word_overlap_baseline(train, test, train_limit=40, test_limit=30) == (
+        word_overlap_baseline(fixed_subset(train, 40), fixed_subset(test, 30))
+    )
+    # a single-segment task has no overlap to read
+    assert word_overlap_baseline(records([0, 1]), records([1])) is None
+    # one training label: the majority answer, as the bag of words
+    one = [dict(r, label=1) for r in train[:10]]
+    assert word_overlap_baseline(one, test) == 0.5
+
+
 def test_task_baselines_use_the_fine_tuning_caps(tiny_data_dir):
     config = load_run_config("smoke")
     tasks = PreparedData(tiny_data_dir)
@@ -117,6 +159,13 @@ def test_task_baselines_use_the_fine_tuning_caps(tiny_data_dir):
         sum(r["label"] == label for r in test) / len(test) for label in (0, 1)
     }
     assert 0.0 <= found["bag_of_words"] <= 1.0
+    assert found["word_overlap"] is None  # sentiment: one segment
+    pair = task_baselines(tasks, "paraphrase", config.finetune)
+    train = tasks.records("paraphrase", "train")
+    test = tasks.records("paraphrase", "test")
+    caps = {"train_limit": 64, "test_limit": config.finetune.max_eval_examples}
+    assert pair["word_overlap"] is not None
+    assert pair["word_overlap"] == word_overlap_baseline(train, test, **caps)
 
 
 def test_random_init_model_dir_loads_for_fine_tuning(tmp_path, tiny_data_dir, float32_default):

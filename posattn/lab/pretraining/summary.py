@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..runs.claims import Measurements, evaluate_claims, paired_downstream
+from ..runs.claims import BASELINE_NAMES, Measurements, evaluate_claims, paired_downstream
 from ..runs.context import wall_time_line
 from ..runs.results import claims_markdown, downstream_summary, plot_downstream
 from ..runs.stages import save_run
@@ -106,15 +106,17 @@ def mlm_curves(results: dict) -> dict[str, list[list[list[float]]]]:
 
 
 def baselines(config: RunConfig, tasks_source, downstream: dict) -> dict:
-    """Per task, in %: the majority class and bag-of-words logistic regression trained on the
-    training examples the fine-tuning sees and scored on its test examples, and random
-    initialisation's mean (None where the run has no random-init arm)."""
+    """Per task, in %: the majority class, bag-of-words and (pair tasks) word-overlap logistic
+    regressions trained on the training examples the fine-tuning sees and scored on its test
+    examples, and random initialisation's mean (None where the run has no random-init arm, and
+    word overlap None on a single-segment task)."""
     table = {}
     for task in config.finetune.tasks:
         scores = task_baselines(tasks_source, task, config.finetune)
         table[task] = {
             "majority": 100 * scores["majority"],
             "bag_of_words": 100 * scores["bag_of_words"],
+            "word_overlap": percent_or_none(scores["word_overlap"]),
             "random_init": downstream[task].get(RANDOM_INIT, {}).get("mean"),
         }
     return table
@@ -154,10 +156,15 @@ def baselines_table(table: dict, tasks: list[str]) -> str:
         return "-" if value is None else f"{value:.1f}"
 
     rows = [
-        [name.replace("_", " "), *(percent(table[task][name]) for task in tasks)]
-        for name in ("majority", "bag_of_words", "random_init")
+        [name.replace("_", " "), *(percent(table[task].get(name)) for task in tasks)]
+        for name in BASELINE_NAMES
+        if any(table[task].get(name) is not None for task in tasks)
     ]
     return markdown_table(["baseline", *tasks], rows)
+
+
+def percent_or_none(fraction: float | None) -> float | None:
+    return None if fraction is None else 100 * fraction
 
 
 BASELINE_ARM = "learned"

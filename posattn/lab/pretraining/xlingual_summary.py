@@ -3,9 +3,10 @@ language each arm's test accuracy (%) over every (pretraining seed, fine-tuning 
 mean and a 95% interval; the English score, the zero-shot score (the mean over the other
 languages, run by run) and the transfer gap (English minus zero-shot, run by run); each arm
 paired against BERT-A (`learned`) on the zero-shot score (bootstrap over runs and test
-examples, lab/runs/claims.py); DIET Table 3's claims with interval verdicts; the majority and
-bag-of-words baselines (fitted on English, scored per language) and random initialisation.
-Written as results.json, results.md and xlingual.png (accuracy per language, a line per arm).
+examples, lab/runs/claims.py); DIET Table 3's claims with interval verdicts; the majority,
+bag-of-words and (pair tasks) word-overlap baselines (fitted on English, scored per language)
+and random initialisation. Written as results.json, results.md and xlingual.png (accuracy per
+language, a line per arm).
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ from pathlib import Path
 import numpy as np
 
 from ...data.multilingual import ENGLISH
-from ..runs.claims import DIET, Claim, Measurements, about_equal, better, evaluate_claims
+from ..runs.claims import (
+    BASELINE_NAMES,
+    DIET,
+    Claim,
+    Measurements,
+    about_equal,
+    better,
+    evaluate_claims,
+)
 from ..runs.claims import paired_downstream as paired_average
 from ..runs.context import wall_time_line
 from ..runs.figures import plt, save_figure
@@ -24,10 +33,17 @@ from ..runs.stages import save_run
 from ..runs.statistics import mean_interval
 from ..runs.tables import markdown_table
 from .arms import RANDOM_INIT
-from .baselines import bag_of_words_baseline, majority_baseline
+from .baselines import bag_of_words_baseline, majority_baseline, word_overlap_baseline
 from .plots import plot_validation_loss
 from .runconfig import RunConfig
-from .summary import BASELINE_ARM, difference_text, loss_cell, mlm_curves, score_cell
+from .summary import (
+    BASELINE_ARM,
+    difference_text,
+    loss_cell,
+    mlm_curves,
+    percent_or_none,
+    score_cell,
+)
 
 
 def language_runs(results: dict, task: str, finetune_seeds: list[int]) -> dict:
@@ -95,10 +111,17 @@ def xlingual_claims() -> list[Claim]:
 
 
 def baselines(config: RunConfig, data, task: str, runs: dict) -> dict:
-    """Per language, in %: the English training set's majority label and an English
-    bag-of-words classifier, scored on that language's test set, and random init's mean."""
+    """Per language, in %: the English training set's majority label, an English bag-of-words
+    classifier and, on a pair task, an English word-overlap classifier, scored on that
+    language's test set, and random init's mean. Word overlap counts the set's own tokenizer
+    units, which split scripts written without spaces (Japanese, Chinese) as words cannot."""
     f = config.finetune
     train = data.records(task, "train")
+    tokenizer = data.tokenizer()
+
+    def units(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
+
     table = {}
     for language in runs:
         test = data.records(task, "test", language)
@@ -107,6 +130,9 @@ def baselines(config: RunConfig, data, task: str, runs: dict) -> dict:
         table[language] = {
             "majority": 100 * majority_baseline(train, test, **limits),
             "bag_of_words": 100 * bag_of_words_baseline(train, test, **limits),
+            "word_overlap": percent_or_none(
+                word_overlap_baseline(train, test, units=units, **limits)
+            ),
             "random_init": None
             if not random_init
             else mean_interval([r["score"] for r in random_init]).mean,
@@ -142,8 +168,9 @@ def baselines_table(table: dict, languages: list[str]) -> str:
         return "-" if value is None else f"{value:.1f}"
 
     rows = [
-        [name.replace("_", " "), *(percent(table[x][name]) for x in languages)]
-        for name in ("majority", "bag_of_words", "random_init")
+        [name.replace("_", " "), *(percent(table[x].get(name)) for x in languages)]
+        for name in BASELINE_NAMES
+        if any(table[x].get(name) is not None for x in languages)
     ]
     return markdown_table(["baseline (fitted on English)", *languages], rows)
 

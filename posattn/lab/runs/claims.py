@@ -33,7 +33,8 @@ The input, `Measurements` (filled by the comparison commands):
         task_kinds={task: "single" | "pair"},
         mlm_curves={encoding: [[[step, validation_loss], ...]  # pretraining seed 0
                                , ...]},                         # seed 1, ...
-        baselines={task: {"majority": float, "bag_of_words": float, "random_init": float}},
+        baselines={task: {"majority": float, "bag_of_words": float,
+                          "word_overlap": float | None, "random_init": float}},
         point=1.0,
     )
 
@@ -72,7 +73,7 @@ from .statistics import (
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
 VERDICTS = (HOLDS, FAILS, INCONCLUSIVE)
 TASK_KINDS = ("single", "pair")
-BASELINE_NAMES = ("majority", "bag_of_words", "random_init")
+BASELINE_NAMES = ("majority", "bag_of_words", "word_overlap", "random_init")
 NOT_TESTED = "not tested by this run: needs "
 TUPE, DIET = "TUPE (Ke et al., ICLR 2021)", "DIET (Chen et al., EMNLP 2021)"
 

@@ -5,7 +5,9 @@ results.json (the part written from `Measurements`, see lab/runs/claims.py):
     {"claims": [{"id", "paper", "statement", "measure", "values", "verdict", "reason"}, ...],
      "downstream": {task: {encoding: {"mean": float, "interval": [lo, hi] | null,
                                       "runs": int}}},
-     "baselines": {task: {"majority": float, "bag_of_words": float, "random_init": float}}}
+     "baselines": {task: {"majority": float, "bag_of_words": float,
+                          "word_overlap": float | null (single-segment task),
+                          "random_init": float}}}
 
 An interval is the 95% Student-t interval of the mean over seeds; null for one seed. Baselines
 are passed through on the scores' scale.
@@ -72,7 +74,12 @@ def claims_markdown(claims: Sequence[dict]) -> str:
     )
 
 
-BASELINE_STYLE = {"majority": ":", "bag_of_words": "--", "random_init": "-."}
+BASELINE_STYLE = {
+    "majority": ":",
+    "bag_of_words": "--",
+    "word_overlap": (0, (5, 1, 1, 1)),
+    "random_init": "-.",
+}
 
 
 def plot_downstream(summary: dict, path: Path) -> Path:
