@@ -25,6 +25,7 @@ from posattn.lab.runs.claims import (
 )
 
 T2 = 4.302652729911275  # t(0.975, 2)
+T2_1 = 12.706204736174707  # t(0.975, 1)
 
 
 def runs(scores, per_example=None):
@@ -432,6 +433,23 @@ def test_results_json_shape_and_downstream_intervals(tmp_path):
     verdicts = {c["id"]: c["verdict"] for c in output["claims"]}
     assert verdicts["tupe-order"] == HOLDS and verdicts["diet-theorem1"] == HOLDS
     assert (run / "downstream.png").stat().st_size > 1000
+
+
+def test_downstream_intervals_are_cut_to_the_declared_bounds():
+    from posattn.lab.runs.claims import ACCURACY_PERCENT
+    from posattn.lab.runs.results import downstream_summary
+
+    wide = {"sst2": {"learned": [10.0, 95.0], "t5": [96.0, 98.0]}}
+    whole = downstream_summary(measured(wide))["downstream"]["sst2"]
+    cut = downstream_summary(measured(wide, bounds=ACCURACY_PERCENT))["downstream"]["sst2"]
+    assert whole["learned"]["interval"][0] < 0 and whole["learned"]["interval"][1] > 100
+    assert cut["learned"] == {"mean": 52.5, "interval": [0.0, 100.0], "runs": 2}
+    assert cut["t5"]["interval"] == [pytest.approx(97.0 - T2_1), 100.0]
+    # a claim's per-encoding scores are cut the same way; its paired difference is not a score
+    values = result(better("t5", "learned"), measured(wide, bounds=ACCURACY_PERCENT))["values"]
+    assert values["b_score"]["interval"] == [0.0, 100.0]
+    with pytest.raises(ValueError, match=r"bounds=\(100\.0, 0\.0\)"):
+        measured(wide, bounds=(100.0, 0.0))
 
 
 def test_claims_markdown_table():

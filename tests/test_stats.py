@@ -74,6 +74,28 @@ def test_mean_interval_on_a_grid_has_at_least_the_grids_spread():
         mean_interval([1.0, 2.0], resolution=-0.1)
 
 
+def test_mean_interval_is_cut_to_the_scale_it_is_declared_on():
+    # Two seeds at 10% and 95%: mean 52.5, half-width t(0.975, 1) * s / sqrt(2) with
+    # s = 85 / sqrt(2), so the whole interval runs far past both ends of 0-100.
+    t = 12.706204736174707
+    whole = mean_interval([10.0, 95.0])
+    assert whole.low == pytest.approx(52.5 - t * 42.5)
+    assert whole.high == pytest.approx(52.5 + t * 42.5)
+    cut = mean_interval([10.0, 95.0], bounds=(0.0, 100.0))
+    assert (cut.mean, cut.low, cut.high, cut.n) == (52.5, 0.0, 100.0, 2)
+    # Inside the bounds the interval is the whole one; one value still has none.
+    narrow = mean_interval([50.0, 51.0, 52.0], bounds=(0.0, 100.0))
+    assert narrow.bounds == mean_interval([50.0, 51.0, 52.0]).bounds
+    assert mean_interval([99.0], bounds=(0.0, 100.0)).bounds is None
+    # One side cut only.
+    high = mean_interval([98.0, 100.0], bounds=(0.0, 100.0))
+    assert high.low == pytest.approx(99.0 - t) and high.high == 100.0
+    with pytest.raises(ValueError, match=r"outside bounds=\(0\.0, 1\.0\)"):
+        mean_interval([50.0, 60.0], bounds=(0.0, 1.0))  # percent given on a 0-1 scale
+    with pytest.raises(ValueError, match=r"bounds=\(1\.0, 0\.0\)"):
+        mean_interval([0.5], bounds=(1.0, 0.0))
+
+
 def test_paired_bootstrap_all_equal_gives_zero_difference_and_p_one():
     rng = np.random.default_rng(3)
     a = (rng.random((3, 40)) > 0.5).astype(float)

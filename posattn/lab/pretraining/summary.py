@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..runs.claims import BASELINE_NAMES, Measurements, evaluate_claims, paired_downstream
+from ..runs.claims import (
+    ACCURACY_PERCENT,
+    BASELINE_NAMES,
+    Measurements,
+    evaluate_claims,
+    paired_downstream,
+)
 from ..runs.context import wall_time_line
 from ..runs.results import claims_markdown, downstream_summary, plot_downstream
 from ..runs.stages import save_run
@@ -60,7 +66,7 @@ def zero_shot_runs(results: dict) -> dict[str, dict[str, list[dict]]]:
 def zero_shot_summary(runs: dict) -> tuple[dict, dict]:
     """({task: {arm: mean and interval over pretraining seeds}}, {task: {arm: paired
     difference to `learned`}}) of the zero-shot scores."""
-    measured = Measurements(downstream=runs)
+    measured = Measurements(downstream=runs, bounds=ACCURACY_PERCENT)
     summary = downstream_summary(measured)["downstream"]
     paired: dict = {}
     for task, arms in runs.items():
@@ -285,10 +291,15 @@ def write_summary(config: RunConfig, output: Path, results: dict, context: dict,
     seeds = list(config.finetune.seeds)
     runs = {task: downstream_runs(results, task, seeds) for task in task_names}
     kinds = {task: "pair" if tasks.spec(task).pair else "single" for task in task_names}
-    downstream = downstream_summary(Measurements(downstream=runs))["downstream"]
+    downstream = downstream_summary(Measurements(downstream=runs, bounds=ACCURACY_PERCENT))
+    downstream = downstream["downstream"]
     table = baselines(config, tasks, downstream)
     measurements = Measurements(
-        downstream=runs, task_kinds=kinds, mlm_curves=mlm_curves(results), baselines=table
+        downstream=runs,
+        task_kinds=kinds,
+        mlm_curves=mlm_curves(results),
+        baselines=table,
+        bounds=ACCURACY_PERCENT,
     )
     claims = evaluate_claims(measurements)
     paired = paired_with_baseline_arm(results, measurements)

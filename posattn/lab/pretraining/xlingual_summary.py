@@ -17,6 +17,7 @@ import numpy as np
 
 from ...data.multilingual import ENGLISH
 from ..runs.claims import (
+    ACCURACY_PERCENT,
     BASELINE_NAMES,
     DIET,
     Claim,
@@ -73,9 +74,9 @@ def transfer(runs: dict[str, dict[str, list[dict]]], arm: str, targets: list[str
     zero_shot = np.mean([[r["score"] for r in runs[x][arm]] for x in targets], axis=0).tolist()
     gap = [e - z for e, z in zip(english, zero_shot, strict=True)]
     return {
-        "english": mean_interval(english).to_dict(),
-        "zero_shot": mean_interval(zero_shot).to_dict(),
-        "gap": mean_interval(gap).to_dict(),
+        "english": mean_interval(english, bounds=ACCURACY_PERCENT).to_dict(),
+        "zero_shot": mean_interval(zero_shot, bounds=ACCURACY_PERCENT).to_dict(),
+        "gap": mean_interval(gap, bounds=(-100.0, 100.0)).to_dict(),
     }
 
 
@@ -146,7 +147,9 @@ def task_table(results: dict, task: str, runs: dict, languages: list[str], summa
     for arm, result in results.items():
         parameters = next(iter(result["pretrain"].values()))["parameters"]
         cells = [
-            score_cell(mean_interval([r["score"] for r in runs[x][arm]]).to_dict())
+            score_cell(
+                mean_interval([r["score"] for r in runs[x][arm]], bounds=ACCURACY_PERCENT).to_dict()
+            )
             for x in languages
         ]
         values = summary[task][arm]
@@ -284,7 +287,7 @@ def write_xlingual_summary(config: RunConfig, output: Path, results: dict, conte
     runs = {task: language_runs(results, task, seeds) for task in tasks}
     downstream = {
         f"{task}/{x}": {
-            arm: mean_interval([r["score"] for r in rs]).to_dict()
+            arm: mean_interval([r["score"] for r in rs], bounds=ACCURACY_PERCENT).to_dict()
             for arm, rs in runs[task][x].items()
         }
         for task in tasks
@@ -296,8 +299,12 @@ def write_xlingual_summary(config: RunConfig, output: Path, results: dict, conte
         downstream={f"{t}/{x}": runs[t][x] for t in tasks for x in targets},
         task_kinds={f"{t}/{x}": kinds[t] for t in tasks for x in targets},
         mlm_curves=mlm_curves(results),
+        bounds=ACCURACY_PERCENT,
     )
-    everything = Measurements(downstream={f"{t}/{x}": runs[t][x] for t in tasks for x in languages})
+    everything = Measurements(
+        downstream={f"{t}/{x}": runs[t][x] for t in tasks for x in languages},
+        bounds=ACCURACY_PERCENT,
+    )
     claims = evaluate_claims(zero_shot, xlingual_claims())
     paired = paired_with_learned(everything, tasks, targets)
     tables = {task: baselines(config, data, task, runs[task]) for task in tasks}

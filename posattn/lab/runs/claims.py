@@ -54,6 +54,8 @@ The input, `Measurements` (filled by the comparison commands):
 - mlm_curves: per encoding, one curve per pretraining seed, curves paired across encodings by
   list index; each point [step, validation MLM loss], steps increasing.
 - baselines: passed through to results.json, on the scores' scale.
+- bounds: the scale's limits where it has them ((0, 100) for accuracy in percent,
+  ACCURACY_PERCENT): each encoding's interval is cut to them (statistics.mean_interval).
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ from .statistics import (
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
 VERDICTS = (HOLDS, FAILS, INCONCLUSIVE)
 TASK_KINDS = ("single", "pair")
+ACCURACY_PERCENT = (0.0, 100.0)
 BASELINE_NAMES = ("majority", "bag_of_words", "word_overlap", "random_init")
 NOT_TESTED = "not tested by this run: needs "
 TUPE, DIET = "TUPE (Ke et al., ICLR 2021)", "DIET (Chen et al., EMNLP 2021)"
@@ -87,6 +90,7 @@ class Measurements:
     mlm_curves: dict[str, list[list[list[float]]]] = field(default_factory=dict)
     baselines: dict[str, dict[str, float]] = field(default_factory=dict)
     point: float = 1.0
+    bounds: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         for task, kind in self.task_kinds.items():
@@ -102,6 +106,8 @@ class Measurements:
                         )
         if not self.point > 0:
             raise ValueError(f"point={self.point}: must be > 0")
+        if self.bounds is not None and not self.bounds[0] < self.bounds[1]:
+            raise ValueError(f"bounds={self.bounds}: must be (low, high) with low < high")
 
     def tasks(self, kind: str | None = None) -> list[str]:
         """The measured tasks, of one kind ("single" or "pair") where given."""
@@ -235,8 +241,8 @@ def paired_downstream(
         return values, None
     a_avg = [float(np.mean([by_seed[t, a][s]["score"] for t in tasks])) for s in seeds]
     b_avg = [float(np.mean([by_seed[t, b][s]["score"] for t in tasks])) for s in seeds]
-    values["a_score"] = mean_interval(a_avg).to_dict()
-    values["b_score"] = mean_interval(b_avg).to_dict()
+    values["a_score"] = mean_interval(a_avg, bounds=m.bounds).to_dict()
+    values["b_score"] = mean_interval(b_avg, bounds=m.bounds).to_dict()
     scale = max(1.0, 100 * m.point)
     a_rows = [per_example_matrix([by_seed[t, a][s] for s in seeds], scale) for t in tasks]
     b_rows = [per_example_matrix([by_seed[t, b][s] for s in seeds], scale) for t in tasks]

@@ -28,7 +28,9 @@ def downstream_summary(measurements: Measurements) -> dict:
     """{"downstream": {task: {encoding: {"mean", "interval", "runs"}}}, "baselines": ...}."""
     downstream = {
         task: {
-            encoding: mean_interval([run["score"] for run in runs]).to_dict()
+            encoding: mean_interval(
+                [run["score"] for run in runs], bounds=measurements.bounds
+            ).to_dict()
             for encoding, runs in encodings.items()
             if runs
         }
