@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .encodings import ENCODINGS, REQUIRED, option_defaults
-from .errors import PosAttnConfigError
+from .errors import PosAttnConfigError, invalid
 from .lab.runs.denormals import choose_denormals
 
 
@@ -83,6 +83,13 @@ def run_compare(args: argparse.Namespace) -> int:
     from .lab.pretraining.commands import run_compare_xlingual as compare_xlingual
     from .lab.translation.commands import run_compare as compare_translation
 
+    if args.adopt and args.task != "pretraining":
+        raise invalid(
+            "--adopt",
+            args.adopt,
+            f"only with --task pretraining, not {args.task} (translation runs trained apart "
+            "join a comparison through `posattn translate combine`)",
+        )
     runners = {
         "pretraining": compare_pretraining,
         "translation": compare_translation,
@@ -110,6 +117,14 @@ def register_compare(commands) -> None:
         "--overwrite",
         action="store_true",
         help="discard stages in --output written with other settings (default: refuse them)",
+    )
+    parser.add_argument(
+        "--adopt",
+        action="append",
+        default=[],
+        metavar="RUN_DIR",
+        help="a finished `posattn pretrain` run to take as the pretraining cell of the same "
+        "settings instead of training it again (hard-linked in; repeatable)",
     )
     add_run_options(parser, None)
     parser.set_defaults(func=run_compare)

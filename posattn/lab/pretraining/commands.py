@@ -86,9 +86,22 @@ def run_compare(args: argparse.Namespace) -> int:
     overwrite = getattr(args, "overwrite", False)
     with run_lock(output, "posattn compare --task pretraining"):
         tokenizer = tokenizer_for(config, data)
+        adopt_pretraining(config, output, getattr(args, "adopt", []))
         compare(config, output, tokenizer, data, data, args.preset or "custom", overwrite)
         finish_distributed()
     return 0
+
+
+def adopt_pretraining(config: RunConfig, output: Path, run_dirs: list[str]) -> None:
+    """compare --adopt: finished standalone pretraining runs linked in as their cells."""
+    from ..runs.adopt import adopt_runs
+    from .compare import cells_of
+
+    if not run_dirs:
+        return
+    stages = [cell.stage(config, output) for cell in cells_of(config)[0]]
+    for (directory, state), run in zip(adopt_runs(run_dirs, stages), run_dirs, strict=True):
+        print(f"--adopt {run}: {state} as {directory}")
 
 
 def run_compare_xlingual(args: argparse.Namespace) -> int:
