@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ...errors import PosAttnConfigError
 from .fingerprint import differences
-from .stages import STAGE_FILE, Stage
+from .stages import STAGE_FILE, Stage, stage_record
 
 ADOPTED, ALREADY_THERE = "adopted", "already there"
 
@@ -52,8 +52,7 @@ def matching_stage(run: Path, stages: Sequence[Stage]) -> Stage:
             f"--adopt {run}: no {STAGE_FILE} there; give the --output directory of a "
             "`posattn pretrain` run"
         )
-    probe = Stage(run, {}, "")
-    record = probe.record()
+    record = stage_record(run)
     if record is None:
         raise PosAttnConfigError(f"--adopt {run}: its {STAGE_FILE} cannot be read")
     found = [s for s in stages if s.matches(record)]

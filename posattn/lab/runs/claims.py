@@ -67,6 +67,7 @@ import numpy as np
 
 from .statistics import (
     PairedComparison,
+    check_bounds,
     mean_interval,
     paired_bootstrap_tasks,
     paired_permutation,
@@ -106,8 +107,8 @@ class Measurements:
                         )
         if not self.point > 0:
             raise ValueError(f"point={self.point}: must be > 0")
-        if self.bounds is not None and not self.bounds[0] < self.bounds[1]:
-            raise ValueError(f"bounds={self.bounds}: must be (low, high) with low < high")
+        if self.bounds is not None:
+            check_bounds(self.bounds)
 
     def tasks(self, kind: str | None = None) -> list[str]:
         """The measured tasks, of one kind ("single" or "pair") where given."""

@@ -57,15 +57,20 @@ class Stage:
 
     def record(self) -> dict | None:
         """The stage.json found in the directory; None where missing or damaged."""
-        path = self.directory / STAGE_FILE
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            return None
-        return record if isinstance(record, dict) else None
+        return stage_record(self.directory)
 
     def matches(self, record: dict | None) -> bool:
         return record is not None and record.get("fingerprint") == self.fingerprint
+
+
+def stage_record(directory: Path) -> dict | None:
+    """The stage.json of a stage directory ({fingerprint, settings}); None where missing or
+    damaged."""
+    try:
+        record = json.loads((Path(directory) / STAGE_FILE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def mismatch_error(stage: Stage, record: dict | None, remedy: str) -> PosAttnConfigError:

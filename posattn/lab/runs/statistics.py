@@ -59,6 +59,14 @@ def _check_confidence(confidence: float) -> float:
     return 1.0 - confidence
 
 
+def check_bounds(bounds: tuple[float, float]) -> tuple[float, float]:
+    """A scale's (low, high) limits, refused unless low < high."""
+    lowest, highest = bounds
+    if not lowest < highest:
+        raise ValueError(f"bounds={bounds}: must be (low, high) with low < high")
+    return lowest, highest
+
+
 def mean_interval(
     values: Sequence[float],
     confidence: float = 0.95,
@@ -84,9 +92,7 @@ def mean_interval(
     if x.size == 0:
         raise ValueError("mean_interval of no values")
     if bounds is not None:
-        lowest, highest = bounds
-        if not lowest < highest:
-            raise ValueError(f"bounds={bounds}: must be (low, high) with low < high")
+        lowest, highest = check_bounds(bounds)
         if x.min() < lowest or x.max() > highest:
             raise ValueError(
                 f"values from {x.min():g} to {x.max():g}: outside bounds={bounds}, the scale "
