@@ -255,7 +255,10 @@ class TupeRelative(TupeAbsolute):
         # toeplitz's flip is a fresh tensor that its backward does not keep: the product is
         # added into it in place (one [H, n, n] tensor instead of three; n=1024 on the 2-core
         # CPU: 23 ms against 62 ms of product, sum and flip).
-        bias = toeplitz(by_offset).baddbmm_(pq, pk.transpose(-1, -2))
+        # Under autocast pq and pk come out of their projections in bf16 / fp16 while the table
+        # stays float32; the in-place product takes the table's dtype.
+        absolute = pq.to(by_offset.dtype), pk.to(by_offset.dtype).transpose(-1, -2)
+        bias = toeplitz(by_offset).baddbmm_(*absolute)
         factors = (pq.unsqueeze(0), pk.unsqueeze(0))
         if theta is not None:
             row, column = self.relative_cls_values()
