@@ -89,7 +89,9 @@ def flex_with_terms(q, k, v, bias, offset_bias, block_mask, scale):
 
 @cache
 def compiled_flex_with_terms() -> Callable:
-    return torch.compile(flex_with_terms)
+    # Static shapes: a second length compiled dynamically passed the table's offset to flex
+    # as a symbolic size, which inductor could not lower (torch 2.11, H100).
+    return torch.compile(flex_with_terms, dynamic=False)
 
 
 def run_flex(q, k, v, bias, offset_bias, mask, scale) -> Tensor:
