@@ -5,8 +5,9 @@
 #   scripts/offline-gpu.sh bundle              here (network): offline/data.tar.xz (`posattn
 #                                              data pack`) and offline/wheels (what such an
 #                                              image lacks: omegaconf and its antlr runtime)
-#   scripts/offline-gpu.sh check OUT           there: GPU kernel tests, then `posattn bench`
-#                                              with sdpa, flex and triton side by side
+#   scripts/offline-gpu.sh check OUT           there: the Triton kernel's GPU tests, a sweep
+#                                              of its tiles, `posattn bench` with sdpa and
+#                                              triton, then flex; all in OUT/check.tar.gz
 #   scripts/offline-gpu.sh start NAME ARGS...  there: `python -m posattn ARGS --output
 #                                              $RUNS/NAME` in the background, detached
 #   scripts/offline-gpu.sh wait SECONDS OUT    there: until the started runs end or SECONDS
@@ -34,29 +35,68 @@ bundle() {
     du -sh "$BUNDLE"
 }
 
-setup() {
+setup_python() {
     if [ ! -f "$SITE/.installed" ]; then
         "$PYTHON" -m pip install -q --no-index --no-deps --no-cache-dir --upgrade \
             --target "$SITE" "$BUNDLE"/wheels/*.whl
         touch "$SITE/.installed"
     fi
     export PYTHONPATH="$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}"
+}
+
+setup() {
+    setup_python
     [ -f "$POSATTN_DATA_DIR/manifest.json" ] ||
         "$PYTHON" -m posattn data unpack "$BUNDLE/data.tar.xz"
     mkdir -p "$RUNS"
 }
 
+# Everything `check` wrote so far in one archive (a lease returns few files), after each step:
+# a step cut off by its time limit loses only itself.
+pack_check() {
+    tar czf "$1/check.tar.gz" -C "$RUNS" check
+}
+
 check() {
-    local out=$1
-    setup
-    mkdir -p "$out"
-    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
-    "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_gpu_kernels.py \
-        tests/test_triton_kernel.py 2>&1 | tee "$out/gpu-tests.log" | tail -n 15
-    "$PYTHON" -m posattn bench --kernels sdpa,flex,triton --lengths 1024,4096,8192 \
-        --encodings t5,diet-rel,tupe-r,kerple,alibi,diet-abs --model-lengths 512,2048 \
-        --long-lengths '' --output "$RUNS/bench" 2>&1 | tail -n 60
-    cp "$RUNS"/bench/bench.* "$RUNS"/bench/*.png "$out"/
+    local out=$1 work="$RUNS/check"
+    setup_python
+    mkdir -p "$out" "$work"
+    {
+        nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+        "$PYTHON" -c 'import torch, triton, transformers as t; print("torch", torch.__version__,
+            "triton", triton.__version__, "transformers", t.__version__)'
+    } 2>&1 | tee "$work/gpu.txt"
+    # The kernel compiled for the GPU against eager in float32 (values and every gradient);
+    # nothing is timed if it does not compile or does not agree.
+    timeout "${TEST_SECONDS:-150}" "$PYTHON" -m pytest -x -q -p no:cacheprovider \
+        tests/test_gpu_kernels.py -k "${TEST_FILTER:-triton}" >"$work/gpu-tests.log" 2>&1 ||
+        { tail -n 40 "$work/gpu-tests.log"; pack_check "$out"; return 1; }
+    tail -n 3 "$work/gpu-tests.log"
+    # The tiles: each candidate checked, then timed; the fastest are used below.
+    timeout "${TILE_SECONDS:-100}" "$PYTHON" scripts/triton_tiles.py "$work" 2>&1 |
+        tee "$work/tiles.log" | tail -n 18 || true
+    # shellcheck disable=SC1091
+    [ -f "$work/tiles.env" ] && source "$work/tiles.env"
+    pack_check "$out"
+    # Attention level first: each level's tables are written when it ends.
+    timeout "${BENCH_SECONDS:-200}" "$PYTHON" -m posattn bench --kernels sdpa,triton \
+        --lengths 1024,4096,8192 --encodings "${BENCH_ENCODINGS:-t5,diet-rel,tupe-r,kerple,alibi,diet-abs}" \
+        --model-lengths '' --long-lengths '' --output "$work/bench" >"$work/bench.log" 2>&1 || true
+    grep -A30 "Attention level" "$work/bench/bench.md" 2>/dev/null || tail -n 20 "$work/bench.log"
+    pack_check "$out"
+    # BERT-small training steps over `learned` (the attention level here is one short length).
+    timeout "${MODEL_SECONDS:-120}" "$PYTHON" -m posattn bench --kernels sdpa,triton \
+        --lengths 256 --encodings t5,tupe-r,diet-rel --model-lengths 512,2048 \
+        --long-lengths '' --output "$work/bench-model" >"$work/bench-model.log" 2>&1 || true
+    grep -A20 "Model level" "$work/bench-model/bench.md" 2>/dev/null ||
+        tail -n 20 "$work/bench-model.log"
+    pack_check "$out"
+    # FlexAttention beside them (a compile per encoding and length): what time is left.
+    timeout "${FLEX_SECONDS:-90}" "$PYTHON" -m posattn bench --kernels flex \
+        --lengths 1024,4096 --encodings "${FLEX_ENCODINGS:-t5,alibi,diet-rel}" --model-lengths '' \
+        --long-lengths '' --output "$work/bench-flex" >"$work/bench-flex.log" 2>&1 || true
+    grep -A12 "Attention level" "$work/bench-flex/bench.md" 2>/dev/null || tail -n 5 "$work/bench-flex.log"
+    pack_check "$out"
 }
 
 start() {

@@ -99,3 +99,78 @@ def test_targets_follow_the_device():
     gpu = {c["target"]: c["met"] for c in targets(rows, [], "cuda")}
     assert gpu == {"t5 train n=1024 <= 1.3x": False, "t5 fwd n=1024 <= 1.15x": False,
                    "t5 train memory n=1024 <= 1.1x SDPA's": True}  # fmt: skip
+
+
+def test_targets_take_the_fastest_kernel_and_name_it():
+    """A target is met when some kernel meets it; the target names that kernel."""
+    from posattn.lab.bench.bench import targets
+
+    def row(kernel, ratio):
+        return dict(encoding="t5", kernel=kernel, n=1024, train=True, ratio=ratio, extra_mib=1.0)
+
+    floor = dict(encoding="sdpa (no bias)", n=1024, train=True, ratio=1.0, extra_mib=1.0)
+    checks = targets([floor, row("sdpa", 1.9), row("triton", 1.2)], [], "cuda")
+    assert {c["target"]: c["measured"] for c in checks} == {
+        "t5 [triton] train n=1024 <= 1.3x": 1.2,
+        "t5 [triton] train memory n=1024 <= 1.1x SDPA's": 1.0,
+    }
+    model = [dict(encoding="t5", kernel=k, n=512, train_pct=p, infer_pct=0.0)
+             for k, p in (("sdpa", 4.0), ("triton", 9.0))]  # fmt: skip
+    checks = targets([], model, "cuda")
+    assert [(c["target"], c["met"]) for c in checks] == [
+        ("BERT-small t5 [sdpa] train n=512 <= +5%", True)
+    ]
+
+
+def test_out_of_memory_skips_the_call_and_says_so(monkeypatch):
+    """A call that runs out of GPU memory (a materialised bias at large n) is a skipped row
+    with the reason, and the benchmark goes on."""
+    from posattn.lab.bench import bench as bench_module
+
+    original = bench_module.attention_call
+
+    def failing(name, *args, **kwargs):
+        if name == "t5":
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return original(name, *args, **kwargs)
+
+    monkeypatch.setattr(bench_module, "attention_call", failing)
+    torch.set_default_dtype(torch.float32)
+    try:
+        settings = BenchSettings(lengths=[16], batch=1, heads=2, head_dim=8, repeats=1,
+                                 encodings=["t5", "alibi"], kernels=["sdpa"])  # fmt: skip
+        rows, skipped = bench_module.attention_level(settings, torch.device("cpu"))
+    finally:
+        torch.set_default_dtype(torch.float64)
+    assert {r["encoding"] for r in rows} == {"sdpa (no bias)", "alibi"}
+    assert {(r["encoding"], r["train"]) for r in skipped} == {("t5", False), ("t5", True)}
+    assert all(r["reason"] == "out of memory at n=16 (batch 1, 2 heads)" for r in skipped)
+
+
+def test_model_level_measures_each_kernel_and_skips_a_refusal(monkeypatch):
+    """BERT-small per (encoding, kernel): triton without a GPU or interpreter is refused and
+    left out, sdpa measured and labelled."""
+    from posattn.lab.bench import bench as bench_module
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(bench_module, "bert_small", small_model)
+    torch.set_default_dtype(torch.float32)
+    try:
+        settings = BenchSettings(repeats=1, model_lengths=[8], model_batch=1,
+                                 encodings=["t5"], kernels=["sdpa", "triton"])  # fmt: skip
+        rows = bench_module.model_level(settings, torch.device("cpu"))
+    finally:
+        torch.set_default_dtype(torch.float64)
+    assert [(r["encoding"], r["kernel"], r["n"]) for r in rows] == [("t5", "sdpa", 8)]
+    assert rows[0]["train_ms"] > 0 and rows[0]["infer_ms"] > 0
+
+
+def small_model(encoding, n, kernel="auto"):
+    from posattn.models import PosAttnForMaskedLM
+    from posattn.models.config import PosAttnConfig
+
+    config = PosAttnConfig(
+        vocab_size=50, d_model=16, num_layers=1, num_heads=2, ffn_dim=32, max_len=n,
+        encoding=encoding, kernel=kernel, attention_dropout=0.0,
+    )  # fmt: skip
+    return PosAttnForMaskedLM(config)

@@ -70,12 +70,14 @@ CASES = [
 ]
 
 
+# Head size 8 fills half a 16-wide block (masked columns); 16 fills it (masks per row).
+@pytest.mark.parametrize("head_dim", [8, 16])
 @pytest.mark.parametrize(("n_q", "n_k", "padded", "causal", "query_start"), CASES)
-def test_values_and_every_gradient_equal_eager(n_q, n_k, padded, causal, query_start):
+def test_values_and_every_gradient_equal_eager(n_q, n_k, padded, causal, query_start, head_dim):
     torch.manual_seed(0)
     batch, heads = (3 if padded else 1), 2
-    q = torch.randn(batch, heads, n_q, 8, requires_grad=True)
-    k, v = (torch.randn(batch, heads, n_k, 8, requires_grad=True) for _ in range(2))
+    q = torch.randn(batch, heads, n_q, head_dim, requires_grad=True)
+    k, v = (torch.randn(batch, heads, n_k, head_dim, requires_grad=True) for _ in range(2))
     with_table = n_q + query_start == n_k
     table = torch.randn(heads, n_q + n_k - 1, requires_grad=True) if with_table else None
     padding = None
@@ -89,7 +91,7 @@ def test_values_and_every_gradient_equal_eager(n_q, n_k, padded, causal, query_s
     else:
         mask = padding[:, None, None, :]
     bias = None if table is None else toeplitz_rows(table, n_q, n_k)
-    grad = torch.randn(batch, heads, n_q, 8)
+    grad = torch.randn(batch, heads, n_q, head_dim)
     inputs = [t for t in (q, k, v, table) if t is not None]
 
     ours = get_kernel("triton")(
@@ -220,3 +222,25 @@ def test_auto_never_takes_triton(monkeypatch, choose):
     model = tiny_encoder("t5", kernel="auto")
     model(torch.randint(1, 40, (2, 6))).sum().backward()
     assert not calls
+
+
+def test_gpu_tiles_come_from_the_table_or_the_environment(monkeypatch):
+    """GPU tiles per pass from `GPU_TILES`, overridden by POSATTN_TRITON_FORWARD / _BACKWARD
+    (the sweep's knob); a malformed override is refused with the variable named. The CPU
+    interpreter always takes its small tiles."""
+    from posattn.kernels import triton_bias
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    monkeypatch.delenv("POSATTN_TRITON_FORWARD", raising=False)
+    assert triton_bias.tiles(cuda, "forward") == triton_bias.GPU_TILES["forward"]
+    monkeypatch.setenv("POSATTN_TRITON_BACKWARD", "32,64,8,3")
+    assert triton_bias.tiles(cuda, "backward") == triton_bias.Tiles(32, 64, 8, 3)
+    assert triton_bias.tiles(cpu, "backward") == triton_bias.INTERPRETER_TILES
+    assert triton_bias.schedule(triton_bias.Tiles(32, 64, 8, 3), cuda) == dict(
+        num_warps=8, num_stages=3
+    )
+    assert triton_bias.schedule(triton_bias.INTERPRETER_TILES, cpu) == {}
+    for bad in ("64,48,4,2", "64,64", "8,64,4,2", "a,b,c,d"):
+        monkeypatch.setenv("POSATTN_TRITON_FORWARD", bad)
+        with pytest.raises(PosAttnConfigError, match=rf"POSATTN_TRITON_FORWARD='{bad}'.*powers"):
+            triton_bias.tiles(cuda, "forward")

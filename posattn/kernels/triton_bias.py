@@ -29,16 +29,37 @@ TF32), so results match the eager reference to float32 rounding.
 from __future__ import annotations
 
 import math
+import os
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
+from ..errors import PosAttnConfigError
+
 LOG2E = 1.4426950408889634
-# Tiles under the CPU interpreter: small and unequal, so that test lengths cross several
-# blocks of each kind.
-INTERPRETER_BLOCKS = (32, 16)
+
+
+@dataclass(frozen=True)
+class Tiles:
+    """One launch's tile shape and its Triton schedule (warps per program, pipeline depth)."""
+
+    block_m: int
+    block_n: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+# Under the CPU interpreter: small and unequal tiles, so that test lengths cross several
+# blocks of each kind (warps and stages mean nothing there).
+INTERPRETER_TILES = Tiles(32, 16)
+# On a GPU, per pass: the fastest of scripts/triton_tiles.py's sweeps (bf16, B=8, H=8, n=4096,
+# d_h=64; the forward on an H100 and an H200, the backward on the H200, where 64,32,4,2 came
+# second); each can be overridden with POSATTN_TRITON_FORWARD / POSATTN_TRITON_BACKWARD =
+# "block_m,block_n,num_warps,num_stages".
+GPU_TILES = {"forward": Tiles(128, 32, 4, 3), "backward": Tiles(64, 32, 4, 3)}
 
 
 # Reductions and zeros without triton.language.standard (tl.sum, tl.max, tl.zeros): those
@@ -52,6 +73,17 @@ def _add(a, b):
 @triton.jit
 def _maximum(a, b):
     return tl.maximum(a, b)
+
+
+@triton.jit
+def _tile_mask(rows, num_rows, columns, num_columns, FULL_WIDTH: tl.constexpr):
+    """The elements of a [rows, columns] tile that exist. FULL_WIDTH (the head size is the
+    block's): a mask per row, constant along the row, so loads and stores stay vectorised
+    (a mask per element forced 2-byte accesses)."""
+    if FULL_WIDTH:
+        return rows[:, None] < num_rows
+    else:
+        return (rows[:, None] < num_rows) & (columns[None, :] < num_columns)
 
 
 @triton.jit
@@ -125,6 +157,7 @@ def _forward(
     HAS_TABLE: tl.constexpr, HAS_KEYS: tl.constexpr, CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
 ):  # fmt: skip
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
@@ -133,7 +166,7 @@ def _forward(
     offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
     q = tl.load(
         Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :],
-        mask=(offs_m[:, None] < M) & (offs_d[None, :] < D),
+        mask=_tile_mask(offs_m, M, offs_d, D, EVEN_D),
         other=0.0,
     )
     first = 0
@@ -146,12 +179,12 @@ def _forward(
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k = tl.load(
             K + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :],
-            mask=(offs_n[:, None] < N) & (offs_d[None, :] < D),
+            mask=_tile_mask(offs_n, N, offs_d, D, EVEN_D),
             other=0.0,
         )
         v = tl.load(
             V + b * svb + h * svh + offs_n[:, None] * svn + offs_dv[None, :],
-            mask=(offs_n[:, None] < N) & (offs_dv[None, :] < DV),
+            mask=_tile_mask(offs_n, N, offs_dv, DV, EVEN_DV),
             other=0.0,
         )
         s = _scores(
@@ -172,7 +205,7 @@ def _forward(
     tl.store(
         OUT + b * sob + h * soh + offs_m[:, None] * som + offs_dv[None, :],
         out.to(OUT.dtype.element_ty),
-        mask=(offs_m[:, None] < M) & (offs_dv[None, :] < DV),
+        mask=_tile_mask(offs_m, M, offs_dv, DV, EVEN_DV),
     )
     # Such a row keeps LSE = +inf: its probabilities recompute to 0 in backward.
     lse = tl.where(l_i > 0, m_i + tl.log2(l_safe), float("inf"))
@@ -182,7 +215,7 @@ def _forward(
 @triton.jit
 def _delta(
     OUT, DO, DELTA, sob, soh, som, sdob, sdoh, sdom, H, M, DV,
-    BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr, EVEN_DV: tl.constexpr,
 ):  # fmt: skip
     """D_i = sum_d dO_id O_id in float32, without float32 copies of O and dO."""
     start_m = tl.program_id(0) * BLOCK_M
@@ -190,7 +223,7 @@ def _delta(
     b, h = bh // H, bh % H
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_dv = tl.arange(0, BLOCK_DV)
-    inside = (offs_m[:, None] < M) & (offs_dv[None, :] < DV)
+    inside = _tile_mask(offs_m, M, offs_dv, DV, EVEN_DV)
     rows = offs_m[:, None]
     out = tl.load(OUT + b * sob + h * soh + rows * som + offs_dv[None, :], mask=inside, other=0.0)
     do = tl.load(DO + b * sdob + h * sdoh + rows * sdom + offs_dv[None, :], mask=inside, other=0.0)
@@ -227,6 +260,7 @@ def _backward_dk_dv(
     HAS_TABLE: tl.constexpr, HAS_KEYS: tl.constexpr, CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
 ):  # fmt: skip
     """dK, dV of one key block, over every query block that sees it."""
     start_n = tl.program_id(0) * BLOCK_N
@@ -236,12 +270,12 @@ def _backward_dk_dv(
     offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
     k = tl.load(
         K + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :],
-        mask=(offs_n[:, None] < N) & (offs_d[None, :] < D),
+        mask=_tile_mask(offs_n, N, offs_d, D, EVEN_D),
         other=0.0,
     )
     v = tl.load(
         V + b * svb + h * svh + offs_n[:, None] * svn + offs_dv[None, :],
-        mask=(offs_n[:, None] < N) & (offs_dv[None, :] < DV),
+        mask=_tile_mask(offs_n, N, offs_dv, DV, EVEN_DV),
         other=0.0,
     )
     first = 0
@@ -253,12 +287,12 @@ def _backward_dk_dv(
         offs_m = start_m + tl.arange(0, BLOCK_M)
         q = tl.load(
             Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :],
-            mask=(offs_m[:, None] < M) & (offs_d[None, :] < D),
+            mask=_tile_mask(offs_m, M, offs_d, D, EVEN_D),
             other=0.0,
         )
         do = tl.load(
             DO + b * sdob + h * sdoh + offs_m[:, None] * sdom + offs_dv[None, :],
-            mask=(offs_m[:, None] < M) & (offs_dv[None, :] < DV),
+            mask=_tile_mask(offs_m, M, offs_dv, DV, EVEN_DV),
             other=0.0,
         )
         lse = tl.load(LSE + bh * M + offs_m, mask=offs_m < M, other=float("inf"))
@@ -276,12 +310,12 @@ def _backward_dk_dv(
     tl.store(
         DK + b * sdkb + h * sdkh + offs_n[:, None] * sdkn + offs_d[None, :],
         (dk * scale).to(DK.dtype.element_ty),
-        mask=(offs_n[:, None] < N) & (offs_d[None, :] < D),
+        mask=_tile_mask(offs_n, N, offs_d, D, EVEN_D),
     )
     tl.store(
         DV_ + b * sdvb + h * sdvh + offs_n[:, None] * sdvn + offs_dv[None, :],
         dv.to(DV_.dtype.element_ty),
-        mask=(offs_n[:, None] < N) & (offs_dv[None, :] < DV),
+        mask=_tile_mask(offs_n, N, offs_dv, DV, EVEN_DV),
     )
 
 
@@ -295,7 +329,7 @@ def _backward_dq_dtable(
     CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
     SEGMENT_GRAD: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    DIAGONALS: tl.constexpr,
+    EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, DIAGONALS: tl.constexpr,
 ):  # fmt: skip
     """dQ of one query block over the keys it sees, and that block's share of dT."""
     start_m = tl.program_id(0) * BLOCK_M
@@ -305,12 +339,12 @@ def _backward_dq_dtable(
     offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
     q = tl.load(
         Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :],
-        mask=(offs_m[:, None] < M) & (offs_d[None, :] < D),
+        mask=_tile_mask(offs_m, M, offs_d, D, EVEN_D),
         other=0.0,
     )
     do = tl.load(
         DO + b * sdob + h * sdoh + offs_m[:, None] * sdom + offs_dv[None, :],
-        mask=(offs_m[:, None] < M) & (offs_dv[None, :] < DV),
+        mask=_tile_mask(offs_m, M, offs_dv, DV, EVEN_DV),
         other=0.0,
     )
     lse = tl.load(LSE + bh * M + offs_m, mask=offs_m < M, other=float("inf"))
@@ -323,12 +357,12 @@ def _backward_dq_dtable(
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k = tl.load(
             K + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :],
-            mask=(offs_n[:, None] < N) & (offs_d[None, :] < D),
+            mask=_tile_mask(offs_n, N, offs_d, D, EVEN_D),
             other=0.0,
         )
         v = tl.load(
             V + b * svb + h * svh + offs_n[:, None] * svn + offs_dv[None, :],
-            mask=(offs_n[:, None] < N) & (offs_dv[None, :] < DV),
+            mask=_tile_mask(offs_n, N, offs_dv, DV, EVEN_DV),
             other=0.0,
         )
         s = _scores(
@@ -359,14 +393,38 @@ def _backward_dq_dtable(
     tl.store(
         DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqm + offs_d[None, :],
         (dq * scale).to(DQ.dtype.element_ty),
-        mask=(offs_m[:, None] < M) & (offs_d[None, :] < D),
+        mask=_tile_mask(offs_m, M, offs_d, D, EVEN_D),
     )
 
 
-def block_sizes(device: torch.device) -> tuple[int, int]:
-    """(BLOCK_M, BLOCK_N): FlashAttention-2's 64 x 64 tiles on GPU, `INTERPRETER_BLOCKS` under
-    the CPU interpreter."""
-    return (64, 64) if device.type == "cuda" else INTERPRETER_BLOCKS
+def tiles(device: torch.device, kind: str) -> Tiles:
+    """The tiles of the `kind` ("forward" or "backward") pass: `GPU_TILES` or the environment's
+    override on a GPU, `INTERPRETER_TILES` under the CPU interpreter."""
+    if device.type != "cuda":
+        return INTERPRETER_TILES
+    variable = f"POSATTN_TRITON_{kind.upper()}"
+    text = os.environ.get(variable)
+    if not text:
+        return GPU_TILES[kind]
+    parts = text.split(",")
+    try:
+        chosen = Tiles(*(int(part) for part in parts)) if len(parts) == 4 else None
+    except ValueError:
+        chosen = None
+    sizes = () if chosen is None else (chosen.block_m, chosen.block_n)
+    if chosen is None or any(size < 16 or size & (size - 1) for size in sizes):
+        raise PosAttnConfigError(
+            f"{variable}={text!r}: expected block_m,block_n,num_warps,num_stages with "
+            "block sizes powers of two >= 16, e.g. '128,64,8,3'"
+        )
+    return chosen
+
+
+def schedule(tile: Tiles, device: torch.device) -> dict:
+    """The launch options of a tile on a GPU (the interpreter takes none)."""
+    if device.type != "cuda":
+        return {}
+    return dict(num_warps=tile.num_warps, num_stages=tile.num_stages)
 
 
 def head_block(size: int) -> int:
@@ -394,7 +452,8 @@ class TableBiasAttention(torch.autograd.Function):
         ids = q.new_zeros(1, 1, dtype=torch.int32) if segment_ids is None else segment_ids
         out = torch.empty(batch, heads, M, DV, dtype=q.dtype, device=q.device)
         lse = torch.empty(batch * heads, M, dtype=torch.float32, device=q.device)
-        block_m, block_n = block_sizes(q.device)
+        tile = tiles(q.device, "forward")
+        block_m, block_n = tile.block_m, tile.block_n
         flags = dict(
             HAS_TABLE=table is not None,
             HAS_KEYS=keys is not None,
@@ -403,6 +462,8 @@ class TableBiasAttention(torch.autograd.Function):
             NUM_SEGMENTS=0 if segments is None else math.isqrt(segments.shape[-1]),
             BLOCK_D=head_block(D),
             BLOCK_DV=head_block(DV),
+            EVEN_D=head_block(D) == D,
+            EVEN_DV=head_block(DV) == DV,
         )
         grid = (triton.cdiv(M, block_m), batch * heads)
         _forward[grid](
@@ -410,7 +471,7 @@ class TableBiasAttention(torch.autograd.Function):
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
             table32.stride(0), keys_.stride(0), ids.stride(0),
             heads, M, N, D, DV, q_start, M - 1, scale * LOG2E,
-            BLOCK_M=block_m, BLOCK_N=block_n, **flags,
+            BLOCK_M=block_m, BLOCK_N=block_n, **flags, **schedule(tile, q.device),
         )  # fmt: skip
         ctx.save_for_backward(q, k, v, out, lse, table32, keys_, first_, segments32, ids)
         ctx.settings = (scale, q_start, flags, table is not None and table.requires_grad)
@@ -425,12 +486,13 @@ class TableBiasAttention(torch.autograd.Function):
         grad_out = last_dim_contiguous(grad_out)
         batch, heads, M, D = q.shape
         N, DV = k.shape[-2], v.shape[-1]
-        block_m, block_n = block_sizes(q.device)
+        tile = tiles(q.device, "backward")
+        block_m, block_n, launch = tile.block_m, tile.block_n, schedule(tile, q.device)
         # D_i = rowsum(dO * O), the term every row of dS subtracts.
         delta = torch.empty(batch * heads, M, dtype=torch.float32, device=q.device)
         _delta[(triton.cdiv(M, block_m), batch * heads)](
             out, grad_out, delta, *out.stride()[:3], *grad_out.stride()[:3], heads, M, DV,
-            BLOCK_M=block_m, BLOCK_DV=flags["BLOCK_DV"],
+            BLOCK_M=block_m, BLOCK_DV=flags["BLOCK_DV"], EVEN_DV=flags["EVEN_DV"],
         )  # fmt: skip
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         dtable = torch.zeros_like(table32) if table_grad else table32.new_zeros(1)
@@ -442,7 +504,7 @@ class TableBiasAttention(torch.autograd.Function):
             *dk.stride()[:3], *dv.stride()[:3], table32.stride(0), keys_.stride(0),
             ids.stride(0),
             *common, M - 1, scale, scale * LOG2E,
-            BLOCK_M=block_m, BLOCK_N=block_n, **flags,
+            BLOCK_M=block_m, BLOCK_N=block_n, **flags, **launch,
         )  # fmt: skip
         _backward_dq_dtable[(triton.cdiv(M, block_m), batch * heads)](
             q, k, v, grad_out, lse, delta, dq, table32, dtable, keys_, first_, segments32, ids,
@@ -452,7 +514,7 @@ class TableBiasAttention(torch.autograd.Function):
             *common, M - 1, M + N - 1, scale, scale * LOG2E,
             TABLE_GRAD=table_grad, SEGMENT_GRAD=ctx.segment_grad, BLOCK_M=block_m,
             BLOCK_N=block_n,
-            DIAGONALS=triton.next_power_of_2(block_m + block_n - 1), **flags,
+            DIAGONALS=triton.next_power_of_2(block_m + block_n - 1), **flags, **launch,
         )  # fmt: skip
         grad_table = dtable.to(ctx.dtypes[0]) if table_grad else None
         grad_segments = dsegments.to(ctx.dtypes[1]) if ctx.segment_grad else None

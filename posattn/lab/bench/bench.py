@@ -193,19 +193,34 @@ def attention_level(s: BenchSettings, device) -> tuple[list[dict], list[dict]]:
                              ratio=1.0, extra_mib=floor_mib))  # fmt: skip
             for name in s.encodings:
                 for kernel in s.kernels:
-                    call = attention_call(name, s, n, train, device, kernel=kernel)
-                    reason = refusal_of(call)
+                    try:
+                        call = attention_call(name, s, n, train, device, kernel=kernel)
+                        reason = refusal_of(call)
+                        if reason is None:
+                            ms, ratio = paired(floor, call, s.repeats)
+                            _, mib = measure(call, 1)
+                    except torch.OutOfMemoryError:
+                        # A materialised [B, H, n, n] bias and its gradient outgrow the GPU
+                        # at large n: the row says so instead of ending the benchmark.
+                        reason = f"out of memory at n={n} (batch {s.batch}, {s.heads} heads)"
+                    call = None
+                    free_memory()
                     if reason is not None:
                         print(f"skipped {name} [{kernel}] n={n} train={train}: {reason}")
                         skipped.append(dict(encoding=name, kernel=kernel, n=n, train=train,
                                             reason=reason))  # fmt: skip
                         continue
-                    ms, ratio = paired(floor, call, s.repeats)
-                    _, mib = measure(call, 1)
                     rows.append(dict(encoding=name, kernel=kernel, n=n, train=train, ms=ms,
                                      ratio=ratio, extra_mib=mib))  # fmt: skip
             gc.collect()
     return rows, skipped
+
+
+def free_memory() -> None:
+    """Drop what the last measured call left behind (on GPU, the allocator's cache too)."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def long_sequences(s: BenchSettings, device) -> list[dict]:
@@ -220,12 +235,13 @@ def long_sequences(s: BenchSettings, device) -> list[dict]:
     return rows
 
 
-def bert_small(encoding: str, n: int) -> PosAttnForMaskedLM:
-    """DIET Table 1's BERT-small: 4 layers, hidden 512, 8 heads."""
+def bert_small(encoding: str, n: int, kernel: str = "auto") -> PosAttnForMaskedLM:
+    """DIET Table 1's BERT-small: 4 layers, hidden 512, 8 heads; no dropout inside attention
+    (kernel="triton" takes none, and every model of the level runs alike)."""
     config = PosAttnConfig(
         vocab_size=30522, d_model=512, num_layers=4, num_heads=8, ffn_dim=2048, max_len=n,
         encoding=encoding, encoding_options=BENCH_OPTIONS.get(encoding, {}),
-        causal=encoding in CAUSAL_ONLY,
+        causal=encoding in CAUSAL_ONLY, kernel=kernel, attention_dropout=0.0,
     )  # fmt: skip
     torch.manual_seed(0)
     return PosAttnForMaskedLM(config)
@@ -247,23 +263,28 @@ def autocast(functions, device: torch.device, dtype: torch.dtype) -> list:
 
 
 def model_level(s: BenchSettings, device) -> list[dict]:
-    """Each encoding's train step and inference against `learned`'s, alternated step by step
-    (the baseline model stays built), as +% over `learned`."""
+    """Each encoding's train step and inference with each kernel against `learned`'s (default
+    kernel), alternated step by step (the baseline model stays built), as +% over `learned`.
+    A kernel that refuses an encoding is left out of this level (the attention level says why)."""
     rows = []
     dtype = s.torch_dtype(device)
     for n in s.model_lengths:
         baseline = autocast(step_functions(bert_small("learned", n).to(device), s.model_batch, n),
                             device, dtype)  # fmt: skip
         for name in s.encodings:
-            model = bert_small(name, n).to(device)
-            steps = autocast(step_functions(model, s.model_batch, n), device, dtype)
-            row = dict(encoding=name, n=n)
-            for key, base_fn, fn in zip(("train", "infer"), baseline, steps, strict=True):
-                ms, ratio = paired(base_fn, fn, s.repeats)
-                row[f"{key}_ms"], row[f"{key}_pct"] = ms, 100 * (ratio - 1)
-            rows.append(row)
-            del steps
-            gc.collect()
+            for kernel in s.kernels:
+                try:
+                    model = bert_small(name, n, kernel).to(device)
+                    steps = autocast(step_functions(model, s.model_batch, n), device, dtype)
+                    row = dict(encoding=name, kernel=kernel, n=n)
+                    for key, base_fn, fn in zip(("train", "infer"), baseline, steps, strict=True):
+                        ms, ratio = paired(base_fn, fn, s.repeats)
+                        row[f"{key}_ms"], row[f"{key}_pct"] = ms, 100 * (ratio - 1)
+                    rows.append(row)
+                except PosAttnConfigError as error:
+                    print(f"skipped BERT-small {name} [{kernel}] n={n}: {error}")
+                model = steps = None
+                free_memory()
     return rows
 
 
@@ -314,7 +335,7 @@ def markdown(attention_rows: list[dict], model_rows: list[dict], context: dict) 
     for r in model_rows:
         paper = PAPER_TABLE1.get(r["encoding"])
         rows.append([
-            r["encoding"], r["n"], f"{r['train_ms']:.1f}", f"{r.get('train_pct', 0):+.1f}",
+            label(r), r["n"], f"{r['train_ms']:.1f}", f"{r.get('train_pct', 0):+.1f}",
             f"{r['infer_ms']:.1f}", f"{r.get('infer_pct', 0):+.1f}",
             f"+{paper['train']}% / +{paper['infer']}%" if paper else "-",
         ])  # fmt: skip
@@ -401,25 +422,37 @@ def memory_checks(attention_rows: list[dict], device_type: str) -> list[dict]:
     for r in attention_rows:
         if r["train"] and r["n"] == n and r["encoding"] in BIAS_METHODS:
             ratio = r["extra_mib"] / max(floors[n], 1.0)
-            what = f"{r['encoding']} train memory n={n} <= {bound}x SDPA's"
+            what = f"{label(r)} train memory n={n} <= {bound}x SDPA's"
             checks.append(dict(target=what, measured=ratio, met=ratio <= bound))
     return checks
 
 
+def fastest(rows: list[dict], key: str, *fields: str) -> list[dict]:
+    """Per value of `fields`, the row of the kernel with the lowest `key`: a target is met
+    when some kernel meets it, and says which (rows keep their order of first appearance)."""
+    best: dict[tuple, dict] = {}
+    for r in rows:
+        group = tuple(r[f] for f in fields)
+        if group not in best or r[key] < best[group][key]:
+            best[group] = r
+    return list(best.values())
+
+
 def targets(attention_rows: list[dict], model_rows: list[dict], device_type: str) -> list[dict]:
-    """Each target of this device with the measured value and whether it was met."""
+    """Each target of this device with the measured value of the fastest kernel measured for
+    it, and whether it was met."""
     checks = []
-    attention_rows = [r for r in attention_rows if r.get("kernel", "auto") == "auto"]
+    attention_rows = fastest(attention_rows, "ratio", "encoding", "n", "train")
     for mode, names, train, lengths, bound in ATTENTION_TARGETS[device_type]:
         for r in attention_rows:
             if r["encoding"] in names and r["train"] == train and r["n"] in lengths:
-                what = f"{r['encoding']} {mode} n={r['n']} <= {bound}x"
+                what = f"{label(r)} {mode} n={r['n']} <= {bound}x"
                 checks.append(dict(target=what, measured=r["ratio"], met=r["ratio"] <= bound))
     checks += memory_checks(attention_rows, device_type)
     for names, key, bound in MODEL_TARGETS[device_type]:
-        for r in model_rows:
-            if r["encoding"] in names and key in r:
-                what = f"BERT-small {r['encoding']} {key[:5]} n={r['n']} <= +{bound:g}%"
+        for r in fastest([r for r in model_rows if key in r], key, "encoding", "n"):
+            if r["encoding"] in names:
+                what = f"BERT-small {label(r)} {key[:5]} n={r['n']} <= +{bound:g}%"
                 checks.append(dict(target=what, measured=r[key], met=r[key] <= bound))
     return checks
 
