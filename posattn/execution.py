@@ -31,7 +31,10 @@ Choices:
       GPU training, where the gather's backward scatters with atomics (H100, bf16, Shaw train:
       3.0 ms against 16.9 ms at n=1024, 33 ms against 619 ms at n=4096).
   flex_threshold_bytes: above this many bytes of a [B, H, n, n] bias gradient, kernel "auto"
-      trades SDPA's speed for FlexAttention's memory on GPU (H100, bf16, B=8, H=8, T5 bias,
+      leaves SDPA on GPU: a Toeplitz bias goes to kernel "triton" where it serves it (H200,
+      bf16, T5, n=4096: 3.80x / 643 MiB against SDPA's 6.31x / 3010 MiB and flex's 4.95x /
+      802 MiB; at n=1024, 256 MiB of gradient, SDPA 3.40x, triton 3.42x), any other learned
+      bias to FlexAttention, which trades SDPA's speed for memory (H100, bf16, B=8, H=8, T5 bias,
       forward + backward: at n=1024 flex 6.00x / 121 MiB vs SDPA 5.90x / 1112 MiB of the
       bias-free time and memory; at n=4096 flex 23.5x / 1.6 GiB vs SDPA 21.0x / 16.7 GiB;
       low-rank biases (TUPE-A, DIET-ABS) ran about twice as long in flex at n=4096).

@@ -61,6 +61,32 @@ def test_auto_kernel_takes_flex_for_a_large_learned_bias_on_gpu(monkeypatch, cho
     assert len(calls) == 2  # one per layer
 
 
+def test_auto_kernel_takes_triton_for_a_large_table_bias_on_gpu(monkeypatch, choose):
+    """Above the threshold a Toeplitz bias (T5) goes to the Triton kernel, with eager's
+    values and gradients."""
+    pytest.importorskip("triton")
+    from posattn.kernels import flex
+
+    choose(flex_threshold_bytes=0)
+    calls = []
+    original = flex.triton_attention
+    monkeypatch.setattr(
+        flex, "triton_attention", lambda *a, **k: calls.append(1) or original(*a, **k)
+    )
+    torch.set_default_dtype(torch.float32)
+    try:
+        model = tiny_encoder("t5", d_model=48).cuda()
+    finally:
+        torch.set_default_dtype(torch.float64)
+    ids, mask, segment_ids = (t.cuda() for t in padded_batch())
+    out_ref, grads_ref = outputs_and_grads(model, "eager", ids, mask, segment_ids)
+    out, grads = outputs_and_grads(model, "auto", ids, mask, segment_ids)
+    assert len(calls) == 2  # one per layer
+    torch.testing.assert_close(out, out_ref, atol=2e-4, rtol=2e-4)
+    for ours, reference in zip(grads, grads_ref, strict=True):
+        torch.testing.assert_close(ours, reference, atol=2e-4, rtol=2e-3)
+
+
 TABLE_ENCODINGS = [
     ("t5", {}, False),
     ("t5", {"bidirectional": False}, True),

@@ -212,8 +212,8 @@ def test_what_it_cannot_run_is_refused_when_called(monkeypatch):
         model(ids)
 
 
-def test_auto_never_takes_triton(monkeypatch, choose):
-    """No GPU measurement of the Triton kernel exists yet: `auto` keeps to SDPA and flex."""
+def test_auto_never_takes_triton_on_cpu(monkeypatch, choose):
+    """On the CPU (the interpreter is for tests) `auto` keeps to SDPA's paths."""
     from posattn.kernels import table_bias
 
     calls = []
@@ -244,3 +244,29 @@ def test_gpu_tiles_come_from_the_table_or_the_environment(monkeypatch):
         monkeypatch.setenv("POSATTN_TRITON_FORWARD", bad)
         with pytest.raises(PosAttnConfigError, match=rf"POSATTN_TRITON_FORWARD='{bad}'.*powers"):
             triton_bias.tiles(cuda, "forward")
+
+
+def test_auto_hands_a_table_to_triton_only_where_it_serves_it(monkeypatch):
+    """`serves_table`: a Toeplitz table of the right shape, a head size that fills a block
+    (a folded bias's 64 + 2 would pad to 128), and a mask the kernel reads (padding, causal,
+    decoding rows, a key mask; not an arbitrary [B, 1, n, n] one such as packed documents)."""
+    from posattn.kernels import table_bias
+
+    monkeypatch.setattr(table_bias, "unavailable", lambda device: None)
+    q, k = torch.randn(2, 4, 10, 64), torch.randn(2, 4, 10, 64)
+    table = torch.randn(4, 19)
+    padding = torch.ones(2, 10, dtype=torch.bool)
+    padding[0, 7:] = False
+    serves = table_bias.serves_table
+    assert serves(q, k, table, None)
+    for causal in (False, True):
+        assert serves(q, k, table, build_attention_mask(padding, 10, causal, q.device))
+    assert serves(q, k, table, padding[:, None, None, :])
+    packed = torch.rand(2, 1, 10, 10) > 0.5
+    assert not serves(q, k, table, packed)
+    assert not serves(q, k, None, None)
+    assert not serves(q, k, torch.randn(4, 17), None)
+    folded = torch.randn(2, 4, 10, 66)
+    assert not serves(folded, folded, table, None)
+    monkeypatch.setattr(table_bias, "unavailable", lambda device: "no GPU")
+    assert not serves(q, k, table, None)

@@ -90,6 +90,21 @@ def unavailable(device: torch.device) -> str | None:
     )
 
 
+def serves_table(q: Tensor, k: Tensor, offset_bias: Tensor | None, mask: Tensor | None) -> bool:
+    """Whether `auto` may hand a Toeplitz bias to this kernel: the kernel can run here, the
+    head size fills its block (a folded low-rank bias pads it, TUPE-R's 64 + 2 to 128, and
+    ran slower than the other kernels), and the mask is one the kernel reads."""
+    if offset_bias is None or unavailable(q.device) is not None:
+        return False
+    if q.shape[-1] < 16 or q.shape[-1] & (q.shape[-1] - 1):
+        return False
+    if offset_bias.shape != (q.shape[1], q.shape[-2] + k.shape[-2] - 1):
+        return False
+    if mask is None or mask_layout(mask) is not None:
+        return True
+    return mask.dim() == 4 and mask.shape[1] == 1 and mask.shape[2] == 1
+
+
 def key_rules(mask: Tensor | None, batch: int, n_k: int):
     """(keys int8 [B, n_k] or None, causal, first_real int32 [B] or None, query_start) for the
     kernel, from a mask built by `build_attention_mask` or a key mask [B or 1, 1, 1, n_k]."""
