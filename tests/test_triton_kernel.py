@@ -270,3 +270,57 @@ def test_auto_hands_a_table_to_triton_only_where_it_serves_it(monkeypatch):
     assert not serves(folded, folded, table, None)
     monkeypatch.setattr(table_bias, "unavailable", lambda device: "no GPU")
     assert not serves(q, k, table, None)
+
+
+@pytest.mark.parametrize("encoding", ["t5", "diet-rel", "kerple", "alibi"])
+def test_the_triton_path_never_builds_the_dense_bias(monkeypatch, encoding):
+    """A Toeplitz bias is described by its table and built only when read: kernel="triton"
+    trains without the [H, n, n] tensor (no call of toeplitz), kernel="sdpa" builds it once per
+    distinct layer terms (one for layers that share them), and both give the same outputs and
+    gradients."""
+    from posattn.encodings import base
+
+    builds = []
+    original = base.toeplitz
+    monkeypatch.setattr(base, "toeplitz", lambda *a: builds.append(1) or original(*a))
+    torch.set_default_dtype(torch.float32)
+    try:
+        model = tiny_encoder(encoding)
+    finally:
+        torch.set_default_dtype(torch.float64)
+    ids = torch.randint(1, 40, (2, 9), generator=torch.Generator().manual_seed(0))
+    results = {}
+    for kernel in ("triton", "sdpa"):
+        builds.clear()
+        model.set_kernel(kernel)
+        model.zero_grad()
+        out = model(ids)
+        out.square().sum().backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        results[kernel] = (out.detach(), grads, len(builds))
+    (out, grads, triton_builds), (out_ref, grads_ref, sdpa_builds) = results.values()
+    shared = encoding != "diet-rel"  # DIET-REL's default: a table per layer
+    assert (triton_builds, sdpa_builds) == (0, 1 if shared else model.config.num_layers)
+    torch.testing.assert_close(out, out_ref, atol=2e-5, rtol=2e-4)
+    for ours, reference in zip(grads, grads_ref, strict=True):
+        torch.testing.assert_close(ours, reference, atol=2e-5, rtol=2e-4)
+
+
+def test_deferred_bias_is_built_once_and_decoding_rows_stay_deferred():
+    from posattn.encodings.base import DeferredBias, LayerTerms
+
+    calls = []
+    table = torch.randn(2, 9)
+
+    def build():
+        calls.append(1)
+        return torch.ones(1, 2, 5, 5)
+
+    terms = LayerTerms(scale=1.0, bias=build, offset_bias=table)
+    rows = terms.query_rows(3)
+    assert not DeferredBias.is_built(terms) and not DeferredBias.is_built(rows) and not calls
+    assert rows.bias.shape == (1, 2, 2, 5) and calls == [1]
+    assert terms.bias is terms.bias and calls == [1]
+    toeplitz_terms = LayerTerms.of_table(1.0, table)
+    i, j = torch.meshgrid(torch.arange(5), torch.arange(5), indexing="ij")
+    assert torch.equal(toeplitz_terms.bias[0], table[:, j - i + 4])

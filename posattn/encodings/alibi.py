@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from .base import LayerTerms, Place, PositionalEncoding
-from .relative import offsets, position_differences, toeplitz
+from .relative import offsets, position_differences
 
 
 def alibi_slopes(num_heads: int) -> Tensor:
@@ -48,10 +48,7 @@ class Alibi(PositionalEncoding):
         distance = offsets(seq_len, device).abs()
         slopes = alibi_slopes(self.dims.num_heads).to(device)
         by_offset = (-slopes[:, None] * distance).to(dtype)
-        terms = LayerTerms(
-            scale=self.content_scale(), bias=toeplitz(by_offset).unsqueeze(0), offset_bias=by_offset
-        )
-        return [terms] * self.dims.num_layers
+        return [LayerTerms.of_table(self.content_scale(), by_offset)] * self.dims.num_layers
 
     def layer_terms_at(self, positions, dtype):
         self.require_positions(positions)

@@ -34,6 +34,7 @@ from torch.nn import functional as F
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from ..errors import invalid, require, require_positive_int
+from ..toeplitz import toeplitz
 
 # Optimizer steps taken in this process, counted by a global post-step hook: part of the key of
 # the cached terms (`PositionalEncoding.terms_for`), since a fused optimizer step leaves the
@@ -82,6 +83,33 @@ class ModelDims:
         return self.d_model // self.num_heads
 
 
+class DeferredBias:
+    """`LayerTerms.bias` as a tensor, None, or a function that builds it when it is first read
+    (and keeps it: layers share one `LayerTerms`). A Toeplitz bias is deferred so that a
+    kernel reading its table (kernel="triton") never makes the [H, n, n] tensor (2 GiB in
+    float32 at H=8, n=8192); every other path reads it as before."""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.slot = f"_{name}"
+
+    def __get__(self, terms, owner=None):
+        if terms is None:
+            return None  # the dataclass field's default
+        value = terms.__dict__[self.slot]
+        if callable(value):
+            value = value()
+            terms.__dict__[self.slot] = value
+        return value
+
+    def __set__(self, terms, value) -> None:
+        terms.__dict__[self.slot] = value
+
+    @staticmethod
+    def is_built(terms) -> bool:
+        """Whether the bias exists as a tensor (or is None) without building it."""
+        return not callable(terms.__dict__["_bias"])
+
+
 @dataclass(frozen=True)
 class LayerTerms:
     """What one attention layer receives from the positional encoding.
@@ -114,13 +142,21 @@ class LayerTerms:
     """
 
     scale: float
-    bias: Tensor | None = None
+    bias: Tensor | Callable[[], Tensor] | None = DeferredBias()
     transform_qk: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None
     qk_logits: Callable[[Tensor, Tensor, nn.Module], Tensor] | None = None
     value_term: Callable[[Tensor], Tensor] | None = None
     project_kv: Callable[[Tensor, Tensor, Tensor | None], tuple[Tensor, Tensor]] | None = None
     bias_factors: tuple[Tensor, Tensor] | None = None
     offset_bias: Tensor | None = None
+
+    @classmethod
+    def of_table(cls, scale: float, by_offset: Tensor) -> LayerTerms:
+        """Terms of a Toeplitz bias given by its table [H, 2n-1] (`offset_bias`): the
+        [1, H, n, n] `bias` is built when something first reads it."""
+        return cls(
+            scale=scale, bias=lambda: toeplitz(by_offset).unsqueeze(0), offset_bias=by_offset
+        )
 
     def unfolded_bias(self) -> Tensor | None:
         """What is left of `bias` once `bias_factors` ride in q and k: the Toeplitz matrix of
@@ -161,9 +197,12 @@ class LayerTerms:
         def value_term(probs: Tensor) -> Tensor:
             return self.value_term(pad_rows(probs, start))[..., start:, :]
 
+        rows_bias = None
+        if not DeferredBias.is_built(self) or self.bias is not None:
+            rows_bias = lambda: self.bias[..., start:, :]  # noqa: E731 (deferred like self's)
         return LayerTerms(
             scale=self.scale,
-            bias=None if self.bias is None else self.bias[..., start:, :],
+            bias=rows_bias,
             transform_qk=transform_qk if self.transform_qk else None,
             qk_logits=qk_logits if self.qk_logits else None,
             value_term=value_term if self.value_term else None,

@@ -16,7 +16,7 @@ from .base import (
     layer_group,
     sharing_groups,
 )
-from .relative import lookup_by_head, offsets, position_differences, toeplitz
+from .relative import lookup_by_head, offsets, position_differences
 
 SHARING = ("none", "layer", "head")
 
@@ -181,7 +181,7 @@ class DietRelative(PositionalEncoding):
 
     @staticmethod
     def toeplitz_terms(scale: float, by_offset: Tensor) -> LayerTerms:
-        return LayerTerms(scale=scale, bias=toeplitz(by_offset).unsqueeze(0), offset_bias=by_offset)
+        return LayerTerms.of_table(scale, by_offset)
 
 
 __all__ = ["DietAbsOptions", "DietAbsolute", "DietRelOptions", "DietRelative"]

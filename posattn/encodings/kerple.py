@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from ..errors import require_choice
 from .base import LayerTerms, ModelDims, Place, PositionalEncoding, empty_parameter
-from .relative import offsets, position_differences, toeplitz
+from .relative import offsets, position_differences
 
 EPS = 1e-2  # the official code's floor for both kernel parameters
 
@@ -101,9 +101,4 @@ class Kerple(PositionalEncoding):
             by_offset = -r1 * torch.log1p(r2 * distance)
         else:
             by_offset = -r1 * distance.pow(r2)
-        terms = LayerTerms(
-            scale=self.content_scale(),
-            bias=toeplitz(by_offset).unsqueeze(0),
-            offset_bias=by_offset,
-        )
-        return [terms] * self.dims.num_layers
+        return [LayerTerms.of_table(self.content_scale(), by_offset)] * self.dims.num_layers

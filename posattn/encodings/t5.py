@@ -140,12 +140,7 @@ class T5Bias(PositionalEncoding):
 
     def layer_terms(self, seq_len, device, dtype):
         by_offset = self.relative.by_offset(self.buckets(seq_len, device))
-        terms = LayerTerms(
-            scale=self.content_scale(),
-            bias=toeplitz(by_offset).unsqueeze(0),
-            offset_bias=by_offset,
-        )
-        return [terms] * self.dims.num_layers
+        return [LayerTerms.of_table(self.content_scale(), by_offset)] * self.dims.num_layers
 
     def buckets_at(self, positions: Tensor) -> Tensor:
         """[B, n] positions -> [B, n, n] bucket of each difference p_j - p_i."""

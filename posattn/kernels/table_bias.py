@@ -68,7 +68,8 @@ def terms_refusal(terms, extra_bias: Tensor | None = None) -> str | None:
         return "content x position logits (qk_logits: Shaw's keys, DeBERTa), computed per score"
     if extra_bias is not None and not isinstance(extra_bias, SegmentPairs):
         return "an extra bias given as [B, H, n, n] values, not as a table (SegmentPairs)"
-    if terms.bias is not None and terms.offset_bias is None and terms.bias_factors is None:
+    # `terms.bias` last: read first, it would build the [H, n, n] bias a table describes.
+    if terms.offset_bias is None and terms.bias_factors is None and terms.bias is not None:
         return (
             "a bias with no table description (LayerTerms.offset_bias) and no low-rank factors "
             "(LayerTerms.bias_factors)"
