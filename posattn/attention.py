@@ -19,14 +19,22 @@ from __future__ import annotations
 import inspect
 from dataclasses import replace
 
+import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
 from . import execution
 from .encodings.base import LayerTerms
 from .kernels import attention_logits, attention_probabilities, get_kernel
+from .kernels.flex import auto_takes_triton
 from .kernels.fold import fold_bias_factors
-from .kernels.table_bias import SegmentPairs, TableBias, refusal, terms_refusal
+from .kernels.table_bias import (
+    SegmentPairs,
+    TableBias,
+    refusal,
+    terms_refusal,
+    triton_attention,
+)
 
 
 class MultiHeadAttention(nn.Module):
@@ -142,6 +150,9 @@ class MultiHeadAttention(nn.Module):
         if getattr(self.kernel, "reads_bias_tables", False) and not eager:
             out = self.attend_by_tables(q, k, v, terms, mask, extra_bias)
             return out if out.shape[-1] == width else out[..., :width]
+        if not eager and self.auto_takes_triton(q, k, terms, mask, extra_bias):
+            # Decided before `terms.bias` is read, so the [H, n, n] bias is never built.
+            return self.attend_by_tables(q, k, v, terms, mask, extra_bias, triton_attention)
         fused = not eager and self.kernel_name != "eager"
         if terms.bias_factors is not None and fused and execution.use_fold(q.device):
             # A low-rank bias rides in the dot product: the fused kernels stay fused and
@@ -189,7 +200,28 @@ class MultiHeadAttention(nn.Module):
         k, v = terms.project_kv(k, v, keep)
         return k, v, None
 
-    def attend_by_tables(self, q, k, v, terms: LayerTerms, mask, extra_bias) -> Tensor:
+    def auto_takes_triton(self, q, k, terms: LayerTerms, mask, extra_bias) -> bool:
+        """kernel="auto" with a learned bias that is nothing but a Toeplitz table, where
+        `auto_takes_triton` picks the table-reading kernel."""
+        table = terms.offset_bias
+        plain_table = (
+            self.kernel_name == "auto"
+            and table is not None
+            and extra_bias is None
+            and terms.bias_factors is None
+            and terms.qk_logits is None
+            and terms.value_term is None
+            and terms.project_kv is None
+        )
+        learned = (
+            plain_table
+            and table.requires_grad
+            and torch.is_grad_enabled()
+            and not (self.training and self.dropout)
+        )
+        return learned and auto_takes_triton(q, k, table, mask, learned)
+
+    def attend_by_tables(self, q, k, v, terms: LayerTerms, mask, extra_bias, kernel=None):
         """`attend` for a kernel that reads the bias from its table (kernel="triton"): the
         Toeplitz bias as `terms.offset_bias`, a low-rank bias always folded into q and k (such
         a kernel adds no [H, n, n] bias, whatever the `fold` choice), and a clear refusal for
@@ -201,7 +233,7 @@ class MultiHeadAttention(nn.Module):
             q, k, v = fold_bias_factors(q, k, v, terms.bias_factors, terms.scale)
         k, v, mask = self.project_sequence(k, v, terms, mask)
         dropout_p = self.dropout if self.training else 0.0
-        return self.kernel(
+        return (kernel or self.kernel)(
             q, k, v, mask=mask, bias=None, scale=terms.scale, dropout_p=dropout_p,
             tables=TableBias(offset=terms.offset_bias, segments=extra_bias),
         )  # fmt: skip

@@ -62,17 +62,20 @@ def test_auto_kernel_takes_flex_for_a_large_learned_bias_on_gpu(monkeypatch, cho
 
 
 def test_auto_kernel_takes_triton_for_a_large_table_bias_on_gpu(monkeypatch, choose):
-    """Above the threshold a Toeplitz bias (T5) goes to the Triton kernel, with eager's
-    values and gradients."""
+    """Above the threshold a learned Toeplitz bias (T5) goes to the Triton kernel, decided in
+    `attend` before the bias is built, with eager's values and gradients."""
     pytest.importorskip("triton")
-    from posattn.kernels import flex
+    from posattn import attention
 
     choose(flex_threshold_bytes=0)
     calls = []
-    original = flex.triton_attention
-    monkeypatch.setattr(
-        flex, "triton_attention", lambda *a, **k: calls.append(1) or original(*a, **k)
-    )
+    original = attention.triton_attention
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(attention, "triton_attention", counted)
     torch.set_default_dtype(torch.float32)
     try:
         model = tiny_encoder("t5", d_model=48).cuda()

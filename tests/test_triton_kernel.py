@@ -324,3 +324,46 @@ def test_deferred_bias_is_built_once_and_decoding_rows_stay_deferred():
     toeplitz_terms = LayerTerms.of_table(1.0, table)
     i, j = torch.meshgrid(torch.arange(5), torch.arange(5), indexing="ij")
     assert torch.equal(toeplitz_terms.bias[0], table[:, j - i + 4])
+
+
+def test_auto_decides_for_triton_before_the_bias_is_built(monkeypatch):
+    """Where `auto` would take the Triton kernel (GPU, large table; here the rule without its
+    device and size parts), `attend` routes the layer there before reading `terms.bias`: no
+    [H, n, n] bias is built, and outputs and gradients equal SDPA's. Without gradients (no
+    learned bias to train) the ordinary path runs and builds it."""
+    from posattn import attention
+    from posattn.encodings import base
+    from posattn.kernels.table_bias import serves_table
+
+    monkeypatch.setattr(
+        attention, "auto_takes_triton",
+        lambda q, k, table, mask, learned: learned and serves_table(q, k, table, mask),
+    )  # fmt: skip
+    builds = []
+    original = base.toeplitz
+    monkeypatch.setattr(base, "toeplitz", lambda *a: builds.append(1) or original(*a))
+    torch.set_default_dtype(torch.float32)
+    try:
+        model = tiny_encoder("t5", num_heads=2, d_model=32)  # head size 16 fills a block
+    finally:
+        torch.set_default_dtype(torch.float64)
+    ids = torch.randint(1, 40, (2, 9), generator=torch.Generator().manual_seed(0))
+    results = {}
+    for kernel in ("auto", "sdpa"):
+        builds.clear()
+        model.set_kernel(kernel)
+        model.zero_grad()
+        out = model(ids)
+        out.square().sum().backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        results[kernel] = (out.detach(), grads, len(builds))
+    (out, grads, auto_builds), (out_ref, grads_ref, sdpa_builds) = results.values()
+    assert (auto_builds, sdpa_builds) == (0, 1)
+    torch.testing.assert_close(out, out_ref, atol=2e-5, rtol=2e-4)
+    for ours, reference in zip(grads, grads_ref, strict=True):
+        torch.testing.assert_close(ours, reference, atol=2e-5, rtol=2e-4)
+    model.set_kernel("auto")
+    builds.clear()
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), out_ref, atol=2e-5, rtol=2e-4)
+    assert builds == [1]

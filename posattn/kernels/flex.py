@@ -141,6 +141,18 @@ def bias_gradient_bytes(q: Tensor, k: Tensor) -> int:
     return batch * heads * n_q * k.shape[-2] * q.element_size()
 
 
+def auto_takes_triton(q: Tensor, k: Tensor, offset_bias, mask, learned: bool) -> bool:
+    """`auto`'s choice of kernel="triton" (see `auto_attention`): on GPU, a learned bias given
+    as a Toeplitz table whose [B, H, n, n] gradient would pass `flex_threshold_bytes`, where
+    the kernel serves it. `MultiHeadAttention.attend` asks before building the bias."""
+    return (
+        learned
+        and q.device.type == "cuda"
+        and bias_gradient_bytes(q, k) > flex_threshold_bytes()
+        and serves_table(q, k, offset_bias, mask)
+    )
+
+
 def auto_attention(
     q: Tensor,
     k: Tensor,
@@ -165,15 +177,14 @@ def auto_attention(
     SDPA 6.31x / 3010 MiB; n=1024 (256 MiB of gradient, below the threshold): SDPA 3.40x,
     triton 3.42x, flex 4.08x (`posattn bench`, README "On a GPU")."""
     learned = bias is not None and bias.requires_grad and torch.is_grad_enabled() and not dropout_p
-    gradient_bytes = bias_gradient_bytes(q, k) if learned else 0
-    on_gpu = q.device.type == "cuda"
-    large = on_gpu and gradient_bytes > flex_threshold_bytes()
-    recompute = not on_gpu and gradient_bytes > recompute_threshold_bytes()
-    if large and serves_table(q, k, offset_bias, mask):
+    if auto_takes_triton(q, k, offset_bias, mask, learned):
         return triton_attention(
             q, k, v, mask=mask, bias=None, scale=scale, tables=TableBias(offset=offset_bias)
         )
-    if large:
+    gradient_bytes = bias_gradient_bytes(q, k) if learned else 0
+    on_gpu = q.device.type == "cuda"
+    recompute = not on_gpu and gradient_bytes > recompute_threshold_bytes()
+    if on_gpu and gradient_bytes > flex_threshold_bytes():
         return flex_attention_kernel(
             q, k, v, mask=mask, bias=bias, scale=scale, offset_bias=offset_bias
         )
