@@ -21,9 +21,12 @@ registers (row m shifted by m, one gather), summed over its rows, and added to t
 gradient with one atomic add per diagonal; no [B, H, M, N] gradient is ever written.
 
 Masks are computed in registers from a key vector and the causal rule (`MaskLayout`); blocks
-that no row of a query block can see are skipped. The scores run in base 2 (exp2) with the
-scale and the bias multiplied by log2(e). Float32 inputs take IEEE float32 dot products (no
-TF32), so results match the eager reference to float32 rounding.
+that no row of a query block can see are skipped, and where nothing is hidden the forward's
+tiles inside both lengths skip the masks altogether (`FULL_TILES`; 236 instead of 254
+registers per thread on sm_90, `posattn.kernels.triton_aot`). The scores run in base 2 (exp2)
+with the scale and the tables multiplied by log2(e), the tables once per call. Float32 inputs
+take IEEE float32 dot products (no TF32), so results match the eager reference to float32
+rounding.
 """
 
 from __future__ import annotations
@@ -122,31 +125,71 @@ def _scores(
     q, k, offs_m, offs_n, b, h, scale2, TABLE, stride_th, table_shift, KEYS, stride_kb,
     first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
     HAS_TABLE: tl.constexpr, HAS_KEYS: tl.constexpr, CAUSAL: tl.constexpr,
-    PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
+    PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, FULL: tl.constexpr,
 ):  # fmt: skip
-    """log2(e) * s for one [BLOCK_M, BLOCK_N] tile, -inf where a key is hidden."""
+    """log2(e) * s for one [BLOCK_M, BLOCK_N] tile, -inf where a key is hidden. The tables
+    come multiplied by log2(e). FULL: every key of the tile exists and none is hidden (no
+    padding, no causality), so no score is masked; rows past M are computed on zero queries
+    and never stored, and only the table reads need the row mask (to stay inside it)."""
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale2
-    inside = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if FULL:  # noqa: SIM108 (a static branch of the compiler, as in the others)
+        inside = offs_m[:, None] < M
+    else:
+        inside = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     if HAS_TABLE:
         diagonal = offs_n[None, :] - offs_m[:, None] + table_shift
-        s += tl.load(TABLE + h * stride_th + diagonal, mask=inside, other=0.0) * 1.4426950408889634
+        s += tl.load(TABLE + h * stride_th + diagonal, mask=inside, other=0.0)
     if NUM_SEGMENTS > 0:
         pair = _segment_pairs(
             offs_m, offs_n, b, SEGMENT_IDS, stride_sb, q_start, M, N, NUM_SEGMENTS
         )
-        segment_bias = tl.load(
-            SEGMENTS + h * NUM_SEGMENTS * NUM_SEGMENTS + pair, mask=inside, other=0.0
-        )
-        s += segment_bias * 1.4426950408889634
-    visible = inside
-    if HAS_KEYS:
-        real = tl.load(KEYS + b * stride_kb + offs_n, mask=offs_n < N, other=0) != 0
-        visible = visible & real[None, :]
-    if CAUSAL:
-        rows = offs_m + q_start
-        opened = rows < first
-        visible = (visible & (offs_n[None, :] <= rows[:, None])) | (inside & opened[:, None])
-    return tl.where(visible, s, float("-inf"))
+        s += tl.load(SEGMENTS + h * NUM_SEGMENTS * NUM_SEGMENTS + pair, mask=inside, other=0.0)
+    if not FULL:
+        visible = inside
+        if HAS_KEYS:
+            real = tl.load(KEYS + b * stride_kb + offs_n, mask=offs_n < N, other=0) != 0
+            visible = visible & real[None, :]
+        if CAUSAL:
+            rows = offs_m + q_start
+            opened = rows < first
+            visible = (visible & (offs_n[None, :] <= rows[:, None])) | (inside & opened[:, None])
+        s = tl.where(visible, s, float("-inf"))
+    return s
+
+
+@triton.jit
+def _forward_step(
+    acc, l_i, m_i, q, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
+    skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, stride_th, table_shift, KEYS, stride_kb,
+    first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
+    HAS_TABLE: tl.constexpr, HAS_KEYS: tl.constexpr, CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_N: tl.constexpr,
+    EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, FULL: tl.constexpr,
+):  # fmt: skip
+    """One key block of the online softmax: (acc, l_i, m_i) updated."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    k = tl.load(
+        K + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :],
+        mask=_tile_mask(offs_n, N, offs_d, D, EVEN_D),
+        other=0.0,
+    )
+    v = tl.load(
+        V + b * svb + h * svh + offs_n[:, None] * svn + offs_dv[None, :],
+        mask=_tile_mask(offs_n, N, offs_dv, DV, EVEN_DV),
+        other=0.0,
+    )
+    s = _scores(
+        q, k, offs_m, offs_n, b, h, scale2, TABLE, stride_th, table_shift, KEYS, stride_kb,
+        first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
+        HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, FULL,
+    )  # fmt: skip
+    m_new = tl.maximum(m_i, tl.reduce(s, 1, _maximum))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw no key yet
+    p = tl.exp2(s - m_safe[:, None])
+    alpha = tl.exp2(m_i - m_safe)
+    l_i = l_i * alpha + tl.reduce(p, 1, _add)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    return acc, l_i, m_new
 
 
 @triton.jit
@@ -157,7 +200,7 @@ def _forward(
     HAS_TABLE: tl.constexpr, HAS_KEYS: tl.constexpr, CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+    EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, FULL_TILES: tl.constexpr,
 ):  # fmt: skip
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
@@ -175,30 +218,24 @@ def _forward(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.full([BLOCK_M], 0.0, tl.float32)
     acc = tl.full([BLOCK_M, BLOCK_DV], 0.0, tl.float32)
-    for start_n in range(0, _key_end(start_m, q_start, first, N, BLOCK_M, CAUSAL), BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = tl.load(
-            K + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :],
-            mask=_tile_mask(offs_n, N, offs_d, D, EVEN_D),
-            other=0.0,
-        )
-        v = tl.load(
-            V + b * svb + h * svh + offs_n[:, None] * svn + offs_dv[None, :],
-            mask=_tile_mask(offs_n, N, offs_dv, DV, EVEN_DV),
-            other=0.0,
-        )
-        s = _scores(
-            q, k, offs_m, offs_n, b, h, scale2, TABLE, stride_th, table_shift, KEYS, stride_kb,
-            first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
-            HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS,
+    # Key blocks that need no mask first (FULL_TILES: nothing hidden), then the rest.
+    full_end = 0
+    if FULL_TILES:
+        full_end = (N // BLOCK_N) * BLOCK_N
+    for start_n in range(0, full_end, BLOCK_N):
+        acc, l_i, m_i = _forward_step(
+            acc, l_i, m_i, q, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
+            skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, stride_th, table_shift, KEYS,
+            stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
+            HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, BLOCK_N, EVEN_D, EVEN_DV, True,
         )  # fmt: skip
-        m_new = tl.maximum(m_i, tl.reduce(s, 1, _maximum))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw no key yet
-        p = tl.exp2(s - m_safe[:, None])
-        alpha = tl.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.reduce(p, 1, _add)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        m_i = m_new
+    for start_n in range(full_end, _key_end(start_m, q_start, first, N, BLOCK_M, CAUSAL), BLOCK_N):
+        acc, l_i, m_i = _forward_step(
+            acc, l_i, m_i, q, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
+            skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, stride_th, table_shift, KEYS,
+            stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
+            HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, BLOCK_N, EVEN_D, EVEN_DV, False,
+        )  # fmt: skip
     # A row that sees no key (out of range, or every key hidden) gives 0, not 0 / 0.
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     out = acc / l_safe[:, None]
@@ -252,6 +289,42 @@ def _add_diagonal_sums(
 
 
 @triton.jit
+def _dk_dv_step(
+    dk, dv, k, v, start_m, offs_n, offs_d, offs_dv, b, h, bh, Q, DO, LSE, DELTA,
+    sqb, sqh, sqm, sdob, sdoh, sdom, D, DV, scale2, TABLE, stride_th, table_shift, KEYS,
+    stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
+    HAS_TABLE: tl.constexpr, HAS_KEYS: tl.constexpr, CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
+    EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+):  # fmt: skip
+    """One query block's share of a key block's dK and dV."""
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    q = tl.load(
+        Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :],
+        mask=_tile_mask(offs_m, M, offs_d, D, EVEN_D),
+        other=0.0,
+    )
+    do = tl.load(
+        DO + b * sdob + h * sdoh + offs_m[:, None] * sdom + offs_dv[None, :],
+        mask=_tile_mask(offs_m, M, offs_dv, DV, EVEN_DV),
+        other=0.0,
+    )
+    lse = tl.load(LSE + bh * M + offs_m, mask=offs_m < M, other=float("inf"))
+    delta = tl.load(DELTA + bh * M + offs_m, mask=offs_m < M, other=0.0)
+    s = _scores(
+        q, k, offs_m, offs_n, b, h, scale2, TABLE, stride_th, table_shift, KEYS, stride_kb,
+        first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
+        HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, False,
+    )  # fmt: skip
+    p = tl.exp2(s - lse[:, None])
+    dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
+    dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+    ds = p * (dp - delta[:, None])
+    dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
+    return dk, dv
+
+
+@triton.jit
 def _backward_dk_dv(
     Q, K, V, DO, LSE, DELTA, DK, DV_, TABLE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom,
@@ -262,7 +335,8 @@ def _backward_dk_dv(
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
 ):  # fmt: skip
-    """dK, dV of one key block, over every query block that sees it."""
+    """dK, dV of one key block, over every query block that sees it (masked tiles: the full-tile
+    split that speeds the forward made this kernel and dQ's spill registers on sm_90)."""
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
@@ -284,29 +358,12 @@ def _backward_dk_dv(
     dk = tl.full([BLOCK_N, BLOCK_D], 0.0, tl.float32)
     dv = tl.full([BLOCK_N, BLOCK_DV], 0.0, tl.float32)
     for start_m in range(_query_begin(start_n, q_start, first, BLOCK_M, CAUSAL), M, BLOCK_M):
-        offs_m = start_m + tl.arange(0, BLOCK_M)
-        q = tl.load(
-            Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :],
-            mask=_tile_mask(offs_m, M, offs_d, D, EVEN_D),
-            other=0.0,
-        )
-        do = tl.load(
-            DO + b * sdob + h * sdoh + offs_m[:, None] * sdom + offs_dv[None, :],
-            mask=_tile_mask(offs_m, M, offs_dv, DV, EVEN_DV),
-            other=0.0,
-        )
-        lse = tl.load(LSE + bh * M + offs_m, mask=offs_m < M, other=float("inf"))
-        delta = tl.load(DELTA + bh * M + offs_m, mask=offs_m < M, other=0.0)
-        s = _scores(
-            q, k, offs_m, offs_n, b, h, scale2, TABLE, stride_th, table_shift, KEYS, stride_kb,
-            first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
-            HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS,
+        dk, dv = _dk_dv_step(
+            dk, dv, k, v, start_m, offs_n, offs_d, offs_dv, b, h, bh, Q, DO, LSE, DELTA,
+            sqb, sqh, sqm, sdob, sdoh, sdom, D, DV, scale2, TABLE, stride_th, table_shift, KEYS,
+            stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
+            HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, BLOCK_M, EVEN_D, EVEN_DV,
         )  # fmt: skip
-        p = tl.exp2(s - lse[:, None])
-        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
-        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
-        ds = p * (dp - delta[:, None])
-        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
     tl.store(
         DK + b * sdkb + h * sdkh + offs_n[:, None] * sdkn + offs_d[None, :],
         (dk * scale).to(DK.dtype.element_ty),
@@ -317,6 +374,55 @@ def _backward_dk_dv(
         dv.to(DV_.dtype.element_ty),
         mask=_tile_mask(offs_n, N, offs_dv, DV, EVEN_DV),
     )
+
+
+@triton.jit
+def _dq_step(
+    dq, q, do, lse, delta, start_m, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
+    skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, DTABLE, stride_th, table_shift,
+    table_len, KEYS, stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
+    DSEGMENTS,
+    HAS_TABLE: tl.constexpr, TABLE_GRAD: tl.constexpr, HAS_KEYS: tl.constexpr,
+    CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
+    SEGMENT_GRAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, DIAGONALS: tl.constexpr,
+):  # fmt: skip
+    """One key block's share of a query block's dQ, and of the tables' gradients."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    k = tl.load(
+        K + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :],
+        mask=_tile_mask(offs_n, N, offs_d, D, EVEN_D),
+        other=0.0,
+    )
+    v = tl.load(
+        V + b * svb + h * svh + offs_n[:, None] * svn + offs_dv[None, :],
+        mask=_tile_mask(offs_n, N, offs_dv, DV, EVEN_DV),
+        other=0.0,
+    )
+    s = _scores(
+        q, k, offs_m, offs_n, b, h, scale2, TABLE, stride_th, table_shift, KEYS, stride_kb,
+        first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
+        HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, False,
+    )  # fmt: skip
+    p = tl.exp2(s - lse[:, None])
+    dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+    ds = p * (dp - delta[:, None])
+    dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
+    if TABLE_GRAD:
+        _add_diagonal_sums(
+            ds, start_m, start_n, h, DTABLE, stride_th, table_shift, table_len,
+            BLOCK_M, BLOCK_N, DIAGONALS,
+        )  # fmt: skip
+    if SEGMENT_GRAD:
+        # One sum of dS per (query segment, key segment) pair per tile.
+        pair = _segment_pairs(
+            offs_m, offs_n, b, SEGMENT_IDS, stride_sb, q_start, M, N, NUM_SEGMENTS
+        )
+        for index in tl.static_range(NUM_SEGMENTS * NUM_SEGMENTS):
+            picked = tl.where(pair == index, ds, 0.0)
+            total = tl.reduce(tl.reduce(picked, 1, _add), 0, _add)
+            tl.atomic_add(DSEGMENTS + h * NUM_SEGMENTS * NUM_SEGMENTS + index, total, sem="relaxed")
+    return dq
 
 
 @triton.jit
@@ -354,42 +460,13 @@ def _backward_dq_dtable(
         first = tl.load(FIRST + b)
     dq = tl.full([BLOCK_M, BLOCK_D], 0.0, tl.float32)
     for start_n in range(0, _key_end(start_m, q_start, first, N, BLOCK_M, CAUSAL), BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = tl.load(
-            K + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :],
-            mask=_tile_mask(offs_n, N, offs_d, D, EVEN_D),
-            other=0.0,
-        )
-        v = tl.load(
-            V + b * svb + h * svh + offs_n[:, None] * svn + offs_dv[None, :],
-            mask=_tile_mask(offs_n, N, offs_dv, DV, EVEN_DV),
-            other=0.0,
-        )
-        s = _scores(
-            q, k, offs_m, offs_n, b, h, scale2, TABLE, stride_th, table_shift, KEYS, stride_kb,
-            first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
-            HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS,
+        dq = _dq_step(
+            dq, q, do, lse, delta, start_m, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
+            skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, DTABLE, stride_th, table_shift,
+            table_len, KEYS, stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
+            DSEGMENTS, HAS_TABLE, TABLE_GRAD, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS,
+            SEGMENT_GRAD, BLOCK_M, BLOCK_N, EVEN_D, EVEN_DV, DIAGONALS,
         )  # fmt: skip
-        p = tl.exp2(s - lse[:, None])
-        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
-        ds = p * (dp - delta[:, None])
-        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
-        if TABLE_GRAD:
-            _add_diagonal_sums(
-                ds, start_m, start_n, h, DTABLE, stride_th, table_shift, table_len,
-                BLOCK_M, BLOCK_N, DIAGONALS,
-            )  # fmt: skip
-        if SEGMENT_GRAD:
-            # One sum of dS per (query segment, key segment) pair per tile.
-            pair = _segment_pairs(
-                offs_m, offs_n, b, SEGMENT_IDS, stride_sb, q_start, M, N, NUM_SEGMENTS
-            )
-            for index in tl.static_range(NUM_SEGMENTS * NUM_SEGMENTS):
-                picked = tl.where(pair == index, ds, 0.0)
-                total = tl.reduce(tl.reduce(picked, 1, _add), 0, _add)
-                tl.atomic_add(
-                    DSEGMENTS + h * NUM_SEGMENTS * NUM_SEGMENTS + index, total, sem="relaxed"
-                )
     tl.store(
         DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqm + offs_d[None, :],
         (dq * scale).to(DQ.dtype.element_ty),
@@ -432,6 +509,31 @@ def head_block(size: int) -> int:
     return max(16, triton.next_power_of_2(size))
 
 
+def kernel_flags(
+    dtype: torch.dtype, D: int, DV: int, *, has_table: bool, has_keys: bool, causal: bool,
+    num_segments: int,
+) -> dict:  # fmt: skip
+    """The compile-time flags every kernel of one call shares."""
+    return dict(
+        HAS_TABLE=has_table,
+        HAS_KEYS=has_keys,
+        CAUSAL=causal,
+        PRECISION="ieee" if dtype == torch.float32 else "tf32",
+        NUM_SEGMENTS=num_segments,
+        BLOCK_D=head_block(D),
+        BLOCK_DV=head_block(DV),
+        EVEN_D=head_block(D) == D,
+        EVEN_DV=head_block(DV) == DV,
+        # Nothing hidden: the tiles inside both lengths skip every mask.
+        FULL_TILES=not has_keys and not causal,
+    )
+
+
+def backward_flags(flags: dict) -> dict:
+    """The flags of the backward kernels: all but FULL_TILES (the forward's alone)."""
+    return {name: value for name, value in flags.items() if name != "FULL_TILES"}
+
+
 def last_dim_contiguous(x: Tensor) -> Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
@@ -445,26 +547,21 @@ class TableBiasAttention(torch.autograd.Function):
         q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
         batch, heads, M, D = q.shape
         N, DV = k.shape[-2], v.shape[-1]
-        table32 = q.new_zeros(1) if table is None else table.float().contiguous()
+        # The tables in the kernels' base-2 units: multiplied by log2(e) once, not per score;
+        # contiguous (a product keeps its input's strides: T5's table has heads innermost).
+        table32 = q.new_zeros(1) if table is None else (table.float() * LOG2E).contiguous()
         keys_ = q.new_zeros(1, dtype=torch.int8) if keys is None else keys
         first_ = q.new_zeros(1, dtype=torch.int32) if first is None else first
-        segments32 = q.new_zeros(1) if segments is None else segments.float().contiguous()
+        segments32 = q.new_zeros(1) if segments is None else (segments.float() * LOG2E).contiguous()
         ids = q.new_zeros(1, 1, dtype=torch.int32) if segment_ids is None else segment_ids
         out = torch.empty(batch, heads, M, DV, dtype=q.dtype, device=q.device)
         lse = torch.empty(batch * heads, M, dtype=torch.float32, device=q.device)
         tile = tiles(q.device, "forward")
         block_m, block_n = tile.block_m, tile.block_n
-        flags = dict(
-            HAS_TABLE=table is not None,
-            HAS_KEYS=keys is not None,
-            CAUSAL=causal,
-            PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-            NUM_SEGMENTS=0 if segments is None else math.isqrt(segments.shape[-1]),
-            BLOCK_D=head_block(D),
-            BLOCK_DV=head_block(DV),
-            EVEN_D=head_block(D) == D,
-            EVEN_DV=head_block(DV) == DV,
-        )
+        flags = kernel_flags(
+            q.dtype, D, DV, has_table=table is not None, has_keys=keys is not None,
+            causal=causal, num_segments=0 if segments is None else math.isqrt(segments.shape[-1]),
+        )  # fmt: skip
         grid = (triton.cdiv(M, block_m), batch * heads)
         _forward[grid](
             q, k, v, out, lse, table32, keys_, first_, segments32, ids,
@@ -498,6 +595,7 @@ class TableBiasAttention(torch.autograd.Function):
         dtable = torch.zeros_like(table32) if table_grad else table32.new_zeros(1)
         dsegments = torch.zeros_like(segments32)
         common = (heads, M, N, D, DV, q_start)
+        flags = backward_flags(flags)
         _backward_dk_dv[(triton.cdiv(N, block_n), batch * heads)](
             q, k, v, grad_out, lse, delta, dk, dv, table32, keys_, first_, segments32, ids,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],

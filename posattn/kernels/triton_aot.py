@@ -1,0 +1,115 @@
+"""The Triton kernels of kernel="triton" compiled ahead of time for an NVIDIA architecture, on
+any machine: Triton's compiler and its bundled ptxas need no GPU. The CPU interpreter (the
+tests' way to run the kernels) executes them as Python and never meets the compiler, so this is
+how a machine without a GPU learns that they compile, what shared memory each launch asks for
+(`SHARED_LIMIT`), and - with ptxas's report - how many registers they take and whether they
+spill (scripts/triton_resources.py).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from . import triton_bias
+from .triton_bias import Tiles, backward_flags, kernel_flags
+
+# Pointer arguments of the kernels by name (q, k, v and their gradients in the inputs' dtype).
+TABLES = ("LSE", "DELTA", "TABLE", "DTABLE", "SEGMENTS", "DSEGMENTS")
+INDICES = {"KEYS": "*i8", "FIRST": "*i32", "SEGMENT_IDS": "*i32"}
+TENSORS = ("Q", "K", "V", "OUT", "DO", "DK", "DV_", "DQ")
+FLOATS = ("scale", "scale2")
+# Shared memory one block may take (bytes): Hopper (H100, H200), Ampere (A100).
+SHARED_LIMIT = {90: 232448, 80: 166912}
+TRITON_TYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel of one call, as the autograd function launches it."""
+
+    name: str
+    kernel: object
+    constexprs: dict
+    tile: Tiles
+
+
+def launches(flags: dict, forward: Tiles, backward: Tiles, table_grad: bool) -> list[Launch]:
+    """The four kernels of a forward and backward with these flags and tiles."""
+    common = dict(BLOCK_M=backward.block_m, BLOCK_N=backward.block_n)
+    forward_flags, flags = flags, backward_flags(flags)
+    diagonals = triton.next_power_of_2(backward.block_m + backward.block_n - 1)
+    segment_grad = flags["NUM_SEGMENTS"] > 0
+    return [
+        Launch("forward", triton_bias._forward,
+               {**forward_flags, "BLOCK_M": forward.block_m, "BLOCK_N": forward.block_n},
+               forward),
+        Launch("delta", triton_bias._delta,
+               {"BLOCK_M": backward.block_m, "BLOCK_DV": flags["BLOCK_DV"],
+                "EVEN_DV": flags["EVEN_DV"]}, backward),
+        Launch("dk_dv", triton_bias._backward_dk_dv, {**flags, **common}, backward),
+        Launch("dq_dtable", triton_bias._backward_dq_dtable,
+               {**flags, **common, "TABLE_GRAD": table_grad, "SEGMENT_GRAD": segment_grad,
+                "DIAGONALS": diagonals}, backward),
+    ]  # fmt: skip
+
+
+def compile_launch(launch: Launch, dtype: torch.dtype, arch: int = 90):
+    """The launch compiled for sm_`arch` (Triton's CompiledKernel: asm, metadata)."""
+    fn = launch.kernel
+    signature = {}
+    for name in fn.arg_names:
+        if name in launch.constexprs:
+            signature[name] = "constexpr"
+        elif name in TENSORS:
+            signature[name] = f"*{TRITON_TYPES[dtype]}"
+        elif name in TABLES:
+            signature[name] = "*fp32"
+        elif name in INDICES:
+            signature[name] = INDICES[name]
+        else:
+            signature[name] = "fp32" if name in FLOATS else "i32"
+    constexprs = {(fn.arg_names.index(k),): v for k, v in launch.constexprs.items()}
+    source = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
+    options = dict(num_warps=launch.tile.num_warps, num_stages=launch.tile.num_stages)
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
+
+
+def resources(compiled, arch: int = 90) -> dict:
+    """Registers, spills and stack per thread from ptxas's report, shared memory per block."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as ptx:
+        ptx.write(compiled.asm["ptx"])
+        ptx.flush()
+        report = subprocess.run(
+            [get_ptxas(arch).path, "-v", f"--gpu-name=sm_{arch}a", ptx.name, "-o", "/dev/null"],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+    text = report.stdout + report.stderr
+
+    def number(pattern: str) -> int:
+        found = re.search(pattern, text)
+        return int(found.group(1)) if found else 0
+
+    return dict(
+        registers=number(r"Used (\d+) registers"),
+        spill_stores=number(r"(\d+) bytes spill stores"),
+        spill_loads=number(r"(\d+) bytes spill loads"),
+        stack=number(r"(\d+) bytes stack frame"),
+        shared=compiled.metadata.shared,
+    )
+
+
+def call_flags(dtype: torch.dtype, head: int, **rules) -> dict:
+    """`kernel_flags` for a call with a table and these masking rules (has_keys, causal,
+    num_segments)."""
+    defaults = dict(has_table=True, has_keys=False, causal=False, num_segments=0)
+    return kernel_flags(dtype, head, head, **{**defaults, **rules})

@@ -1,0 +1,59 @@
+"""kernel="triton" compiled for a Hopper GPU (sm_90) on this machine, no GPU needed: the
+compiler's frontend, which the CPU interpreter never runs, accepts every kernel under every
+flag combination, and each launch of the default tiles fits a block's shared memory (a tile
+that does not is refused only at launch, on the GPU: "out of resource: shared memory")."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+MODULES = ("posattn.kernels.triton_bias", "posattn.kernels.triton_aot")
+
+
+@pytest.fixture(scope="module")
+def aot():
+    """The kernels built for the compiler (a test module before may have built them for the
+    interpreter)."""
+    previous = os.environ.pop("TRITON_INTERPRET", None)
+    for name in MODULES:
+        sys.modules.pop(name, None)
+    import posattn.kernels
+
+    posattn.kernels.__dict__.pop("triton_bias", None)
+    from posattn.kernels import triton_aot
+
+    yield triton_aot
+    for name in MODULES:
+        sys.modules.pop(name, None)
+    posattn.kernels.__dict__.pop("triton_bias", None)
+    if previous is not None:
+        os.environ["TRITON_INTERPRET"] = previous
+
+
+RULES = [
+    (torch.bfloat16, 64, {}),  # full tiles: nothing hidden
+    (torch.bfloat16, 64, {"has_keys": True}),  # padding
+    (torch.bfloat16, 64, {"has_keys": True, "causal": True}),
+    (torch.bfloat16, 64, {"num_segments": 2}),  # DIET's segment pairs
+    (torch.bfloat16, 64, {"has_table": False}),  # a folded or no bias
+    (torch.float32, 16, {"has_keys": True}),  # the float32 tests' shape (IEEE dots)
+    (torch.float16, 48, {}),  # a head size that does not fill its block
+]
+
+
+@pytest.mark.parametrize(("dtype", "head", "rules"), RULES)
+def test_every_kernel_compiles_for_hopper_within_its_shared_memory(aot, dtype, head, rules):
+    from posattn.kernels.triton_bias import GPU_TILES
+
+    flags = aot.call_flags(dtype, head, **rules)
+    table_grad = flags["HAS_TABLE"]
+    for launch in aot.launches(flags, GPU_TILES["forward"], GPU_TILES["backward"], table_grad):
+        compiled = aot.compile_launch(launch, dtype)
+        assert compiled.metadata.name == launch.kernel.__name__
+        assert 0 < compiled.metadata.shared <= aot.SHARED_LIMIT[90], launch.name
