@@ -45,7 +45,7 @@ def launches(flags: dict, forward: Tiles, backward: Tiles, table_grad: bool) -> 
     """The four kernels of a forward and backward with these flags and tiles."""
     common = dict(BLOCK_M=backward.block_m, BLOCK_N=backward.block_n)
     forward_flags, flags = flags, backward_flags(flags)
-    diagonals = triton.next_power_of_2(backward.block_m + backward.block_n - 1)
+    diagonals = triton.next_power_of_2(backward.block_m // 2 + backward.block_n - 1)
     segment_grad = flags["NUM_SEGMENTS"] > 0
     return [
         Launch("forward", triton_bias._forward,

@@ -269,23 +269,43 @@ def _delta(
 
 
 @triton.jit
+def _skewed_sums(
+    ds, first_row, start_n, h, DTABLE, stride_th, table_shift, table_len,
+    ROWS: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONALS: tl.constexpr,
+):  # fmt: skip
+    """DTABLE[h, j - i + shift] += the sums of ds [ROWS, BLOCK_N] (rows from first_row) along
+    its diagonals: skewed so that diagonal c = n - m + ROWS - 1 is a column, summed over rows,
+    one atomic per diagonal. DIAGONALS: a power of two >= ROWS + BLOCK_N - 1."""
+    rows = tl.arange(0, ROWS)[:, None]
+    diagonal = tl.arange(0, DIAGONALS)[None, :]
+    column = diagonal - (ROWS - 1) + rows
+    inside = (column >= 0) & (column < BLOCK_N)
+    skewed = tl.gather(ds, tl.where(inside, column, 0), axis=1)
+    sums = tl.reduce(tl.where(inside, skewed, 0.0), 0, _add)
+    index = start_n - first_row - (ROWS - 1) + table_shift + tl.arange(0, DIAGONALS)
+    tl.atomic_add(
+        DTABLE + h * stride_th + index, sums, mask=(index >= 0) & (index < table_len), sem="relaxed"
+    )
+
+
+@triton.jit
 def _add_diagonal_sums(
     ds, start_m, start_n, h, DTABLE, stride_th, table_shift, table_len,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONALS: tl.constexpr,
 ):  # fmt: skip
-    """DTABLE[h, j - i + shift] += sum of ds over the tile's diagonal j - i: the tile skewed so
-    that diagonal c = n - m + BLOCK_M - 1 is a column, summed over rows, one atomic per
-    diagonal. DIAGONALS: a power of two >= BLOCK_M + BLOCK_N - 1."""
-    rows = tl.arange(0, BLOCK_M)[:, None]
-    diagonal = tl.arange(0, DIAGONALS)[None, :]
-    column = diagonal - (BLOCK_M - 1) + rows
-    inside = (column >= 0) & (column < BLOCK_N)
-    skewed = tl.gather(ds, tl.where(inside, column, 0), axis=1)
-    sums = tl.reduce(tl.where(inside, skewed, 0.0), 0, _add)
-    index = start_n - start_m - (BLOCK_M - 1) + table_shift + tl.arange(0, DIAGONALS)
-    tl.atomic_add(
-        DTABLE + h * stride_th + index, sums, mask=(index >= 0) & (index < table_len), sem="relaxed"
-    )
+    """DTABLE[h, j - i + shift] += sum of ds over the tile's diagonal j - i, in two halves of
+    rows (each skewed in registers a quarter of the whole tile's size: the whole-tile skew
+    spilled registers on sm_90). DIAGONALS: a power of two >= BLOCK_M / 2 + BLOCK_N - 1."""
+    halves = tl.permute(tl.reshape(ds, (2, BLOCK_M // 2, BLOCK_N)), (1, 2, 0))
+    top, bottom = tl.split(halves)
+    _skewed_sums(
+        top, start_m, start_n, h, DTABLE, stride_th, table_shift, table_len,
+        BLOCK_M // 2, BLOCK_N, DIAGONALS,
+    )  # fmt: skip
+    _skewed_sums(
+        bottom, start_m + BLOCK_M // 2, start_n, h, DTABLE, stride_th, table_shift, table_len,
+        BLOCK_M // 2, BLOCK_N, DIAGONALS,
+    )  # fmt: skip
 
 
 @triton.jit
@@ -612,7 +632,7 @@ class TableBiasAttention(torch.autograd.Function):
             *common, M - 1, M + N - 1, scale, scale * LOG2E,
             TABLE_GRAD=table_grad, SEGMENT_GRAD=ctx.segment_grad, BLOCK_M=block_m,
             BLOCK_N=block_n,
-            DIAGONALS=triton.next_power_of_2(block_m + block_n - 1), **flags, **launch,
+            DIAGONALS=triton.next_power_of_2(block_m // 2 + block_n - 1), **flags, **launch,
         )  # fmt: skip
         grad_table = dtable.to(ctx.dtypes[0]) if table_grad else None
         grad_segments = dsegments.to(ctx.dtypes[1]) if ctx.segment_grad else None
