@@ -272,33 +272,45 @@ def test_auto_hands_a_table_to_triton_only_where_it_serves_it(monkeypatch):
     assert not serves(q, k, table, None)
 
 
-@pytest.mark.parametrize("encoding", ["t5", "diet-rel", "kerple", "alibi"])
-def test_the_triton_path_never_builds_the_dense_bias(monkeypatch, encoding):
-    """A Toeplitz bias is described by its table and built only when read: kernel="triton"
-    trains without the [H, n, n] tensor (no call of toeplitz), kernel="sdpa" builds it once per
-    distinct layer terms (one for layers that share them), and both give the same outputs and
-    gradients."""
+def count_dense_builds(monkeypatch) -> list:
+    """A list that grows by one each time an encoding builds a Toeplitz bias from its table."""
     from posattn.encodings import base
 
     builds = []
     original = base.toeplitz
     monkeypatch.setattr(base, "toeplitz", lambda *a: builds.append(1) or original(*a))
-    torch.set_default_dtype(torch.float32)
-    try:
-        model = tiny_encoder(encoding)
-    finally:
-        torch.set_default_dtype(torch.float64)
-    ids = torch.randint(1, 40, (2, 9), generator=torch.Generator().manual_seed(0))
-    results = {}
-    for kernel in ("triton", "sdpa"):
+    return builds
+
+
+def training_steps(model, kernels, ids, builds) -> list:
+    """Per kernel: (outputs, parameter gradients, dense-bias builds) of one forward + backward."""
+    results = []
+    for kernel in kernels:
         builds.clear()
         model.set_kernel(kernel)
         model.zero_grad()
         out = model(ids)
         out.square().sum().backward()
         grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
-        results[kernel] = (out.detach(), grads, len(builds))
-    (out, grads, triton_builds), (out_ref, grads_ref, sdpa_builds) = results.values()
+        results.append((out.detach(), grads, len(builds)))
+    return results
+
+
+@pytest.mark.parametrize("encoding", ["t5", "diet-rel", "kerple", "alibi"])
+def test_the_triton_path_never_builds_the_dense_bias(monkeypatch, encoding):
+    """A Toeplitz bias is described by its table and built only when read: kernel="triton"
+    trains without the [H, n, n] tensor (no call of toeplitz), kernel="sdpa" builds it once per
+    distinct layer terms (one for layers that share them), and both give the same outputs and
+    gradients."""
+    builds = count_dense_builds(monkeypatch)
+    torch.set_default_dtype(torch.float32)
+    try:
+        model = tiny_encoder(encoding)
+    finally:
+        torch.set_default_dtype(torch.float64)
+    ids = torch.randint(1, 40, (2, 9), generator=torch.Generator().manual_seed(0))
+    results = training_steps(model, ("triton", "sdpa"), ids, builds)
+    (out, grads, triton_builds), (out_ref, grads_ref, sdpa_builds) = results
     shared = encoding != "diet-rel"  # DIET-REL's default: a table per layer
     assert (triton_builds, sdpa_builds) == (0, 1 if shared else model.config.num_layers)
     torch.testing.assert_close(out, out_ref, atol=2e-5, rtol=2e-4)
@@ -332,32 +344,21 @@ def test_auto_decides_for_triton_before_the_bias_is_built(monkeypatch):
     [H, n, n] bias is built, and outputs and gradients equal SDPA's. Without gradients (no
     learned bias to train) the ordinary path runs and builds it."""
     from posattn import attention
-    from posattn.encodings import base
     from posattn.kernels.table_bias import serves_table
 
     monkeypatch.setattr(
         attention, "auto_takes_triton",
         lambda q, k, table, mask, learned: learned and serves_table(q, k, table, mask),
     )  # fmt: skip
-    builds = []
-    original = base.toeplitz
-    monkeypatch.setattr(base, "toeplitz", lambda *a: builds.append(1) or original(*a))
+    builds = count_dense_builds(monkeypatch)
     torch.set_default_dtype(torch.float32)
     try:
         model = tiny_encoder("t5", num_heads=2, d_model=32)  # head size 16 fills a block
     finally:
         torch.set_default_dtype(torch.float64)
     ids = torch.randint(1, 40, (2, 9), generator=torch.Generator().manual_seed(0))
-    results = {}
-    for kernel in ("auto", "sdpa"):
-        builds.clear()
-        model.set_kernel(kernel)
-        model.zero_grad()
-        out = model(ids)
-        out.square().sum().backward()
-        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
-        results[kernel] = (out.detach(), grads, len(builds))
-    (out, grads, auto_builds), (out_ref, grads_ref, sdpa_builds) = results.values()
+    results = training_steps(model, ("auto", "sdpa"), ids, builds)
+    (out, grads, auto_builds), (out_ref, grads_ref, sdpa_builds) = results
     assert (auto_builds, sdpa_builds) == (0, 1)
     torch.testing.assert_close(out, out_ref, atol=2e-5, rtol=2e-4)
     for ours, reference in zip(grads, grads_ref, strict=True):

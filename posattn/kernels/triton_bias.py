@@ -90,6 +90,13 @@ def _tile_mask(rows, num_rows, columns, num_columns, FULL_WIDTH: tl.constexpr):
 
 
 @triton.jit
+def _load_tile(BASE, rows, row_stride, num_rows, columns, num_columns, FULL_WIDTH: tl.constexpr):
+    """A [rows, columns] tile of a row-major matrix (unit column stride), 0 outside it."""
+    mask = _tile_mask(rows, num_rows, columns, num_columns, FULL_WIDTH)
+    return tl.load(BASE + rows[:, None] * row_stride + columns[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
 def _key_end(start_m, q_start, first, N, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
     """One past the last key that rows [start_m, start_m + BLOCK_M) may see."""
     end = N
@@ -168,16 +175,8 @@ def _forward_step(
 ):  # fmt: skip
     """One key block of the online softmax: (acc, l_i, m_i) updated."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    k = tl.load(
-        K + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :],
-        mask=_tile_mask(offs_n, N, offs_d, D, EVEN_D),
-        other=0.0,
-    )
-    v = tl.load(
-        V + b * svb + h * svh + offs_n[:, None] * svn + offs_dv[None, :],
-        mask=_tile_mask(offs_n, N, offs_dv, DV, EVEN_DV),
-        other=0.0,
-    )
+    k = _load_tile(K + b * skb + h * skh, offs_n, skn, N, offs_d, D, EVEN_D)
+    v = _load_tile(V + b * svb + h * svh, offs_n, svn, N, offs_dv, DV, EVEN_DV)
     s = _scores(
         q, k, offs_m, offs_n, b, h, scale2, TABLE, stride_th, table_shift, KEYS, stride_kb,
         first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
@@ -207,11 +206,7 @@ def _forward(
     b, h = bh // H, bh % H
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
-    q = tl.load(
-        Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :],
-        mask=_tile_mask(offs_m, M, offs_d, D, EVEN_D),
-        other=0.0,
-    )
+    q = _load_tile(Q + b * sqb + h * sqh, offs_m, sqm, M, offs_d, D, EVEN_D)
     first = 0
     if CAUSAL:
         first = tl.load(FIRST + b)
@@ -319,16 +314,8 @@ def _dk_dv_step(
 ):  # fmt: skip
     """One query block's share of a key block's dK and dV."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
-    q = tl.load(
-        Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :],
-        mask=_tile_mask(offs_m, M, offs_d, D, EVEN_D),
-        other=0.0,
-    )
-    do = tl.load(
-        DO + b * sdob + h * sdoh + offs_m[:, None] * sdom + offs_dv[None, :],
-        mask=_tile_mask(offs_m, M, offs_dv, DV, EVEN_DV),
-        other=0.0,
-    )
+    q = _load_tile(Q + b * sqb + h * sqh, offs_m, sqm, M, offs_d, D, EVEN_D)
+    do = _load_tile(DO + b * sdob + h * sdoh, offs_m, sdom, M, offs_dv, DV, EVEN_DV)
     lse = tl.load(LSE + bh * M + offs_m, mask=offs_m < M, other=float("inf"))
     delta = tl.load(DELTA + bh * M + offs_m, mask=offs_m < M, other=0.0)
     s = _scores(
@@ -362,16 +349,8 @@ def _backward_dk_dv(
     b, h = bh // H, bh % H
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
-    k = tl.load(
-        K + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :],
-        mask=_tile_mask(offs_n, N, offs_d, D, EVEN_D),
-        other=0.0,
-    )
-    v = tl.load(
-        V + b * svb + h * svh + offs_n[:, None] * svn + offs_dv[None, :],
-        mask=_tile_mask(offs_n, N, offs_dv, DV, EVEN_DV),
-        other=0.0,
-    )
+    k = _load_tile(K + b * skb + h * skh, offs_n, skn, N, offs_d, D, EVEN_D)
+    v = _load_tile(V + b * svb + h * svh, offs_n, svn, N, offs_dv, DV, EVEN_DV)
     first = 0
     if CAUSAL:
         first = tl.load(FIRST + b)
@@ -409,16 +388,8 @@ def _dq_step(
 ):  # fmt: skip
     """One key block's share of a query block's dQ, and of the tables' gradients."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    k = tl.load(
-        K + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :],
-        mask=_tile_mask(offs_n, N, offs_d, D, EVEN_D),
-        other=0.0,
-    )
-    v = tl.load(
-        V + b * svb + h * svh + offs_n[:, None] * svn + offs_dv[None, :],
-        mask=_tile_mask(offs_n, N, offs_dv, DV, EVEN_DV),
-        other=0.0,
-    )
+    k = _load_tile(K + b * skb + h * skh, offs_n, skn, N, offs_d, D, EVEN_D)
+    v = _load_tile(V + b * svb + h * svh, offs_n, svn, N, offs_dv, DV, EVEN_DV)
     s = _scores(
         q, k, offs_m, offs_n, b, h, scale2, TABLE, stride_th, table_shift, KEYS, stride_kb,
         first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
@@ -463,16 +434,8 @@ def _backward_dq_dtable(
     b, h = bh // H, bh % H
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
-    q = tl.load(
-        Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :],
-        mask=_tile_mask(offs_m, M, offs_d, D, EVEN_D),
-        other=0.0,
-    )
-    do = tl.load(
-        DO + b * sdob + h * sdoh + offs_m[:, None] * sdom + offs_dv[None, :],
-        mask=_tile_mask(offs_m, M, offs_dv, DV, EVEN_DV),
-        other=0.0,
-    )
+    q = _load_tile(Q + b * sqb + h * sqh, offs_m, sqm, M, offs_d, D, EVEN_D)
+    do = _load_tile(DO + b * sdob + h * sdoh, offs_m, sdom, M, offs_dv, DV, EVEN_DV)
     lse = tl.load(LSE + bh * M + offs_m, mask=offs_m < M, other=float("inf"))
     delta = tl.load(DELTA + bh * M + offs_m, mask=offs_m < M, other=0.0)
     first = 0
