@@ -78,7 +78,10 @@ def compile_launch(launch: Launch, dtype: torch.dtype, arch: int = 90):
             signature[name] = "fp32" if name in FLOATS else "i32"
     constexprs = {(fn.arg_names.index(k),): v for k, v in launch.constexprs.items()}
     source = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
-    options = dict(num_warps=launch.tile.num_warps, num_stages=launch.tile.num_stages)
+    # FP fusion on, as a launch on the GPU compiles it (said, to keep Triton from warning).
+    options = dict(
+        num_warps=launch.tile.num_warps, num_stages=launch.tile.num_stages, enable_fp_fusion=True
+    )
     return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
 
 
