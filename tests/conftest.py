@@ -180,6 +180,18 @@ def tiny_data_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
+def data_with_word_order(tiny_data_dir, tmp_path) -> Path:
+    """The tiny prepared data plus a `word-order` task of generated sentences."""
+    import shutil
+
+    from lab_fixtures import add_word_order_task
+
+    root = tmp_path / "data"
+    shutil.copytree(tiny_data_dir, root)
+    return add_word_order_task(root)
+
+
+@pytest.fixture
 def float32_default():
     """Lab runs train in float32 (the suite's default dtype is float64 for the references)."""
     torch.set_default_dtype(torch.float32)

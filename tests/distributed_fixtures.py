@@ -150,3 +150,22 @@ def sharded_training_worker(encodings: list[str], steps: int, result: str) -> No
     if rank == 0:
         Path(result).write_text(json.dumps(found))
     dist.destroy_process_group()
+
+
+def zero_shot_compare_worker(arguments: list[str], logs: str) -> None:
+    """`posattn compare ARGUMENTS` on this rank, each call of the zero-shot scoring logged
+    under `logs` (scored-RANK.jsonl) with the cell's directory, and every write (writes-RANK)."""
+    from posattn.cli import main
+    from posattn.lab.pretraining import zero_shot
+
+    rank = os.environ["RANK"]
+    record_writes(Path(logs) / f"writes-{rank}.jsonl")
+    real_score = zero_shot.score_model
+
+    def logged_score(model_dir, task, *args):
+        with open(Path(logs) / f"scored-{rank}.jsonl", "a") as out:
+            out.write(json.dumps([str(model_dir), task]) + "\n")
+        return real_score(model_dir, task, *args)
+
+    zero_shot.score_model = logged_score
+    assert main(arguments) == 0

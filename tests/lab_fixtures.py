@@ -90,3 +90,29 @@ def build_tiny_data(root: Path) -> Path:
                     rows.append({"text": text, "label": labels["cat" in text.split()]})
             write_jsonl(task / f"{split}.jsonl", rows)
     return root
+
+
+WORD_ORDER_LABELS = ["reordered", "original"]
+
+
+def word_order_rows(count: int, seed: int) -> list[dict]:
+    """Sentences of distinct words (so every swap changes the text), labels alternating."""
+    rng = random.Random(seed)
+    rows = []
+    for index in range(count):
+        words = rng.sample(WORDS, rng.randint(8, 12))
+        label = WORD_ORDER_LABELS[index % 2]
+        rows.append({"id": f"s{seed}:{index}", "text": " ".join(words), "label": label})
+    return rows
+
+
+def add_word_order_task(root: Path) -> Path:
+    """A `word-order` task of generated sentences in the prepared data directory `root`."""
+    task = root / "tasks" / "word-order"
+    task.mkdir(parents=True)
+    (task / "task.json").write_text(
+        json.dumps({"name": "word-order", "labels": WORD_ORDER_LABELS, "pair": False})
+    )
+    for split, size in (("train", 32), ("dev", 16), ("test", 24)):
+        write_jsonl(task / f"{split}.jsonl", word_order_rows(size, seed=len(split)))
+    return root

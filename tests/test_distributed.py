@@ -8,7 +8,13 @@ import json
 
 import pytest
 import torch
-from distributed_fixtures import compare_worker, launch, sharded_training_worker, written
+from distributed_fixtures import (
+    compare_worker,
+    launch,
+    sharded_training_worker,
+    written,
+    zero_shot_compare_worker,
+)
 
 from posattn.cli import main
 
@@ -60,3 +66,24 @@ def test_compare_on_two_ranks_writes_once_and_shares_the_fine_tuning_runs(
                  "finetune.seeds=[0,1]", "trainer.report_to=[]"]) == 0  # fmt: skip
     one = json.loads((single / "finetune.json").read_text())
     assert one == two
+
+
+def test_zero_shot_cells_are_scored_once_on_two_ranks(
+    data_with_word_order, tmp_path, float32_default
+):
+    """Under a launcher every rank reaches each zero-shot cell; rank 0 alone scores it and
+    writes zero_shot.json, rank 1 waits and reads it (it used to score every cell in full)."""
+    output, logs = tmp_path / "two", tmp_path / "logs"
+    logs.mkdir()
+    arguments = ["compare", "--preset", "smoke", "--data-dir", str(data_with_word_order),
+                 "--output", str(output), "--encodings", "learned",
+                 "finetune.tasks=[word-order]", "finetune.seeds=[0]", "finetune.epochs=1",
+                 "trainer.report_to=[]"]  # fmt: skip
+    launch(2, zero_shot_compare_worker, arguments, str(logs))
+    model = str(output / "learned" / "seed0" / "pretrain" / "model")
+    assert written(logs / "scored-0.jsonl") == [[model, "word-order"]]
+    assert written(logs / "scored-1.jsonl") == []
+    assert written(logs / "writes-1.jsonl") == []
+    cell = output / "learned" / "seed0" / "zero-shot" / "word-order" / "zero_shot.json"
+    scored = json.loads(cell.read_text())["word-order"]
+    assert 0 <= scored["score"] <= 100 and len(scored["per_pair"]) > 0

@@ -5,13 +5,11 @@ exact ties, and the zero-shot cells of `posattn compare` (written, summarised, r
 from __future__ import annotations
 
 import json
-import random
-import shutil
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import torch
+from lab_fixtures import WORD_ORDER_LABELS, word_order_rows
 from transformers import AutoTokenizer
 
 from posattn import PosAttnConfigError
@@ -24,40 +22,12 @@ from posattn.lab.pretraining.zero_shot import (
 )
 from posattn.models import PosAttnConfig, PosAttnForMaskedLM
 
-LABELS = ["reordered", "original"]
+LABELS = WORD_ORDER_LABELS
 
 
 @pytest.fixture(autouse=True)
 def float32(float32_default):
     yield
-
-
-def word_order_rows(count: int, seed: int) -> list[dict]:
-    """Sentences of distinct words (so every swap changes the text), labels alternating."""
-    from lab_fixtures import WORDS
-
-    rng = random.Random(seed)
-    rows = []
-    for index in range(count):
-        words = rng.sample(WORDS, rng.randint(8, 12))
-        rows.append({"id": f"s{seed}:{index}", "text": " ".join(words), "label": LABELS[index % 2]})
-    return rows
-
-
-@pytest.fixture
-def data_with_word_order(tiny_data_dir, tmp_path) -> Path:
-    """The tiny prepared data plus a `word-order` task of generated sentences."""
-    root = tmp_path / "data"
-    shutil.copytree(tiny_data_dir, root)
-    task = root / "tasks" / "word-order"
-    task.mkdir(parents=True)
-    (task / "task.json").write_text(
-        json.dumps({"name": "word-order", "labels": LABELS, "pair": False})
-    )
-    for split, size in (("train", 32), ("dev", 16), ("test", 24)):
-        rows = word_order_rows(size, seed=len(split))
-        (task / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return root
 
 
 def indexed(rows: list[dict]) -> list[dict]:

@@ -55,21 +55,26 @@ def run_finetune(args: argparse.Namespace) -> int:
 
 
 def run_zero_shot(args: argparse.Namespace) -> int:
-    from ..runs.stages import save_run
-    from .zero_shot import MARKER, ZERO_SHOT_TASKS, score_model
+    from ..runs.stages import is_main_process
+    from .zero_shot import ZERO_SHOT_TASKS, score_model, scored_once
 
     config = run_config(args)
     data = data_for(config)
     output = Path(args.output or Path(args.pretrained).parent / "zero-shot")
     tokenizer = tokenizer_for(config, data)
-    result = {}
-    for task in ZERO_SHOT_TASKS:
-        result[task] = score_model(Path(args.pretrained), task, tokenizer, data, config.finetune)
-        pairs = len(result[task]["per_pair"])
-        print(
-            f"{task}: the written order preferred on {result[task]['score']:.1f}% of {pairs} pairs"
-        )
-    save_run(output, {MARKER: result})
+
+    def score() -> dict:
+        pretrained = Path(args.pretrained)
+        return {
+            task: score_model(pretrained, task, tokenizer, data, config.finetune)
+            for task in ZERO_SHOT_TASKS
+        }
+
+    result = scored_once(output, score)
+    for task, scored in result.items():
+        if is_main_process():
+            pairs = len(scored["per_pair"])
+            print(f"{task}: the written order preferred on {scored['score']:.1f}% of {pairs} pairs")
     return 0
 
 

@@ -15,6 +15,7 @@ LM only what pretraining taught it.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -22,7 +23,8 @@ import torch
 from ...data.order_tasks import reorder
 from ...errors import invalid
 from ...models import PosAttnForMaskedLM
-from ..runs.stages import Stage, save_run, start_stage
+from ..runs.ranks import barrier, join_process_group
+from ..runs.stages import Stage, is_main_process, save_run, start_stage
 from ..runs.trainer import quiet_transformers
 from .pretrain import pretrain_stage
 from .runconfig import FinetuneSection, RunConfig
@@ -136,12 +138,23 @@ def load_masked_lm(model_dir: Path) -> PosAttnForMaskedLM:
     return model
 
 
+def scored_once(output: Path, score) -> dict:
+    """score() on the main process alone, written to output/MARKER; every rank returns what was
+    written, read after a barrier. Under a launcher every rank reaches each zero-shot cell, and
+    scoring is the same on each: one does it, the others wait."""
+    join_process_group()  # the pretraining's Trainer may not have run (its cell reused)
+    if is_main_process():
+        save_run(Path(output), {MARKER: score()})
+    barrier()
+    return json.loads((Path(output) / MARKER).read_text())
+
+
 def zero_shot(
     model_dir: Path, config: RunConfig, task: str, output: Path, tokenizer, tasks
 ) -> dict:
     """A comparison's zero-shot cell: `score_model`, written to output/MARKER ({task:
     result}) with the stage's fingerprint; returns it."""
     start_stage(zero_shot_stage(config, task, output))
-    result = {task: score_model(model_dir, task, tokenizer, tasks, config.finetune)}
-    save_run(Path(output), {MARKER: result})
-    return result
+    return scored_once(
+        output, lambda: {task: score_model(model_dir, task, tokenizer, tasks, config.finetune)}
+    )
