@@ -248,8 +248,9 @@ def test_gpu_tiles_come_from_the_table_or_the_environment(monkeypatch):
 
 def test_auto_hands_a_table_to_triton_only_where_it_serves_it(monkeypatch):
     """`serves_table`: a Toeplitz table of the right shape, a head size that fills a block
-    (a folded bias's 64 + 2 would pad to 128), and a mask the kernel reads (padding, causal,
-    decoding rows, a key mask; not an arbitrary [B, 1, n, n] one such as packed documents)."""
+    (a folded bias widens it: 64 + 2 would pad to 128), and a mask the kernel reads (padding,
+    causal, decoding rows, a key mask; not an arbitrary [B, 1, n, n] one such as packed
+    documents)."""
     from posattn.kernels import table_bias
 
     monkeypatch.setattr(table_bias, "unavailable", lambda device: None)

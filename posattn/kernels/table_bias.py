@@ -93,8 +93,8 @@ def unavailable(device: torch.device) -> str | None:
 
 def serves_table(q: Tensor, k: Tensor, offset_bias: Tensor | None, mask: Tensor | None) -> bool:
     """Whether `auto` may hand a Toeplitz bias to this kernel: the kernel can run here, the
-    head size fills its block (a folded low-rank bias pads it, TUPE-R's 64 + 2 to 128, and
-    ran slower than the other kernels), and the mask is one the kernel reads."""
+    head size fills its block (a folded low-rank bias widens it - TUPE-R's 64 + 66 = 130,
+    padded to 256 - and ran slower than the other kernels), and the mask is one it reads."""
     if offset_bias is None or unavailable(q.device) is not None:
         return False
     if q.shape[-1] < 16 or q.shape[-1] & (q.shape[-1] - 1):
