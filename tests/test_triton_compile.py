@@ -37,22 +37,24 @@ def aot():
 
 
 RULES = [
-    (torch.bfloat16, 64, {}),  # full tiles: nothing hidden
-    (torch.bfloat16, 64, {"has_keys": True}),  # padding
-    (torch.bfloat16, 64, {"has_keys": True, "causal": True}),
-    (torch.bfloat16, 64, {"num_segments": 2}),  # DIET's segment pairs
-    (torch.bfloat16, 64, {"has_table": False}),  # a folded or no bias
-    (torch.float32, 16, {"has_keys": True}),  # the float32 tests' shape (IEEE dots)
-    (torch.float16, 48, {}),  # a head size that does not fill its block
+    (torch.bfloat16, 64, {}, True),  # full tiles: nothing hidden
+    (torch.bfloat16, 64, {"has_keys": True}, True),  # padding
+    (torch.bfloat16, 64, {"has_keys": True, "causal": True}, True),
+    (torch.bfloat16, 64, {"has_keys": True, "causal": True}, False),  # ALiBi: a fixed table
+    (torch.bfloat16, 64, {"num_segments": 2, "has_keys": True}, True),  # DIET's segment pairs
+    (torch.bfloat16, 64, {"has_table": False}, False),  # a folded or no bias
+    (torch.float32, 16, {"has_keys": True}, True),  # the float32 tests' shape (IEEE dots)
+    (torch.float16, 48, {}, True),  # a head size that does not fill its block
 ]
 
 
-@pytest.mark.parametrize(("dtype", "head", "rules"), RULES)
-def test_every_kernel_compiles_for_hopper_within_its_shared_memory(aot, dtype, head, rules):
+@pytest.mark.parametrize(("dtype", "head", "rules", "table_grad"), RULES)
+def test_every_kernel_compiles_for_hopper_within_its_shared_memory(
+    aot, dtype, head, rules, table_grad
+):
     from posattn.kernels.triton_bias import GPU_TILES
 
     flags = aot.call_flags(dtype, head, **rules)
-    table_grad = flags["HAS_TABLE"]
     for launch in aot.launches(flags, GPU_TILES["forward"], GPU_TILES["backward"], table_grad):
         compiled = aot.compile_launch(launch, dtype)
         assert compiled.metadata.name == launch.kernel.__name__
