@@ -376,10 +376,10 @@ def test_auto_decides_for_triton_before_the_bias_is_built(monkeypatch):
     [("t5", {}, "input"), ("diet-rel", {"sharing": "none", "max_distance": 5}, "attention"),
      ("kerple", {"kernel": "log"}, "input")],
 )  # fmt: skip
-def test_unmasked_models_take_the_full_tiles_and_equal_eager(encoding, options, segments):
-    """Without padding or causality the forward's tiles inside both lengths skip every mask
-    (n=40: two whole 16-key blocks and a part, one whole 32-row block and a part), segment
-    pairs included; the backward recomputes them masked, and every gradient agrees."""
+def test_unmasked_models_equal_eager(encoding, options, segments):
+    """Without padding or causality (n=40: two whole 16-key blocks and a part, one whole
+    32-row block and a part; the table read from its aligned copies from every offset mod 4),
+    segment pairs and the tables' gradients included."""
     torch.manual_seed(1)
     ids = torch.randint(1, 40, (2, 40))
     segment_ids = (torch.arange(40) >= 23).long().expand(2, 40)

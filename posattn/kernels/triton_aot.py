@@ -19,7 +19,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from . import triton_bias
-from .triton_bias import Tiles, backward_flags, kernel_flags
+from .triton_bias import Tiles, kernel_flags
 
 # Pointer arguments of the kernels by name (q, k, v and their gradients in the inputs' dtype).
 TABLES = ("LSE", "DELTA", "TABLE", "DTABLE", "SEGMENTS", "DSEGMENTS")
@@ -44,13 +44,11 @@ class Launch:
 def launches(flags: dict, forward: Tiles, backward: Tiles, table_grad: bool) -> list[Launch]:
     """The four kernels of a forward and backward with these flags and tiles."""
     common = dict(BLOCK_M=backward.block_m, BLOCK_N=backward.block_n)
-    forward_flags, flags = flags, backward_flags(flags)
     diagonals = triton.next_power_of_2(backward.block_m // 2 + backward.block_n - 1)
     segment_grad = flags["NUM_SEGMENTS"] > 0
     return [
         Launch("forward", triton_bias._forward,
-               {**forward_flags, "BLOCK_M": forward.block_m, "BLOCK_N": forward.block_n},
-               forward),
+               {**flags, "BLOCK_M": forward.block_m, "BLOCK_N": forward.block_n}, forward),
         Launch("delta", triton_bias._delta,
                {"BLOCK_M": backward.block_m, "BLOCK_DV": flags["BLOCK_DV"],
                 "EVEN_DV": flags["EVEN_DV"]}, backward),
@@ -77,12 +75,29 @@ def compile_launch(launch: Launch, dtype: torch.dtype, arch: int = 90):
         else:
             signature[name] = "fp32" if name in FLOATS else "i32"
     constexprs = {(fn.arg_names.index(k),): v for k, v in launch.constexprs.items()}
-    source = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
+    # What a launch specialises on: 16-byte aligned tensors and strides divisible by 16 (a
+    # contiguous [B, H, n, 64] tensor, the tables' padded rows); lengths are left general.
+    aligned = [
+        index
+        for index, name in enumerate(fn.arg_names)
+        if signature[name].startswith("*") or (signature[name] == "i32" and is_stride(name))
+    ]
+    attrs = {(index,): [["tt.divisibility", 16]] for index in aligned}
+    source = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     # FP fusion on, as a launch on the GPU compiles it (said, to keep Triton from warning).
     options = dict(
         num_warps=launch.tile.num_warps, num_stages=launch.tile.num_stages, enable_fp_fusion=True
     )
     return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
+
+
+def is_stride(name: str) -> bool:
+    """Strides a launch finds divisible by 16: of q, k, v, the output and the gradients
+    (sqb, skh, sdom, ...: contiguous with a head of 64) and of the tables' aligned copies
+    (stride_th, stride_tk: padded to 16). Not dT's rows (n_q + n_k - 1) nor the key and segment
+    rows (n_k)."""
+    tensor_stride = name.startswith("s") and name.isalpha() and len(name) in (3, 4)
+    return tensor_stride or name in ("stride_th", "stride_tk")
 
 
 def resources(compiled, arch: int = 90) -> dict:

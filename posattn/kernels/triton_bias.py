@@ -21,10 +21,12 @@ registers (row m shifted by m, one gather), summed over its rows, and added to t
 gradient with one atomic add per diagonal; no [B, H, M, N] gradient is ever written.
 
 Masks are computed in registers from a key vector and the causal rule (`MaskLayout`); blocks
-that no row of a query block can see are skipped, and where nothing is hidden the forward's
-tiles inside both lengths skip the masks altogether (`FULL_TILES`; 236 instead of 254
-registers per thread on sm_90, `posattn.kernels.triton_aot`). The scores run in base 2 (exp2)
-with the scale and the tables multiplied by log2(e), the tables once per call. Float32 inputs
+that no row of a query block can see are skipped. The scores run in base 2 (exp2) with the
+scale and the tables multiplied by log2(e), the tables once per call. Each row of a tile reads
+a run of the offset table; four shifted copies of it (`aligned_copies`) let every run start on
+a 16-byte boundary, so the runs load four values at a time (compiled for sm_90: the forward's
+96 four-byte copy instructions become 24 of 16 bytes, each backward kernel's 48 become 12;
+`posattn.kernels.triton_aot`). Float32 inputs
 take IEEE float32 dot products (no TF32), so results match the eager reference to float32
 rounding.
 """
@@ -129,58 +131,61 @@ def _segment_pairs(
 
 @triton.jit
 def _scores(
-    q, k, offs_m, offs_n, b, h, scale2, TABLE, stride_th, table_shift, KEYS, stride_kb,
-    first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
+    q, k, offs_m, offs_n, start_n, b, h, scale2, TABLE, stride_th, stride_tk, table_shift, KEYS,
+    stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
     HAS_TABLE: tl.constexpr, HAS_KEYS: tl.constexpr, CAUSAL: tl.constexpr,
-    PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, FULL: tl.constexpr,
+    PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
 ):  # fmt: skip
     """log2(e) * s for one [BLOCK_M, BLOCK_N] tile, -inf where a key is hidden. The tables
-    come multiplied by log2(e). FULL: every key of the tile exists and none is hidden (no
-    padding, no causality), so no score is masked; rows past M are computed on zero queries
-    and never stored, and only the table reads need the row mask (to stay inside it)."""
+    come multiplied by log2(e), the offset table as `aligned_copies`."""
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale2
-    if FULL:  # noqa: SIM108 (a static branch of the compiler, as in the others)
-        inside = offs_m[:, None] < M
-    else:
-        inside = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    inside = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     if HAS_TABLE:
-        diagonal = offs_n[None, :] - offs_m[:, None] + table_shift
-        s += tl.load(TABLE + h * stride_th + diagonal, mask=inside, other=0.0)
+        # Row m reads the table from start = offs_n[0] - m + shift on, a run of BLOCK_N values,
+        # from the copy shifted by start % 4, where the run begins on a 16-byte boundary: the
+        # loads go 4 values at a time (the tables are padded past their end, so only the rows
+        # are masked; a score past N is hidden below).
+        start = start_n - offs_m + table_shift
+        shift = ((start % 4) + 4) % 4
+        aligned = tl.multiple_of(start - shift, 4)
+        row = TABLE + h * stride_th + shift * stride_tk + aligned
+        columns = offs_n - start_n
+        s += tl.load(row[:, None] + columns[None, :], mask=offs_m[:, None] < M, other=0.0)
     if NUM_SEGMENTS > 0:
         pair = _segment_pairs(
             offs_m, offs_n, b, SEGMENT_IDS, stride_sb, q_start, M, N, NUM_SEGMENTS
         )
         s += tl.load(SEGMENTS + h * NUM_SEGMENTS * NUM_SEGMENTS + pair, mask=inside, other=0.0)
-    if not FULL:
-        visible = inside
-        if HAS_KEYS:
-            real = tl.load(KEYS + b * stride_kb + offs_n, mask=offs_n < N, other=0) != 0
-            visible = visible & real[None, :]
-        if CAUSAL:
-            rows = offs_m + q_start
-            opened = rows < first
-            visible = (visible & (offs_n[None, :] <= rows[:, None])) | (inside & opened[:, None])
-        s = tl.where(visible, s, float("-inf"))
-    return s
+    visible = inside
+    if HAS_KEYS:
+        real = tl.load(KEYS + b * stride_kb + offs_n, mask=offs_n < N, other=0) != 0
+        visible = visible & real[None, :]
+    if CAUSAL:
+        rows = offs_m + q_start
+        opened = rows < first
+        visible = (visible & (offs_n[None, :] <= rows[:, None])) | (inside & opened[:, None])
+    return tl.where(visible, s, float("-inf"))
 
 
 @triton.jit
 def _forward_step(
     acc, l_i, m_i, q, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
-    skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, stride_th, table_shift, KEYS, stride_kb,
+    skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, stride_th, stride_tk, table_shift, KEYS,
+    stride_kb,
     first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
     HAS_TABLE: tl.constexpr, HAS_KEYS: tl.constexpr, CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_N: tl.constexpr,
-    EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, FULL: tl.constexpr,
+    EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
 ):  # fmt: skip
     """One key block of the online softmax: (acc, l_i, m_i) updated."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k = _load_tile(K + b * skb + h * skh, offs_n, skn, N, offs_d, D, EVEN_D)
     v = _load_tile(V + b * svb + h * svh, offs_n, svn, N, offs_dv, DV, EVEN_DV)
     s = _scores(
-        q, k, offs_m, offs_n, b, h, scale2, TABLE, stride_th, table_shift, KEYS, stride_kb,
+        q, k, offs_m, offs_n, start_n, b, h, scale2, TABLE, stride_th, stride_tk, table_shift,
+        KEYS, stride_kb,
         first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
-        HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, FULL,
+        HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS,
     )  # fmt: skip
     m_new = tl.maximum(m_i, tl.reduce(s, 1, _maximum))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw no key yet
@@ -194,12 +199,13 @@ def _forward_step(
 @triton.jit
 def _forward(
     Q, K, V, OUT, LSE, TABLE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS,
-    sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, stride_th, stride_kb, stride_sb,
+    sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, stride_th, stride_tk, stride_kb,
+    stride_sb,
     H, M, N, D, DV, q_start, table_shift, scale2,
     HAS_TABLE: tl.constexpr, HAS_KEYS: tl.constexpr, CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, FULL_TILES: tl.constexpr,
+    EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
 ):  # fmt: skip
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
@@ -213,23 +219,12 @@ def _forward(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.full([BLOCK_M], 0.0, tl.float32)
     acc = tl.full([BLOCK_M, BLOCK_DV], 0.0, tl.float32)
-    # Key blocks that need no mask first (FULL_TILES: nothing hidden), then the rest.
-    full_end = 0
-    if FULL_TILES:
-        full_end = (N // BLOCK_N) * BLOCK_N
-    for start_n in range(0, full_end, BLOCK_N):
+    for start_n in range(0, _key_end(start_m, q_start, first, N, BLOCK_M, CAUSAL), BLOCK_N):
         acc, l_i, m_i = _forward_step(
             acc, l_i, m_i, q, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
-            skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, stride_th, table_shift, KEYS,
-            stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
-            HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, BLOCK_N, EVEN_D, EVEN_DV, True,
-        )  # fmt: skip
-    for start_n in range(full_end, _key_end(start_m, q_start, first, N, BLOCK_M, CAUSAL), BLOCK_N):
-        acc, l_i, m_i = _forward_step(
-            acc, l_i, m_i, q, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
-            skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, stride_th, table_shift, KEYS,
-            stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
-            HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, BLOCK_N, EVEN_D, EVEN_DV, False,
+            skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, stride_th, stride_tk, table_shift,
+            KEYS, stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
+            HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, BLOCK_N, EVEN_D, EVEN_DV,
         )  # fmt: skip
     # A row that sees no key (out of range, or every key hidden) gives 0, not 0 / 0.
     l_safe = tl.where(l_i > 0, l_i, 1.0)
@@ -265,7 +260,7 @@ def _delta(
 
 @triton.jit
 def _skewed_sums(
-    ds, first_row, start_n, h, DTABLE, stride_th, table_shift, table_len,
+    ds, first_row, start_n, h, DTABLE, stride_dth, table_shift, table_len,
     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONALS: tl.constexpr,
 ):  # fmt: skip
     """DTABLE[h, j - i + shift] += the sums of ds [ROWS, BLOCK_N] (rows from first_row) along
@@ -279,13 +274,16 @@ def _skewed_sums(
     sums = tl.reduce(tl.where(inside, skewed, 0.0), 0, _add)
     index = start_n - first_row - (ROWS - 1) + table_shift + tl.arange(0, DIAGONALS)
     tl.atomic_add(
-        DTABLE + h * stride_th + index, sums, mask=(index >= 0) & (index < table_len), sem="relaxed"
+        DTABLE + h * stride_dth + index,
+        sums,
+        mask=(index >= 0) & (index < table_len),
+        sem="relaxed",
     )
 
 
 @triton.jit
 def _add_diagonal_sums(
-    ds, start_m, start_n, h, DTABLE, stride_th, table_shift, table_len,
+    ds, start_m, start_n, h, DTABLE, stride_dth, table_shift, table_len,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONALS: tl.constexpr,
 ):  # fmt: skip
     """DTABLE[h, j - i + shift] += sum of ds over the tile's diagonal j - i, in two halves of
@@ -294,19 +292,19 @@ def _add_diagonal_sums(
     halves = tl.permute(tl.reshape(ds, (2, BLOCK_M // 2, BLOCK_N)), (1, 2, 0))
     top, bottom = tl.split(halves)
     _skewed_sums(
-        top, start_m, start_n, h, DTABLE, stride_th, table_shift, table_len,
+        top, start_m, start_n, h, DTABLE, stride_dth, table_shift, table_len,
         BLOCK_M // 2, BLOCK_N, DIAGONALS,
     )  # fmt: skip
     _skewed_sums(
-        bottom, start_m + BLOCK_M // 2, start_n, h, DTABLE, stride_th, table_shift, table_len,
+        bottom, start_m + BLOCK_M // 2, start_n, h, DTABLE, stride_dth, table_shift, table_len,
         BLOCK_M // 2, BLOCK_N, DIAGONALS,
     )  # fmt: skip
 
 
 @triton.jit
 def _dk_dv_step(
-    dk, dv, k, v, start_m, offs_n, offs_d, offs_dv, b, h, bh, Q, DO, LSE, DELTA,
-    sqb, sqh, sqm, sdob, sdoh, sdom, D, DV, scale2, TABLE, stride_th, table_shift, KEYS,
+    dk, dv, k, v, start_m, offs_n, start_n, offs_d, offs_dv, b, h, bh, Q, DO, LSE, DELTA,
+    sqb, sqh, sqm, sdob, sdoh, sdom, D, DV, scale2, TABLE, stride_th, stride_tk, table_shift, KEYS,
     stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
     HAS_TABLE: tl.constexpr, HAS_KEYS: tl.constexpr, CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -319,9 +317,10 @@ def _dk_dv_step(
     lse = tl.load(LSE + bh * M + offs_m, mask=offs_m < M, other=float("inf"))
     delta = tl.load(DELTA + bh * M + offs_m, mask=offs_m < M, other=0.0)
     s = _scores(
-        q, k, offs_m, offs_n, b, h, scale2, TABLE, stride_th, table_shift, KEYS, stride_kb,
+        q, k, offs_m, offs_n, start_n, b, h, scale2, TABLE, stride_th, stride_tk, table_shift,
+        KEYS, stride_kb,
         first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
-        HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, False,
+        HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS,
     )  # fmt: skip
     p = tl.exp2(s - lse[:, None])
     dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
@@ -335,15 +334,14 @@ def _dk_dv_step(
 def _backward_dk_dv(
     Q, K, V, DO, LSE, DELTA, DK, DV_, TABLE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom,
-    sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, stride_th, stride_kb, stride_sb,
+    sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, stride_th, stride_tk, stride_kb, stride_sb,
     H, M, N, D, DV, q_start, table_shift, scale, scale2,
     HAS_TABLE: tl.constexpr, HAS_KEYS: tl.constexpr, CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
 ):  # fmt: skip
-    """dK, dV of one key block, over every query block that sees it (masked tiles: the full-tile
-    split that speeds the forward made this kernel and dQ's spill registers on sm_90)."""
+    """dK, dV of one key block, over every query block that sees it."""
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
@@ -358,8 +356,9 @@ def _backward_dk_dv(
     dv = tl.full([BLOCK_N, BLOCK_DV], 0.0, tl.float32)
     for start_m in range(_query_begin(start_n, q_start, first, BLOCK_M, CAUSAL), M, BLOCK_M):
         dk, dv = _dk_dv_step(
-            dk, dv, k, v, start_m, offs_n, offs_d, offs_dv, b, h, bh, Q, DO, LSE, DELTA,
-            sqb, sqh, sqm, sdob, sdoh, sdom, D, DV, scale2, TABLE, stride_th, table_shift, KEYS,
+            dk, dv, k, v, start_m, offs_n, start_n, offs_d, offs_dv, b, h, bh, Q, DO, LSE, DELTA,
+            sqb, sqh, sqm, sdob, sdoh, sdom, D, DV, scale2, TABLE, stride_th, stride_tk,
+            table_shift, KEYS,
             stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
             HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, BLOCK_M, EVEN_D, EVEN_DV,
         )  # fmt: skip
@@ -378,7 +377,8 @@ def _backward_dk_dv(
 @triton.jit
 def _dq_step(
     dq, q, do, lse, delta, start_m, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
-    skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, DTABLE, stride_th, table_shift,
+    skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, DTABLE, stride_th, stride_tk, stride_dth,
+    table_shift,
     table_len, KEYS, stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
     DSEGMENTS,
     HAS_TABLE: tl.constexpr, TABLE_GRAD: tl.constexpr, HAS_KEYS: tl.constexpr,
@@ -391,9 +391,10 @@ def _dq_step(
     k = _load_tile(K + b * skb + h * skh, offs_n, skn, N, offs_d, D, EVEN_D)
     v = _load_tile(V + b * svb + h * svh, offs_n, svn, N, offs_dv, DV, EVEN_DV)
     s = _scores(
-        q, k, offs_m, offs_n, b, h, scale2, TABLE, stride_th, table_shift, KEYS, stride_kb,
+        q, k, offs_m, offs_n, start_n, b, h, scale2, TABLE, stride_th, stride_tk, table_shift,
+        KEYS, stride_kb,
         first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
-        HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, False,
+        HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS,
     )  # fmt: skip
     p = tl.exp2(s - lse[:, None])
     dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
@@ -401,7 +402,7 @@ def _dq_step(
     dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
     if TABLE_GRAD:
         _add_diagonal_sums(
-            ds, start_m, start_n, h, DTABLE, stride_th, table_shift, table_len,
+            ds, start_m, start_n, h, DTABLE, stride_dth, table_shift, table_len,
             BLOCK_M, BLOCK_N, DIAGONALS,
         )  # fmt: skip
     if SEGMENT_GRAD:
@@ -420,7 +421,7 @@ def _dq_step(
 def _backward_dq_dtable(
     Q, K, V, DO, LSE, DELTA, DQ, TABLE, DTABLE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS, DSEGMENTS,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom, sdqb, sdqh, sdqm,
-    stride_th, stride_kb, stride_sb,
+    stride_th, stride_tk, stride_dth, stride_kb, stride_sb,
     H, M, N, D, DV, q_start, table_shift, table_len, scale, scale2,
     HAS_TABLE: tl.constexpr, TABLE_GRAD: tl.constexpr, HAS_KEYS: tl.constexpr,
     CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
@@ -445,7 +446,8 @@ def _backward_dq_dtable(
     for start_n in range(0, _key_end(start_m, q_start, first, N, BLOCK_M, CAUSAL), BLOCK_N):
         dq = _dq_step(
             dq, q, do, lse, delta, start_m, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
-            skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, DTABLE, stride_th, table_shift,
+            skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, DTABLE, stride_th, stride_tk,
+            stride_dth, table_shift,
             table_len, KEYS, stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
             DSEGMENTS, HAS_TABLE, TABLE_GRAD, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS,
             SEGMENT_GRAD, BLOCK_M, BLOCK_N, EVEN_D, EVEN_DV, DIAGONALS,
@@ -507,14 +509,20 @@ def kernel_flags(
         BLOCK_DV=head_block(DV),
         EVEN_D=head_block(D) == D,
         EVEN_DV=head_block(DV) == DV,
-        # Nothing hidden: the tiles inside both lengths skip every mask.
-        FULL_TILES=not has_keys and not causal,
     )
 
 
-def backward_flags(flags: dict) -> dict:
-    """The flags of the backward kernels: all but FULL_TILES (the forward's alone)."""
-    return {name: value for name, value in flags.items() if name != "FULL_TILES"}
+def aligned_copies(table: Tensor, longest_run: int) -> Tensor:
+    """[H, L] -> [H, 4, W]: copy c holds table[:, c:], zero-padded to W (a multiple of 16, at
+    least L + longest_run), so that a run of the table starting at any index s begins on a
+    16-byte boundary in copy s % 4 (at s - s % 4) and a run of up to `longest_run` values past
+    the end stays inside (its scores are hidden anyway)."""
+    heads, length = table.shape
+    width = -(-(length + longest_run) // 16) * 16
+    copies = table.new_zeros(heads, 4, width)
+    for shift in range(4):
+        copies[:, shift, : max(length - shift, 0)] = table[:, shift:]
+    return copies
 
 
 def last_dim_contiguous(x: Tensor) -> Tensor:
@@ -546,14 +554,17 @@ class TableBiasAttention(torch.autograd.Function):
             causal=causal, num_segments=0 if segments is None else math.isqrt(segments.shape[-1]),
         )  # fmt: skip
         grid = (triton.cdiv(M, block_m), batch * heads)
+        longest_run = max(block_n, tiles(q.device, "backward").block_n)
+        copies = q.new_zeros(1, 1, 1) if table is None else aligned_copies(table32, longest_run)
         _forward[grid](
-            q, k, v, out, lse, table32, keys_, first_, segments32, ids,
+            q, k, v, out, lse, copies, keys_, first_, segments32, ids,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
-            table32.stride(0), keys_.stride(0), ids.stride(0),
+            copies.stride(0), copies.stride(1), keys_.stride(0), ids.stride(0),
             heads, M, N, D, DV, q_start, M - 1, scale * LOG2E,
             BLOCK_M=block_m, BLOCK_N=block_n, **flags, **schedule(tile, q.device),
         )  # fmt: skip
-        ctx.save_for_backward(q, k, v, out, lse, table32, keys_, first_, segments32, ids)
+        ctx.save_for_backward(q, k, v, out, lse, copies, keys_, first_, segments32, ids)
+        ctx.table_shape = table32.shape
         ctx.settings = (scale, q_start, flags, table is not None and table.requires_grad)
         ctx.segment_grad = segments is not None and segments.requires_grad
         ctx.dtypes = tuple(None if t is None else t.dtype for t in (table, segments))
@@ -561,7 +572,7 @@ class TableBiasAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, out, lse, table32, keys_, first_, segments32, ids = ctx.saved_tensors
+        q, k, v, out, lse, copies, keys_, first_, segments32, ids = ctx.saved_tensors
         scale, q_start, flags, table_grad = ctx.settings
         grad_out = last_dim_contiguous(grad_out)
         batch, heads, M, D = q.shape
@@ -575,23 +586,23 @@ class TableBiasAttention(torch.autograd.Function):
             BLOCK_M=block_m, BLOCK_DV=flags["BLOCK_DV"], EVEN_DV=flags["EVEN_DV"],
         )  # fmt: skip
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        dtable = torch.zeros_like(table32) if table_grad else table32.new_zeros(1)
+        dtable = copies.new_zeros(ctx.table_shape if table_grad else (1,))
         dsegments = torch.zeros_like(segments32)
         common = (heads, M, N, D, DV, q_start)
-        flags = backward_flags(flags)
         _backward_dk_dv[(triton.cdiv(N, block_n), batch * heads)](
-            q, k, v, grad_out, lse, delta, dk, dv, table32, keys_, first_, segments32, ids,
+            q, k, v, grad_out, lse, delta, dk, dv, copies, keys_, first_, segments32, ids,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
-            *dk.stride()[:3], *dv.stride()[:3], table32.stride(0), keys_.stride(0),
-            ids.stride(0),
+            *dk.stride()[:3], *dv.stride()[:3], copies.stride(0), copies.stride(1),
+            keys_.stride(0), ids.stride(0),
             *common, M - 1, scale, scale * LOG2E,
             BLOCK_M=block_m, BLOCK_N=block_n, **flags, **launch,
         )  # fmt: skip
         _backward_dq_dtable[(triton.cdiv(M, block_m), batch * heads)](
-            q, k, v, grad_out, lse, delta, dq, table32, dtable, keys_, first_, segments32, ids,
+            q, k, v, grad_out, lse, delta, dq, copies, dtable, keys_, first_, segments32, ids,
             dsegments,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
-            *dq.stride()[:3], table32.stride(0), keys_.stride(0), ids.stride(0),
+            *dq.stride()[:3], copies.stride(0), copies.stride(1), dtable.stride(0),
+            keys_.stride(0), ids.stride(0),
             *common, M - 1, M + N - 1, scale, scale * LOG2E,
             TABLE_GRAD=table_grad, SEGMENT_GRAD=ctx.segment_grad, BLOCK_M=block_m,
             BLOCK_N=block_n,
