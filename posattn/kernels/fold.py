@@ -7,15 +7,22 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
+# Head sizes SDPA's fused GPU kernels (flash, memory-efficient) are built for: multiples of 8.
+FUSED_HEAD_MULTIPLE = 8
+
 
 def fold_bias_factors(
     q: Tensor, k: Tensor, v: Tensor, factors: tuple[Tensor, Tensor], scale: float
 ) -> tuple[Tensor, Tensor, Tensor]:
     """q, k, v such that scale * q' k'^T = scale * q k^T + f_q f_k^T and softmax(.) v' holds
-    softmax(.) v in its first d_v columns: q' = [q, f_q / scale], k' = [k, f_k], v padded
-    with zeros to the same width (SDPA's fused CPU kernel needs equal head sizes)."""
+    softmax(.) v in its first d_v columns: q' = [q, f_q / scale, 0], k' = [k, f_k, 0], v
+    padded with zeros to the same width (SDPA's fused CPU kernel needs equal head sizes). The
+    width is rounded up to a multiple of 8 with zero columns (TUPE-R: 64 + 66 = 130 -> 136):
+    SDPA's fused GPU kernels are built for such head sizes, and with a bias PyTorch may
+    otherwise choose its unfused math path. Not yet measured on a GPU."""
     f_q, f_k = factors
     f_q = (f_q / scale).to(q.dtype).expand(*q.shape[:-1], -1)
     f_k = f_k.to(k.dtype).expand(*k.shape[:-1], -1)
-    q, k = torch.cat([q, f_q], -1), torch.cat([k, f_k], -1)
+    zeros = -(q.shape[-1] + f_q.shape[-1]) % FUSED_HEAD_MULTIPLE
+    q, k = (F.pad(torch.cat(pair, -1), (0, zeros)) for pair in ((q, f_q), (k, f_k)))
     return q, k, F.pad(v, (0, q.shape[-1] - v.shape[-1]))

@@ -1,0 +1,28 @@
+"""A low-rank bias folded into q and k (kernels/fold.py): the same logits and outputs, at a
+head size SDPA's fused GPU kernels take."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from posattn.kernels.fold import fold_bias_factors
+
+
+@pytest.mark.parametrize(("head", "rank"), [(64, 66), (64, 8), (16, 5), (8, 1)])
+def test_folded_logits_and_outputs_equal_the_bias_and_widths_are_multiples_of_8(head, rank):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 7, head) for _ in "qkv")
+    f_q, f_k = torch.randn(1, 3, 7, rank), torch.randn(1, 3, 7, rank)
+    scale = head**-0.5
+    q2, k2, v2 = fold_bias_factors(q, k, v, (f_q, f_k), scale)
+    width = head + rank
+    assert q2.shape[-1] == k2.shape[-1] == v2.shape[-1] == width + (-width % 8)
+    assert q2.shape[-1] % 8 == 0
+    logits = scale * q @ k.mT + f_q @ f_k.mT
+    torch.testing.assert_close(scale * q2 @ k2.mT, logits)
+    assert (q2[..., width:] == 0).all() and (k2[..., width:] == 0).all()
+    out = torch.softmax(logits, -1) @ v
+    folded = torch.softmax(scale * q2 @ k2.mT, -1) @ v2
+    torch.testing.assert_close(folded[..., :head], out)
+    assert (folded[..., head:] == 0).all()
