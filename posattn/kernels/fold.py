@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-# Head sizes SDPA's fused GPU kernels (flash, memory-efficient) are built for: multiples of 8.
+# Head sizes SDPA's memory-efficient GPU kernel takes: multiples of 8.
 FUSED_HEAD_MULTIPLE = 8
 
 
@@ -18,8 +18,9 @@ def fold_bias_factors(
     softmax(.) v in its first d_v columns: q' = [q, f_q / scale, 0], k' = [k, f_k, 0], v
     padded with zeros to the same width (SDPA's fused CPU kernel needs equal head sizes). The
     width is rounded up to a multiple of 8 with zero columns (TUPE-R: 64 + 66 = 130 -> 136):
-    SDPA's fused GPU kernels are built for such head sizes, and with a bias PyTorch may
-    otherwise choose its unfused math path. Not yet measured on a GPU."""
+    SDPA's memory-efficient GPU kernel, the fused one that takes a bias, requires a last
+    dimension divisible by 8 (pytorch/pytorch#110630), and without it the unfused math path
+    runs. Not yet measured on a GPU."""
     f_q, f_k = factors
     f_q = (f_q / scale).to(q.dtype).expand(*q.shape[:-1], -1)
     f_k = f_k.to(k.dtype).expand(*k.shape[:-1], -1)
