@@ -397,3 +397,14 @@ def test_unmasked_models_equal_eager(encoding, options, segments):
     torch.testing.assert_close(out, out_ref, atol=2e-5, rtol=2e-5)
     for ours, reference in zip(grads, grads_ref, strict=True):
         torch.testing.assert_close(ours, reference, atol=2e-4, rtol=2e-4)
+
+
+def test_aligned_copies_hold_the_table_from_each_shift_and_zeros_past_its_end():
+    from posattn.kernels.triton_bias import aligned_copies
+
+    table = torch.randn(3, 9).t().contiguous().t()  # heads not contiguous, as T5's table
+    copies = aligned_copies(table, longest_run=16)
+    assert copies.shape == (3, 4, 32) and copies.is_contiguous()  # 9 + 16 rounded up to 16
+    for shift in range(4):
+        assert torch.equal(copies[:, shift, : 9 - shift], table[:, shift:])
+        assert (copies[:, shift, 9 - shift :] == 0).all()
