@@ -42,6 +42,15 @@ def accuracy(predicted: Sequence[int], records: Sequence[dict]) -> float:
     return right / len(records)
 
 
+# A fitted baseline: test records -> predicted label ids.
+Predictor = Callable[[Sequence[dict]], list[int]]
+
+
+def fit_majority(train: Sequence[dict]) -> Predictor:
+    label = majority_label(train)
+    return lambda test: [label] * len(test)
+
+
 def majority_baseline(
     train_records: Sequence[dict],
     test_records: Sequence[dict],
@@ -52,9 +61,15 @@ def majority_baseline(
     """Test accuracy of always answering the training set's majority label. The limits are
     the fine-tuning caps (max_train_examples, max_eval_examples), applied by fixed_subset."""
     train = fixed_subset(list(train_records), train_limit)
+    return scored(fit_majority(train), test_records, test_limit)
+
+
+def scored(predict: Predictor | None, test_records: Sequence[dict], test_limit: int | None):
+    """Accuracy of a fitted baseline on the capped test records (None: no baseline)."""
+    if predict is None:
+        return None
     test = fixed_subset(list(test_records), test_limit)
-    label = majority_label(train)
-    return accuracy([label] * len(test), test)
+    return accuracy(predict(test), test)
 
 
 def bag_of_words(record: dict) -> list[str]:
@@ -66,6 +81,22 @@ def bag_of_words(record: dict) -> list[str]:
     return features
 
 
+def fit_bag_of_words(train: Sequence[dict], seed: int = 0) -> Predictor:
+    """A TF-IDF bag of words (unigrams, sublinear counts) and an L2-regularised logistic
+    regression (lbfgs, deterministic) fitted on the training records."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    labels = [int(r["label"]) for r in train]
+    if len(set(labels)) < 2:  # nothing to fit: every answer is the one label seen
+        return fit_majority(train)
+    vectorizer = TfidfVectorizer(analyzer=bag_of_words, sublinear_tf=True)
+    features = vectorizer.fit_transform(train)
+    model = LogisticRegression(C=BOW_C, max_iter=BOW_MAX_ITER, random_state=seed)
+    model.fit(features, labels)
+    return lambda test: model.predict(vectorizer.transform(test)).tolist()
+
+
 def bag_of_words_baseline(
     train_records: Sequence[dict],
     test_records: Sequence[dict],
@@ -74,22 +105,10 @@ def bag_of_words_baseline(
     train_limit: int | None = None,
     test_limit: int | None = None,
 ) -> float:
-    """Test accuracy of a TF-IDF bag of words (unigrams, sublinear counts) and an
-    L2-regularised logistic regression (lbfgs, deterministic) fitted on the training records.
-    Word order is invisible to it, so on the word-order task it is at chance."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import LogisticRegression
-
+    """Test accuracy of `fit_bag_of_words` fitted on the (capped) training records. Word order
+    is invisible to it, so on the word-order task it is at chance."""
     train = fixed_subset(list(train_records), train_limit)
-    test = fixed_subset(list(test_records), test_limit)
-    labels = [int(r["label"]) for r in train]
-    if len(set(labels)) < 2:  # nothing to fit: every answer is the one label seen
-        return majority_baseline(train, test)
-    vectorizer = TfidfVectorizer(analyzer=bag_of_words, sublinear_tf=True)
-    features = vectorizer.fit_transform(train)
-    model = LogisticRegression(C=BOW_C, max_iter=BOW_MAX_ITER, random_state=seed)
-    model.fit(features, labels)
-    return accuracy(model.predict(vectorizer.transform(test)).tolist(), test)
+    return scored(fit_bag_of_words(train, seed), test_records, test_limit)
 
 
 def lower_words(text: str) -> list[str]:
@@ -105,6 +124,27 @@ def overlap_features(record: dict, units: Callable[[str], Sequence] = lower_word
     return [shared / max(1, len(first | second)), math.log1p(shared)]
 
 
+def is_pair_task(records: Sequence[dict]) -> bool:
+    return all(r.get("text_pair") is not None for r in records)
+
+
+def fit_word_overlap(
+    train: Sequence[dict], seed: int = 0, units: Callable[[str], Sequence] = lower_words
+) -> Predictor | None:
+    """A logistic regression on overlap_features fitted on the training records; None for a
+    single-segment task."""
+    from sklearn.linear_model import LogisticRegression
+
+    if not is_pair_task(train):
+        return None
+    labels = [int(r["label"]) for r in train]
+    if len(set(labels)) < 2:
+        return fit_majority(train)
+    model = LogisticRegression(C=BOW_C, max_iter=BOW_MAX_ITER, random_state=seed)
+    model.fit([overlap_features(r, units) for r in train], labels)
+    return lambda test: model.predict([overlap_features(r, units) for r in test]).tolist()
+
+
 def word_overlap_baseline(
     train_records: Sequence[dict],
     test_records: Sequence[dict],
@@ -114,23 +154,14 @@ def word_overlap_baseline(
     train_limit: int | None = None,
     test_limit: int | None = None,
 ) -> float | None:
-    """Test accuracy of a logistic regression on overlap_features, fitted on the training
-    records; None for a single-segment task. A bag of words sees each segment's words but not
-    which of them both segments hold, which is what a pair task about one text following or
-    restating the other may turn on; where this baseline is far above a fine-tuned model, the
-    model has not learnt to compare the segments."""
-    from sklearn.linear_model import LogisticRegression
-
+    """Test accuracy of `fit_word_overlap`; None for a single-segment task. A bag of words sees
+    each segment's words but not which of them both segments hold, which is what a pair task
+    about one text following or restating the other may turn on; where this baseline is far
+    above a fine-tuned model, the model has not learnt to compare the segments."""
     train = fixed_subset(list(train_records), train_limit)
-    test = fixed_subset(list(test_records), test_limit)
-    if any(r.get("text_pair") is None for r in (*train, *test)):
+    if not is_pair_task(test_records):
         return None
-    labels = [int(r["label"]) for r in train]
-    if len(set(labels)) < 2:
-        return majority_baseline(train, test)
-    model = LogisticRegression(C=BOW_C, max_iter=BOW_MAX_ITER, random_state=seed)
-    model.fit([overlap_features(r, units) for r in train], labels)
-    return accuracy(model.predict([overlap_features(r, units) for r in test]).tolist(), test)
+    return scored(fit_word_overlap(train, seed, units), test_records, test_limit)
 
 
 def task_baselines(tasks, task: str, finetune: FinetuneSection, seed: int = 0) -> dict:

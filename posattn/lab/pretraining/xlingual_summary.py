@@ -34,9 +34,10 @@ from ..runs.stages import save_run
 from ..runs.statistics import mean_interval
 from ..runs.tables import markdown_table
 from .arms import RANDOM_INIT
-from .baselines import bag_of_words_baseline, majority_baseline, word_overlap_baseline
+from .baselines import fit_bag_of_words, fit_majority, fit_word_overlap, scored
 from .plots import plot_validation_loss
 from .runconfig import RunConfig
+from .subset import fixed_subset
 from .summary import (
     BASELINE_ARM,
     difference_text,
@@ -123,21 +124,24 @@ def baselines(config: RunConfig, data, task: str, runs: dict) -> dict:
     def units(text: str) -> list[int]:
         return tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
 
+    # Each baseline fitted once on the English training set, then scored in every language.
+    train = fixed_subset(list(train), f.max_train_examples)
+    fitted = {
+        "majority": fit_majority(train),
+        "bag_of_words": fit_bag_of_words(train),
+        "word_overlap": fit_word_overlap(train, units=units),
+    }
     table = {}
     for language in runs:
         test = data.records(task, "test", language)
-        limits = {"train_limit": f.max_train_examples, "test_limit": f.max_eval_examples}
-        random_init = runs[language].get(RANDOM_INIT)
         table[language] = {
-            "majority": 100 * majority_baseline(train, test, **limits),
-            "bag_of_words": 100 * bag_of_words_baseline(train, test, **limits),
-            "word_overlap": percent_or_none(
-                word_overlap_baseline(train, test, units=units, **limits)
-            ),
-            "random_init": None
-            if not random_init
-            else mean_interval([r["score"] for r in random_init]).mean,
+            name: percent_or_none(scored(predict, test, f.max_eval_examples))
+            for name, predict in fitted.items()
         }
+        random_init = runs[language].get(RANDOM_INIT)
+        table[language]["random_init"] = (
+            None if not random_init else mean_interval([r["score"] for r in random_init]).mean
+        )
     return table
 
 
