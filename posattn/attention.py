@@ -219,7 +219,7 @@ class MultiHeadAttention(nn.Module):
             and torch.is_grad_enabled()
             and not (self.training and self.dropout)
         )
-        return learned and auto_takes_triton(q, k, table, mask, learned)
+        return auto_takes_triton(q, k, table, mask, learned)
 
     def attend_by_tables(self, q, k, v, terms: LayerTerms, mask, extra_bias, kernel=None):
         """`attend` for a kernel that reads the bias from its table (kernel="triton"): the

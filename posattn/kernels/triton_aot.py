@@ -19,7 +19,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from . import triton_bias
-from .triton_bias import Tiles, kernel_flags
+from .triton_bias import Tiles, diagonal_block, kernel_flags
 
 # Pointer arguments of the kernels by name (q, k, v and their gradients in the inputs' dtype).
 TABLES = ("LSE", "DELTA", "TABLE", "DTABLE", "SEGMENTS", "DSEGMENTS")
@@ -44,7 +44,6 @@ class Launch:
 def launches(flags: dict, forward: Tiles, backward: Tiles, table_grad: bool) -> list[Launch]:
     """The four kernels of a forward and backward with these flags and tiles."""
     common = dict(BLOCK_M=backward.block_m, BLOCK_N=backward.block_n)
-    diagonals = triton.next_power_of_2(backward.block_m // 2 + backward.block_n - 1)
     segment_grad = flags["NUM_SEGMENTS"] > 0
     return [
         Launch("forward", triton_bias._forward,
@@ -55,7 +54,7 @@ def launches(flags: dict, forward: Tiles, backward: Tiles, table_grad: bool) -> 
         Launch("dk_dv", triton_bias._backward_dk_dv, {**flags, **common}, backward),
         Launch("dq_dtable", triton_bias._backward_dq_dtable,
                {**flags, **common, "TABLE_GRAD": table_grad, "SEGMENT_GRAD": segment_grad,
-                "DIAGONALS": diagonals}, backward),
+                "DIAGONALS": diagonal_block(backward)}, backward),
     ]  # fmt: skip
 
 

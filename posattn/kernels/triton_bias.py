@@ -490,6 +490,12 @@ def schedule(tile: Tiles, device: torch.device) -> dict:
     return dict(num_warps=tile.num_warps, num_stages=tile.num_stages)
 
 
+def diagonal_block(tile: Tiles) -> int:
+    """DIAGONALS of the dQ kernel: a power of two >= the diagonals one half of a tile's rows
+    spans (`_add_diagonal_sums` skews two halves)."""
+    return triton.next_power_of_2(tile.block_m // 2 + tile.block_n - 1)
+
+
 def head_block(size: int) -> int:
     """A power of two >= the head size (tl.arange), at least 16 (tl.dot)."""
     return max(16, triton.next_power_of_2(size))
@@ -604,7 +610,7 @@ class TableBiasAttention(torch.autograd.Function):
             *common, M - 1, M + N - 1, scale, scale * LOG2E,
             TABLE_GRAD=table_grad, SEGMENT_GRAD=ctx.segment_grad, BLOCK_M=block_m,
             BLOCK_N=block_n,
-            DIAGONALS=triton.next_power_of_2(block_m // 2 + block_n - 1), **flags, **launch,
+            DIAGONALS=diagonal_block(tile), **flags, **launch,
         )  # fmt: skip
         grad_table = dtable.to(ctx.dtypes[0]) if table_grad else None
         grad_segments = dsegments.to(ctx.dtypes[1]) if ctx.segment_grad else None

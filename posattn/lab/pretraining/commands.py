@@ -71,8 +71,8 @@ def run_zero_shot(args: argparse.Namespace) -> int:
         }
 
     result = scored_once(output, score)
-    for task, scored in result.items():
-        if is_main_process():
+    if is_main_process():
+        for task, scored in result.items():
             pairs = len(scored["per_pair"])
             print(f"{task}: the written order preferred on {scored['score']:.1f}% of {pairs} pairs")
     return 0
