@@ -61,7 +61,8 @@ class MultiHeadAttention(nn.Module):
         """None: the execution choice `kernel` in force now."""
         name = execution.current().kernel if name is None else name
         self.kernel_name, self.kernel = name, get_kernel(name)
-        self.kernel_reads_tables = reads_offset_bias(self.kernel)
+        self.kernel_reads_tables = takes_keyword(self.kernel, "offset_bias")
+        self.kernel_reads_untie = takes_keyword(self.kernel, "cls_untie")
 
     @property
     def head_dim(self) -> int:
@@ -180,10 +181,14 @@ class MultiHeadAttention(nn.Module):
             and terms.bias_factors is None
             and bias is terms.bias
             and not terms.project_kv
+            and (terms.cls_untie is None or self.kernel_reads_untie)
         )
         if self.kernel_reads_tables and toeplitz:
-            # The bias is exactly the Toeplitz matrix of the table: the kernel may read that.
+            # The bias is exactly the Toeplitz matrix of the table (with the [CLS] untie for a
+            # kernel that reads one): the kernel may read that.
             tables["offset_bias"] = terms.offset_bias
+            if terms.cls_untie is not None:
+                tables["cls_untie"] = terms.cls_untie
         out = self.kernel(
             q, k, v, mask=mask, bias=bias, scale=terms.scale, dropout_p=dropout_p, **tables
         )
@@ -230,12 +235,15 @@ class MultiHeadAttention(nn.Module):
         if reason is not None:
             raise refusal(self.kernel_name, reason)
         if terms.bias_factors is not None:  # the whole bias, or what the table leaves
-            q, k, v = fold_bias_factors(q, k, v, terms.bias_factors, terms.scale)
+            # The kernel takes values narrower than q and k: they keep their width.
+            q, k, _ = fold_bias_factors(q, k, v, terms.bias_factors, terms.scale)
         k, v, mask = self.project_sequence(k, v, terms, mask)
         dropout_p = self.dropout if self.training else 0.0
         return (kernel or self.kernel)(
             q, k, v, mask=mask, bias=None, scale=terms.scale, dropout_p=dropout_p,
-            tables=TableBias(offset=terms.offset_bias, segments=extra_bias),
+            tables=TableBias(
+                offset=terms.offset_bias, segments=extra_bias, cls_untie=terms.cls_untie
+            ),
         )  # fmt: skip
 
     def forward(
@@ -282,10 +290,11 @@ class MultiHeadAttention(nn.Module):
         )
 
 
-def reads_offset_bias(kernel) -> bool:
-    """Whether a kernel declares the optional `offset_bias` keyword (`posattn.kernels`): it then
-    also receives a Toeplitz bias as its [H, 2n-1] table."""
+def takes_keyword(kernel, name: str) -> bool:
+    """Whether a kernel declares the optional keyword `name` (`posattn.kernels`): with
+    `offset_bias` it also receives a Toeplitz bias as its [H, 2n-1] table, with `cls_untie`
+    that table's [CLS] untie (TUPE-R)."""
     try:
-        return "offset_bias" in inspect.signature(kernel).parameters
+        return name in inspect.signature(kernel).parameters
     except (TypeError, ValueError):  # a callable without a signature: the plain contract
         return False

@@ -4,6 +4,9 @@ shared by the encodings (`posattn.encodings.relative`) and the CPU kernel that r
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import torch
 from torch import Tensor
 
 
@@ -20,3 +23,29 @@ def toeplitz(by_offset: Tensor, n_k: int | None = None) -> Tensor:
     # the [H, n, n] bias would step over H values per key, which attention kernels read
     # several times slower (T5 forward at n=1024 on the 2-core CPU). The table is small.
     return by_offset.contiguous().unfold(-1, n_k, 1).flip(-2)
+
+
+@dataclass(frozen=True)
+class ClsUntie:
+    """TUPE's [CLS] untie (Eq. 9) on a Toeplitz matrix, told to the kernels that read the
+    matrix from its table: query row `row` becomes 0 and key column `column`, on every other
+    row, becomes column_value[h] ([H]). The row's 0 stands for the [CLS] row's own value, a
+    constant per row, which no softmax sees. `row` counts the matrix's query rows: a slice of
+    decoding rows shifts it (`from_row`), and it may fall outside them."""
+
+    row: int
+    column: int
+    column_value: Tensor
+
+    def applied(self, matrix: Tensor) -> Tensor:
+        """[..., H, n_q, n_k] -> the same with the untie written in."""
+        n_q, n_k = matrix.shape[-2:]
+        device = matrix.device
+        column = torch.arange(n_k, device=device) == self.column
+        row = (torch.arange(n_q, device=device) == self.row)[:, None]
+        value = self.column_value.to(matrix.dtype)[:, None, None]
+        return torch.where(row, 0.0, torch.where(column, value, matrix))
+
+    def from_row(self, start: int) -> ClsUntie:
+        """The untie of the query rows [start, n_q) of the matrix."""
+        return ClsUntie(self.row - start, self.column, self.column_value)

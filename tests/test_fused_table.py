@@ -25,7 +25,7 @@ from posattn.kernels.fused_bias import (
     fused_bias_attention,
     fused_table_attention,
 )
-from posattn.toeplitz import toeplitz
+from posattn.toeplitz import ClsUntie, toeplitz
 
 # (encoding, options) whose bias is described by its diagonals; alibi's table is fixed.
 TABLE_ENCODINGS = [
@@ -304,6 +304,53 @@ def test_flex_reads_the_table_and_skips_masked_blocks(mask_name):
     if mask_name == "causal":  # of 3 x 3 blocks, the 3 above the diagonal are never visited
         block_mask = block_mask_of(mask, n, n)
         assert (block_mask.kv_num_blocks + block_mask.full_kv_num_blocks).sum() == 6
+
+
+@pytest.mark.parametrize("mask_name", ["padded", "causal"])
+def test_flex_reads_tupe_rs_cls_untie_from_the_table(mask_name):
+    """With TUPE's [CLS] untie, flex's score_mod reads the table off the untied row and
+    column and the untie's values on them: eager's values with the bias written out; and a
+    TUPE-R model with its absolute part folded hands flex the table and the untie."""
+    from posattn.kernels.flex import flex_attention_kernel
+
+    torch.manual_seed(3)
+    n = 150
+    q, k, v = (torch.randn(2, 3, n, 4) for _ in range(3))
+    table, untie = torch.randn(3, 2 * n - 1), ClsUntie(5, 5, torch.randn(3))
+    mask = masks(2, n)[mask_name]
+    ours = flex_attention_kernel(
+        q, k, v, mask=mask, bias=torch.zeros(1), scale=0.5, offset_bias=table, cls_untie=untie
+    )
+    bias = untie.applied(toeplitz(table))
+    reference = eager_attention(q, k, v, mask=mask, bias=bias, scale=0.5)
+    torch.testing.assert_close(ours, reference, rtol=1e-10, atol=1e-10)
+
+    seen = []
+    flex = KERNELS["flex"]
+
+    def recording_flex(q, k, v, *, mask, bias, scale, dropout_p=0.0, offset_bias=None,
+                       cls_untie=None):  # fmt: skip
+        seen.append((offset_bias, cls_untie))
+        return flex(q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p,
+                    offset_bias=offset_bias, cls_untie=cls_untie)  # fmt: skip
+
+    register_kernel("recording-flex", recording_flex)
+    try:
+        model = tiny_encoder("tupe-r", encoding_options={"cls_index": 2}).eval()
+        ids = torch.randint(1, 40, (2, 7))
+        with torch.no_grad():
+            expected = model(ids)
+            model.set_kernel("recording-flex")
+            with execution.choose(fold=True):
+                folded = model(ids)
+        torch.testing.assert_close(folded, expected)
+        terms = model.encoding.layer_terms(7, torch.device("cpu"), torch.float64)[0]
+        assert len(seen) == 2
+        for offset_bias, cls_untie in seen:
+            torch.testing.assert_close(offset_bias, terms.offset_bias)
+            assert (cls_untie.row, cls_untie.column) == (2, 2)
+    finally:
+        del KERNELS["recording-flex"]
 
 
 @pytest.mark.parametrize("name", ["t5", "bert-r", "diet-rel", "kerple", "alibi"])

@@ -8,7 +8,6 @@ from conftest import PROJECTED, settings_of, tiny_encoder
 
 from posattn import execution
 from posattn.encodings import ENCODINGS, ModelDims, build_encoding
-from posattn.encodings.relative import toeplitz
 from posattn.errors import PosAttnConfigError
 from posattn.kernels import (
     KERNELS,
@@ -225,9 +224,10 @@ def test_fused_kernels_fold_low_rank_biases_into_the_dot_product(encoding, recor
 
 @pytest.mark.parametrize("options", [{}, {"cls_index": 3}, {"untie_cls": False}])
 def test_tupe_r_is_t5s_table_plus_folded_factors(options, recording_kernel):
-    """TUPE-R's bias is its low-rank factors (the absolute part and the [CLS] reset) plus the
-    Toeplitz matrix of T5's table, up to a constant per query row; folded, the kernel gets
-    q and k wider by d_h + 2 (d_h without the reset) and the table's matrix as its bias."""
+    """TUPE-R's bias is its low-rank factors (the absolute part, off the [CLS] position) plus
+    the Toeplitz matrix of T5's table with the [CLS] untie written in (`cls_untie`), up to a
+    constant per query row; folded, the kernel gets q and k wider by d_h (a multiple of 8
+    whatever the untie) and that matrix as its bias."""
     dims = ModelDims(d_model=16, num_heads=2, num_layers=1, max_len=12)
     encoding = build_encoding("tupe-r", dims, options).double()
     torch.manual_seed(1)
@@ -238,20 +238,26 @@ def test_tupe_r_is_t5s_table_plus_folded_factors(options, recording_kernel):
     table = terms.offset_bias
     by_index = torch.stack([torch.stack([table[:, j - i + 8] for j in range(9)], -1)
                             for i in range(9)], -2)  # fmt: skip
-    rest = f_q @ f_k.transpose(-1, -2) + by_index - terms.bias
+    untied = options.get("untie_cls") is not False
+    assert (terms.cls_untie is not None) == untied
+    matrix = terms.cls_untie.applied(by_index) if untied else by_index
+    rest = f_q @ f_k.transpose(-1, -2) + matrix - terms.bias
     torch.testing.assert_close(rest - rest[..., :1], torch.zeros_like(rest), atol=1e-12, rtol=0)
-    assert f_q.shape[-1] == 8 + (0 if options.get("untie_cls") is False else 2)
+    assert f_q.shape[-1] == 8
+    if untied:  # the reset's row and column are the untie's, the factors' [CLS] rows zero
+        cls = options.get("cls_index", 0)
+        assert (terms.cls_untie.row, terms.cls_untie.column) == (cls, cls)
+        assert (f_q[..., cls, :] == 0).all() and (f_k[..., cls, :] == 0).all()
+    torch.testing.assert_close(terms.unfolded_bias(), matrix.unsqueeze(0))
 
     model = tiny_encoder("tupe-r", kernel="recording", encoding_options=options)
     ids = torch.randint(0, 40, (2, 6))
     with execution.choose(fold=True):
         folded = model(ids)
-    widths = {q.shape[-1] for q, _ in recording_kernel}
-    folded_width = 8 + 8 + (0 if options.get("untie_cls") is False else 2)
-    assert widths == {folded_width + -folded_width % 8}  # zero columns up to a multiple of 8
-    table = model.encoding.relative_by_offset(6, torch.device("cpu"))
+    assert {q.shape[-1] for q, _ in recording_kernel} == {16}
+    terms = model.encoding.layer_terms(6, torch.device("cpu"), torch.float32)[0]
     for _, bias in recording_kernel:
-        torch.testing.assert_close(bias[0], toeplitz(table).to(bias.dtype))
+        torch.testing.assert_close(bias, terms.unfolded_bias().to(bias.dtype))
     recording_kernel.clear()
     with execution.choose(fold=False):
         added = model(ids)

@@ -45,6 +45,8 @@ RULES = [
     (torch.bfloat16, 64, {"has_table": False}, False),  # a folded or no bias
     (torch.float32, 16, {"has_keys": True}, True),  # the float32 tests' shape (IEEE dots)
     (torch.float16, 48, {}, True),  # a head size that does not fill its block
+    # TUPE-R: q and k folded to 64 + 64, values 64, the [CLS] untie read in the kernel
+    (torch.bfloat16, 128, {"value_head": 64, "has_untie": True, "has_keys": True}, True),
 ]
 
 
@@ -61,14 +63,25 @@ def test_every_kernel_compiles_for_hopper_within_its_shared_memory(
         assert 0 < compiled.metadata.shared <= aot.SHARED_LIMIT[90], launch.name
 
 
-@pytest.mark.parametrize("rules", [{}, {"has_keys": True}, {"has_keys": True, "causal": True}])
-def test_the_default_tiles_do_not_spill_registers(aot, rules):
-    """ptxas's report for bf16, d_h=64 and a table (T5, DIET-REL, KERPLE, ALiBi): no kernel
-    spills. The dQ kernel's in-register skew of a whole 64 x 32 dS tile spilled 300 bytes per
-    thread; it now skews two halves of rows."""
+@pytest.mark.parametrize(
+    ("head", "rules"),
+    [
+        (64, {}),
+        (64, {"has_keys": True}),
+        (64, {"has_keys": True, "causal": True}),
+        (128, {"value_head": 64, "has_untie": True, "has_keys": True}),  # TUPE-R
+    ],
+)
+def test_the_default_tiles_do_not_spill_registers(aot, head, rules):
+    """ptxas's report for bf16, d_h=64 and a table (T5, DIET-REL, KERPLE, ALiBi; TUPE-R with
+    its absolute part folded into q and k): no kernel spills. The dQ kernel's in-register
+    skew of a whole 64 x 32 dS tile spilled 300 bytes per thread; it now skews two halves of
+    rows. TUPE-R's [CLS] reset as two more folded columns (q and k 136 wide, a 256-wide
+    block, values as wide) spilled 2444 bytes per thread in the forward; read in the kernel
+    (`cls_untie`), the block is 128 wide."""
     from posattn.kernels.triton_bias import GPU_TILES
 
-    flags = aot.call_flags(torch.bfloat16, 64, **rules)
+    flags = aot.call_flags(torch.bfloat16, head, **rules)
     for launch in aot.launches(flags, GPU_TILES["forward"], GPU_TILES["backward"], True):
         used = aot.resources(aot.compile_launch(launch, torch.bfloat16))
         assert used["spill_stores"] == used["spill_loads"] == 0, (launch.name, used)

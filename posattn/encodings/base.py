@@ -34,7 +34,7 @@ from torch.nn import functional as F
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from ..errors import invalid, require, require_positive_int
-from ..toeplitz import toeplitz
+from ..toeplitz import ClsUntie, toeplitz
 
 # Optimizer steps taken in this process, counted by a global post-step hook: part of the key of
 # the cached terms (`PositionalEncoding.terms_for`), since a fused optimizer step leaves the
@@ -137,8 +137,14 @@ class LayerTerms:
         table instead of an [H, n, n] tensor (and reduce its gradient along diagonals,
         kernel="triton"). Set only where `bias` is exactly that Toeplitz matrix, or, with
         `bias_factors`, where `bias` is f_q f_k^T plus that Toeplitz matrix up to a constant
-        per query row (TUPE-R: its absolute part and [CLS] reset as factors, T5's part as the
-        table); `bias` stays for the eager reference.
+        per query row (TUPE-R: its absolute part as factors, T5's part as the table);
+        `bias` stays for the eager reference.
+    cls_untie: with `offset_bias` and `bias_factors`, TUPE's [CLS] untie on the table's
+        Toeplitz matrix (`posattn.toeplitz.ClsUntie`: a row set to 0, a column to one value
+        per head), which the kernels that read the table apply themselves (kernel="triton");
+        the factors then leave the [CLS] position out. Without it, a reset that is not
+        Toeplitz would ride in the factors, two columns wider (64 + 66 = 130 in q and k, a
+        256-wide block in the Triton kernel).
     """
 
     scale: float
@@ -149,6 +155,7 @@ class LayerTerms:
     project_kv: Callable[[Tensor, Tensor, Tensor | None], tuple[Tensor, Tensor]] | None = None
     bias_factors: tuple[Tensor, Tensor] | None = None
     offset_bias: Tensor | None = None
+    cls_untie: ClsUntie | None = None
 
     @classmethod
     def of_table(cls, scale: float, by_offset: Tensor) -> LayerTerms:
@@ -160,11 +167,12 @@ class LayerTerms:
 
     def unfolded_bias(self) -> Tensor | None:
         """What is left of `bias` once `bias_factors` ride in q and k: the Toeplitz matrix of
-        `offset_bias` where both are set, else nothing."""
+        `offset_bias` where both are set (with `cls_untie` written in), else nothing."""
         if self.offset_bias is None:
             return None
         # Row i of the windows over the n_k keys, flipped: T[i, j] = offset[j - i + n_q - 1].
-        return self.offset_bias.unfold(-1, self.bias.shape[-1], 1).flip(-2).unsqueeze(0)
+        matrix = self.offset_bias.unfold(-1, self.bias.shape[-1], 1).flip(-2).unsqueeze(0)
+        return matrix if self.cls_untie is None else self.cls_untie.applied(matrix)
 
     def query_rows(self, start: int) -> LayerTerms:
         """These terms, built for a length n, restricted to the query rows [start, n) over all n
@@ -212,6 +220,7 @@ class LayerTerms:
                 else (self.bias_factors[0][..., start:, :], self.bias_factors[1])
             ),
             offset_bias=(None if self.offset_bias is None else self.offset_bias[..., :-start]),
+            cls_untie=None if self.cls_untie is None else self.cls_untie.from_row(start),
         )
 
 

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import require
+from ..toeplitz import ClsUntie
 from .base import LayerTerms, ModelDims, OwnsParameters, Place, PositionalEncoding, empty_parameter
 from .relative import position_differences, toeplitz
 from .t5 import T5BiasTable, T5Options, cached_buckets, t5_relative_bucket
@@ -248,8 +249,9 @@ class TupeRelative(TupeAbsolute):
     def layer_terms(self, seq_len, device, dtype):
         """absolute_logits + relative_bias, with one reset of their sum (the [CLS] row
         theta_1 + b_row, the column theta_2 + b_column): equal to resetting each. Also
-        described as T5's table (`offset_bias`) plus low-rank factors that carry the absolute
-        part and the reset (`reset_factors`), for the kernels that read tables."""
+        described as T5's table (`offset_bias`) with the reset on its Toeplitz matrix
+        (`cls_untie`: the row 0, the column theta_2 + b_column) plus low-rank factors that
+        carry the absolute part off the [CLS] position, for the kernels that read tables."""
         pq, pk, theta = self.projected(seq_len)
         by_offset = self.relative_by_offset(seq_len, device)
         # toeplitz's flip is a fresh tensor that its backward does not keep: the product is
@@ -259,38 +261,24 @@ class TupeRelative(TupeAbsolute):
         # stays float32; the in-place product takes the table's dtype.
         absolute = pq.to(by_offset.dtype), pk.to(by_offset.dtype).transpose(-1, -2)
         bias = toeplitz(by_offset).baddbmm_(*absolute)
-        factors = (pq.unsqueeze(0), pk.unsqueeze(0))
+        untie = None
         if theta is not None:
             row, column = self.relative_cls_values()
             cls = self.options.cls_index
             bias = untie_cls_(bias, cls, theta[:, 0] + row, theta[:, 1] + column)
-            factors = self.reset_factors(pq, pk, by_offset, theta[:, 1] + column)
+            untie = ClsUntie(row=cls, column=cls, column_value=theta[:, 1] + column)
+            # The [CLS] row and column take no absolute part: the untie sets them.
+            keep = torch.ones(seq_len, 1, dtype=pq.dtype, device=pq.device)
+            keep[cls] = 0
+            pq, pk = pq * keep, pk * keep
         terms = LayerTerms(
             scale=self.content_scale(),
             bias=bias.unsqueeze(0),
-            bias_factors=factors,
+            bias_factors=(pq.unsqueeze(0), pk.unsqueeze(0)),
             offset_bias=by_offset,
+            cls_untie=untie,
         )
         return [terms] * self.dims.num_layers
-
-    def reset_factors(self, pq: Tensor, pk: Tensor, by_offset: Tensor, column: Tensor):
-        """(f_q, f_k), [1, H, n, d_h + 2], with f_q f_k^T + toeplitz(by_offset) equal to the
-        reset bias up to a constant on the [CLS] row (c = cls_index, t = by_offset):
-        - the [CLS] position's own features are zero;
-        - a feature 1 on the [CLS] query against -t[j - c] on every key cancels the table's
-          [CLS] row (which is then 0: softmax ignores the row's constant);
-        - a feature column - t[c - i] on every other query against 1 on the [CLS] key gives
-          the [CLS] column its value `column` (theta_2 + b_column) over the table's."""
-        n, cls = pq.shape[-2], self.options.cls_index
-        is_cls = torch.zeros(n, 1, dtype=pq.dtype, device=pq.device)
-        is_cls[cls] = 1
-        keep = 1 - is_cls
-        row_of_table = by_offset[:, n - 1 - cls : 2 * n - 1 - cls]  # t[j - c], [H, n]
-        column_of_table = by_offset[:, cls : cls + n].flip(-1)  # t[c - i], [H, n]
-        to_column = (column[:, None] - column_of_table).unsqueeze(-1) * keep
-        f_q = torch.cat([pq * keep, to_column, is_cls.expand_as(to_column)], -1)
-        f_k = torch.cat([pk * keep, is_cls.expand_as(to_column), -row_of_table.unsqueeze(-1)], -1)
-        return f_q.unsqueeze(0), f_k.unsqueeze(0)
 
     def relative_bias_at(self, positions: Tensor) -> Tensor:
         """`relative_bias` of tokens at positions [B, n]: [B, H, n, n]."""

@@ -9,7 +9,9 @@ with `register_kernel(name, fn)` and is then a `kernel=` name like the built-in 
 A kernel may also declare the keyword `offset_bias` (Tensor | None): where the layer's bias is
 a Toeplitz matrix (`LayerTerms.offset_bias`), it then receives that bias's [H, 2n-1] table too
 (bias[..., h, i, j] == offset_bias[h, j - i + n - 1]), to read instead of `bias` and to return
-the table's gradient; `bias` is passed as well and stays the reference.
+the table's gradient; `bias` is passed as well and stays the reference. A kernel that also
+declares `cls_untie` (`posattn.toeplitz.ClsUntie` | None) receives TUPE-R's table that way,
+with the untie of its matrix's [CLS] row and column (flex, auto); the others get its bias only.
 
 A kernel with the attribute `reads_bias_tables = True` ("triton") takes the bias from its table
 instead: it is called with bias=None and `tables=TableBias(...)` (`posattn.kernels.table_bias`).

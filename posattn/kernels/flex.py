@@ -7,7 +7,8 @@ materialises the bias gradient for the whole batch (measured on an H100, bf16, B
 bias gradient without a [B, H, n, n] tensor.
 
 A Toeplitz bias (`LayerTerms.offset_bias`) is read from its [H, 2n-1] table by a functional
-score_mod, and the padding / causal mask is a BlockMask, so blocks no query sees are skipped.
+score_mod (with TUPE's [CLS] untie, `LayerTerms.cls_untie`, where there is one), and the
+padding / causal mask is a BlockMask, so blocks no query sees are skipped.
 
 Flex has no backward on CPU (torch 2.13: "FlexAttention does not support backward on CPU" when
 q, k or v requires grad, and an InductorError when only a captured table does); there the
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from dataclasses import replace
 from functools import cache
 
 import torch
@@ -27,6 +29,7 @@ from torch import Tensor
 
 from ..errors import invalid
 from ..execution import flex_threshold_bytes, recompute_threshold_bytes
+from ..toeplitz import ClsUntie
 from .sdpa import sdpa_attention
 from .table_bias import TableBias, serves_table, triton_attention
 
@@ -42,15 +45,21 @@ def broadcast_index(tensor: Tensor) -> Callable:
     return read
 
 
-def score_modifier(bias: Tensor | None, offset_bias: Tensor | None, n_k: int) -> Callable | None:
+def score_modifier(
+    bias: Tensor | None, offset_bias: Tensor | None, n_k: int, untie: ClsUntie | None = None
+) -> Callable | None:
     """score -> score + the bias at (b, h, i, j): read from the Toeplitz table
     offset_bias[h, j - i + n_q - 1] where there is one (2n-1 values per head instead of n^2),
-    else from the bias tensor."""
+    with the [CLS] untie's row and column where there is one, else from the bias tensor."""
     if offset_bias is not None:
         last = offset_bias.shape[-1] - n_k  # n_q - 1: offset 0 of query row 0
 
         def table_mod(score, b, h, q_idx, kv_idx):
-            return score + offset_bias[h, kv_idx - q_idx + last]
+            value = offset_bias[h, kv_idx - q_idx + last]
+            if untie is not None:
+                value = torch.where(kv_idx == untie.column, untie.column_value[h], value)
+                value = torch.where(q_idx == untie.row, 0.0, value)
+            return score + value
 
         return table_mod
     if bias is None:
@@ -79,12 +88,12 @@ def block_mask_of(mask: Tensor | None, n_q: int, n_k: int):
     return create_block_mask(mask_mod, batch, heads, n_q, n_k, device=mask.device)
 
 
-def flex_with_terms(q, k, v, bias, offset_bias, block_mask, scale):
+def flex_with_terms(q, k, v, bias, offset_bias, block_mask, scale, untie=None):
     """One flex_attention call; the score_mod closure is built inside the compiled region,
     so that a new bias tensor is a new input, not a new function to recompile for."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    score_mod = score_modifier(bias, offset_bias, k.shape[-2])
+    score_mod = score_modifier(bias, offset_bias, k.shape[-2], untie)
     return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
 
 
@@ -95,14 +104,14 @@ def compiled_flex_with_terms() -> Callable:
     return torch.compile(flex_with_terms, dynamic=False)
 
 
-def run_flex(q, k, v, bias, offset_bias, mask, scale) -> Tensor:
+def run_flex(q, k, v, bias, offset_bias, mask, scale, untie=None) -> Tensor:
     block_mask = block_mask_of(mask, q.shape[-2], k.shape[-2])
     if q.device.type == "cuda":
-        return compiled_flex_with_terms()(q, k, v, bias, offset_bias, block_mask, scale)
+        return compiled_flex_with_terms()(q, k, v, bias, offset_bias, block_mask, scale, untie)
     with warnings.catch_warnings():
         # On CPU the uncompiled reference forward is the point (tests), not a slow surprise.
         warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-        return flex_with_terms(q, k, v, bias, offset_bias, block_mask, scale)
+        return flex_with_terms(q, k, v, bias, offset_bias, block_mask, scale, untie)
 
 
 def flex_attention_kernel(
@@ -115,7 +124,9 @@ def flex_attention_kernel(
     scale: float,
     dropout_p: float = 0.0,
     offset_bias: Tensor | None = None,
+    cls_untie: ClsUntie | None = None,
 ) -> Tensor:
+    """`cls_untie` comes with `offset_bias` (the untie of its Toeplitz matrix), never alone."""
     if dropout_p:
         return sdpa_attention(q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p)
     inputs = [t for t in (q, k, v, bias, offset_bias) if t is not None]
@@ -132,7 +143,9 @@ def flex_attention_kernel(
         bias = (bias if bias.dim() == 4 else bias.unsqueeze(0)).to(q.dtype)
     if offset_bias is not None:
         offset_bias = offset_bias.to(q.dtype)
-    return run_flex(q, k, v, bias, offset_bias, mask, scale)
+    if cls_untie is not None:
+        cls_untie = replace(cls_untie, column_value=cls_untie.column_value.to(q.dtype))
+    return run_flex(q, k, v, bias, offset_bias, mask, scale, cls_untie)
 
 
 def bias_gradient_bytes(q: Tensor, k: Tensor) -> int:
@@ -163,6 +176,7 @@ def auto_attention(
     scale: float,
     dropout_p: float = 0.0,
     offset_bias: Tensor | None = None,
+    cls_untie: ClsUntie | None = None,
 ) -> Tensor:
     """The measured choice per call, by the size of a learned bias's [B, H, n, n] gradient:
     on GPU, SDPA (the fastest for these shapes) except above the execution choice
@@ -175,9 +189,11 @@ def auto_attention(
     Triton over flex and SDPA there: H200, bf16, B=8, H=8, d_h=64, T5 forward + backward as
     a ratio to bias-free flash SDPA, n=4096: triton 3.80x / 643 MiB, flex 4.95x / 802 MiB,
     SDPA 6.31x / 3010 MiB; n=1024 (256 MiB of gradient, below the threshold): SDPA 3.40x,
-    triton 3.42x, flex 4.08x (`posattn bench`, README "On a GPU")."""
+    triton 3.42x, flex 4.08x (`posattn bench`, README "On a GPU"). TUPE-R's table with its
+    [CLS] untie (`cls_untie`) is not yet measured through triton and goes to flex there; SDPA
+    adds the bias tensor, which holds the untie."""
     learned = bias is not None and bias.requires_grad and torch.is_grad_enabled() and not dropout_p
-    if auto_takes_triton(q, k, offset_bias, mask, learned):
+    if cls_untie is None and auto_takes_triton(q, k, offset_bias, mask, learned):
         return triton_attention(
             q, k, v, mask=mask, bias=None, scale=scale, tables=TableBias(offset=offset_bias)
         )
@@ -186,9 +202,10 @@ def auto_attention(
     recompute = not on_gpu and gradient_bytes > recompute_threshold_bytes()
     if on_gpu and gradient_bytes > flex_threshold_bytes():
         return flex_attention_kernel(
-            q, k, v, mask=mask, bias=bias, scale=scale, offset_bias=offset_bias
-        )
+            q, k, v, mask=mask, bias=bias, scale=scale, offset_bias=offset_bias,
+            cls_untie=cls_untie,
+        )  # fmt: skip
     return sdpa_attention(
         q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p,
-        recompute_bias=recompute, offset_bias=offset_bias,
+        recompute_bias=recompute, offset_bias=None if cls_untie else offset_bias,
     )  # fmt: skip

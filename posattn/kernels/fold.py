@@ -17,7 +17,7 @@ def fold_bias_factors(
     """q, k, v such that scale * q' k'^T = scale * q k^T + f_q f_k^T and softmax(.) v' holds
     softmax(.) v in its first d_v columns: q' = [q, f_q / scale, 0], k' = [k, f_k, 0], v
     padded with zeros to the same width (SDPA's fused CPU kernel needs equal head sizes). The
-    width is rounded up to a multiple of 8 with zero columns (TUPE-R: 64 + 66 = 130 -> 136):
+    width is rounded up to a multiple of 8 with zero columns (TUPE-A: 64 + 65 = 129 -> 136):
     SDPA's memory-efficient GPU kernel, the fused one that takes a bias, requires a last
     dimension divisible by 8 (pytorch/pytorch#110630), and without it the unfused math path
     runs. Not yet measured on a GPU."""

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from ..errors import PosAttnConfigError, invalid
+from ..toeplitz import ClsUntie
 from .masks import mask_layout
 
 # The built-in kernels that serve every configuration (flex trains on GPU only).
@@ -45,10 +46,12 @@ class SegmentPairs:
 class TableBias:
     """A bias given by its tables. offset: [H, n_q + n_k - 1] with bias[h, i, j] =
     offset[h, j - i + n_q - 1] (`LayerTerms.offset_bias`), or None; segments: DIET's
-    segment-pair bias added to it, or None."""
+    segment-pair bias added to it, or None; cls_untie: TUPE's [CLS] untie on the offset
+    table's matrix (`LayerTerms.cls_untie`), or None."""
 
     offset: Tensor | None = None
     segments: SegmentPairs | None = None
+    cls_untie: ClsUntie | None = None
 
 
 def refusal(kernel: str, reason: str) -> PosAttnConfigError:
@@ -94,7 +97,8 @@ def unavailable(device: torch.device) -> str | None:
 def serves_table(q: Tensor, k: Tensor, offset_bias: Tensor | None, mask: Tensor | None) -> bool:
     """Whether `auto` may hand a Toeplitz bias to this kernel: the kernel can run here, the
     head size fills its block (a folded low-rank bias widens it - TUPE-R's 64 + 66 = 130,
-    padded to 256 - and ran slower than the other kernels), and the mask is one it reads."""
+    padded to 256 before its [CLS] reset became `cls_untie`, ran slower than the other
+    kernels), and the mask is one it reads."""
     if offset_bias is None or unavailable(q.device) is not None:
         return False
     if q.shape[-1] < 16 or q.shape[-1] & (q.shape[-1] - 1):
@@ -165,6 +169,13 @@ def triton_attention(
             raise invalid(
                 "tables.offset.shape", tuple(table.shape), f"{expected} ([H, n_q + n_k - 1])"
             )
+    untie = None if tables is None else tables.cls_untie
+    if untie is not None and table is None:
+        raise invalid(
+            "tables.cls_untie",
+            f"ClsUntie(row={untie.row}, column={untie.column})",
+            "None without an offset table (tables.offset) to untie",
+        )
     keys, causal, first, query_start = key_rules(mask, q.shape[0], k.shape[-2])
     pairs = None if tables is None else tables.segments
     return table_bias_attention(
@@ -172,6 +183,7 @@ def triton_attention(
         query_start=query_start,
         segments=None if pairs is None else pairs.table,
         segment_ids=None if pairs is None else pairs.ids.to(torch.int32).contiguous(),
+        untie=None if untie is None else (untie.row, untie.column, untie.column_value),
     )  # fmt: skip
 
 

@@ -22,7 +22,7 @@ from . import triton_bias
 from .triton_bias import Tiles, diagonal_block, kernel_flags
 
 # Pointer arguments of the kernels by name (q, k, v and their gradients in the inputs' dtype).
-TABLES = ("LSE", "DELTA", "TABLE", "DTABLE", "SEGMENTS", "DSEGMENTS")
+TABLES = ("LSE", "DELTA", "TABLE", "DTABLE", "UNTIE", "DUNTIE", "SEGMENTS", "DSEGMENTS")
 INDICES = {"KEYS": "*i8", "FIRST": "*i32", "SEGMENT_IDS": "*i32"}
 TENSORS = ("Q", "K", "V", "OUT", "DO", "DK", "DV_", "DQ")
 FLOATS = ("scale", "scale2")
@@ -54,7 +54,8 @@ def launches(flags: dict, forward: Tiles, backward: Tiles, table_grad: bool) -> 
         Launch("dk_dv", triton_bias._backward_dk_dv, {**flags, **common}, backward),
         Launch("dq_dtable", triton_bias._backward_dq_dtable,
                {**flags, **common, "TABLE_GRAD": table_grad, "SEGMENT_GRAD": segment_grad,
-                "DIAGONALS": diagonal_block(backward)}, backward),
+                "UNTIE_GRAD": flags["HAS_UNTIE"], "DIAGONALS": diagonal_block(backward)},
+               backward),
     ]  # fmt: skip
 
 
@@ -125,8 +126,8 @@ def resources(compiled, arch: int = 90) -> dict:
     )
 
 
-def call_flags(dtype: torch.dtype, head: int, **rules) -> dict:
+def call_flags(dtype: torch.dtype, head: int, value_head: int | None = None, **rules) -> dict:
     """`kernel_flags` for a call with a table and these masking rules (has_keys, causal,
-    num_segments)."""
+    num_segments, has_untie); values as wide as q and k unless value_head says otherwise."""
     defaults = dict(has_table=True, has_keys=False, causal=False, num_segments=0)
-    return kernel_flags(dtype, head, head, **{**defaults, **rules})
+    return kernel_flags(dtype, head, value_head or head, **{**defaults, **rules})

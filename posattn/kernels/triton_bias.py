@@ -8,7 +8,9 @@ The maths, per batch element b and head h, for query rows i < M and keys j < N:
 
 T [H, M + N - 1] holds the bias by diagonal: one value per offset j - i (`LayerTerms.offset_bias`).
 A segment-pair table G [H, S * S] (DIET's segment bias) adds G[h, S s_i + s_j] for segment ids
-s, and its gradient sums dS per pair; both are optional.
+s, and its gradient sums dS per pair; TUPE's [CLS] untie sets the table's bias to 0 on one
+query row and to U[h] on one key column, U's gradient the sum of dS down that column; all three
+are optional.
 FlashAttention-2 (Dao 2023): the forward streams key blocks with an online softmax and keeps
 only O and LSE. The backward recomputes P = exp(s - LSE) block by block; with
 D_i = sum_d dO_id O_id,
@@ -131,11 +133,27 @@ def _segment_pairs(
 
 
 @triton.jit
+def _untied(bias, offs_m, offs_n, h, UNTIE, untie_row, untie_column):
+    """TUPE's [CLS] untie on a tile of the table's bias: row untie_row 0 (the [CLS] row's
+    value is a constant per row, which the softmax ignores), column untie_column UNTIE[h] on
+    the other rows."""
+    bias = tl.where(offs_n[None, :] == untie_column, tl.load(UNTIE + h), bias)
+    return tl.where(offs_m[:, None] == untie_row, 0.0, bias)
+
+
+@triton.jit
+def _untied_positions(offs_m, offs_n, untie_row, untie_column):
+    """The scores of a tile whose bias the untie sets instead of the table."""
+    return (offs_m[:, None] == untie_row) | (offs_n[None, :] == untie_column)
+
+
+@triton.jit
 def _scores(
-    q, k, offs_m, offs_n, start_n, b, h, scale2, TABLE, stride_th, stride_tk, table_shift, KEYS,
-    stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
-    HAS_TABLE: tl.constexpr, HAS_KEYS: tl.constexpr, CAUSAL: tl.constexpr,
-    PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
+    q, k, offs_m, offs_n, start_n, b, h, scale2, TABLE, stride_th, stride_tk, table_shift, UNTIE,
+    untie_row, untie_column, KEYS, stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS,
+    stride_sb,
+    HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
+    CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
 ):  # fmt: skip
     """log2(e) * s for one [BLOCK_M, BLOCK_N] tile, -inf where a key is hidden. The tables
     come multiplied by log2(e), the offset table as `aligned_copies`."""
@@ -151,7 +169,10 @@ def _scores(
         aligned = tl.multiple_of(start - shift, 4)
         row = TABLE + h * stride_th + shift * stride_tk + aligned
         columns = offs_n - start_n
-        s += tl.load(row[:, None] + columns[None, :], mask=offs_m[:, None] < M, other=0.0)
+        bias = tl.load(row[:, None] + columns[None, :], mask=offs_m[:, None] < M, other=0.0)
+        if HAS_UNTIE:
+            bias = _untied(bias, offs_m, offs_n, h, UNTIE, untie_row, untie_column)
+        s += bias
     if NUM_SEGMENTS > 0:
         pair = _segment_pairs(
             offs_m, offs_n, b, SEGMENT_IDS, stride_sb, q_start, M, N, NUM_SEGMENTS
@@ -171,12 +192,12 @@ def _scores(
 @triton.jit
 def _forward_step(
     acc, l_i, m_i, q, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
-    skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, stride_th, stride_tk, table_shift, KEYS,
-    stride_kb,
+    skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, stride_th, stride_tk, table_shift, UNTIE,
+    untie_row, untie_column, KEYS, stride_kb,
     first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
-    HAS_TABLE: tl.constexpr, HAS_KEYS: tl.constexpr, CAUSAL: tl.constexpr,
-    PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_N: tl.constexpr,
-    EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+    HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
+    CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
+    BLOCK_N: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
 ):  # fmt: skip
     """One key block of the online softmax: (acc, l_i, m_i) updated."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -184,9 +205,9 @@ def _forward_step(
     v = _load_tile(V + b * svb + h * svh, offs_n, svn, N, offs_dv, DV, EVEN_DV)
     s = _scores(
         q, k, offs_m, offs_n, start_n, b, h, scale2, TABLE, stride_th, stride_tk, table_shift,
-        KEYS, stride_kb,
+        UNTIE, untie_row, untie_column, KEYS, stride_kb,
         first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
-        HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS,
+        HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS,
     )  # fmt: skip
     m_new = tl.maximum(m_i, tl.reduce(s, 1, _maximum))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw no key yet
@@ -199,11 +220,12 @@ def _forward_step(
 
 @triton.jit
 def _forward(
-    Q, K, V, OUT, LSE, TABLE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS,
+    Q, K, V, OUT, LSE, TABLE, UNTIE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, stride_th, stride_tk, stride_kb,
     stride_sb,
-    H, M, N, D, DV, q_start, table_shift, scale2,
-    HAS_TABLE: tl.constexpr, HAS_KEYS: tl.constexpr, CAUSAL: tl.constexpr,
+    H, M, N, D, DV, q_start, table_shift, untie_row, untie_column, scale2,
+    HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
+    CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
@@ -224,8 +246,9 @@ def _forward(
         acc, l_i, m_i = _forward_step(
             acc, l_i, m_i, q, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
             skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, stride_th, stride_tk, table_shift,
-            KEYS, stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
-            HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, BLOCK_N, EVEN_D, EVEN_DV,
+            UNTIE, untie_row, untie_column, KEYS, stride_kb, first, q_start, M, N, SEGMENTS,
+            SEGMENT_IDS, stride_sb, HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION,
+            NUM_SEGMENTS, BLOCK_N, EVEN_D, EVEN_DV,
         )  # fmt: skip
     # A row that sees no key (out of range, or every key hidden) gives 0, not 0 / 0.
     l_safe = tl.where(l_i > 0, l_i, 1.0)
@@ -305,11 +328,12 @@ def _add_diagonal_sums(
 @triton.jit
 def _dk_dv_step(
     dk, dv, k, v, start_m, offs_n, start_n, offs_d, offs_dv, b, h, bh, Q, DO, LSE, DELTA,
-    sqb, sqh, sqm, sdob, sdoh, sdom, D, DV, scale2, TABLE, stride_th, stride_tk, table_shift, KEYS,
-    stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
-    HAS_TABLE: tl.constexpr, HAS_KEYS: tl.constexpr, CAUSAL: tl.constexpr,
-    PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
-    EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+    sqb, sqh, sqm, sdob, sdoh, sdom, D, DV, scale2, TABLE, stride_th, stride_tk, table_shift, UNTIE,
+    untie_row, untie_column, KEYS, stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS,
+    stride_sb,
+    HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
+    CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
+    BLOCK_M: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
 ):  # fmt: skip
     """One query block's share of a key block's dK and dV."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -319,9 +343,9 @@ def _dk_dv_step(
     delta = tl.load(DELTA + bh * M + offs_m, mask=offs_m < M, other=0.0)
     s = _scores(
         q, k, offs_m, offs_n, start_n, b, h, scale2, TABLE, stride_th, stride_tk, table_shift,
-        KEYS, stride_kb,
+        UNTIE, untie_row, untie_column, KEYS, stride_kb,
         first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
-        HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS,
+        HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS,
     )  # fmt: skip
     p = tl.exp2(s - lse[:, None])
     dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
@@ -333,11 +357,12 @@ def _dk_dv_step(
 
 @triton.jit
 def _backward_dk_dv(
-    Q, K, V, DO, LSE, DELTA, DK, DV_, TABLE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS,
+    Q, K, V, DO, LSE, DELTA, DK, DV_, TABLE, UNTIE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom,
     sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, stride_th, stride_tk, stride_kb, stride_sb,
-    H, M, N, D, DV, q_start, table_shift, scale, scale2,
-    HAS_TABLE: tl.constexpr, HAS_KEYS: tl.constexpr, CAUSAL: tl.constexpr,
+    H, M, N, D, DV, q_start, table_shift, untie_row, untie_column, scale, scale2,
+    HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
+    CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
@@ -359,9 +384,9 @@ def _backward_dk_dv(
         dk, dv = _dk_dv_step(
             dk, dv, k, v, start_m, offs_n, start_n, offs_d, offs_dv, b, h, bh, Q, DO, LSE, DELTA,
             sqb, sqh, sqm, sdob, sdoh, sdom, D, DV, scale2, TABLE, stride_th, stride_tk,
-            table_shift, KEYS,
-            stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
-            HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, BLOCK_M, EVEN_D, EVEN_DV,
+            table_shift, UNTIE, untie_row, untie_column, KEYS,
+            stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb, HAS_TABLE,
+            HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, BLOCK_M, EVEN_D, EVEN_DV,
         )  # fmt: skip
     tl.store(
         DK + b * sdkb + h * sdkh + offs_n[:, None] * sdkn + offs_d[None, :],
@@ -379,10 +404,11 @@ def _backward_dk_dv(
 def _dq_step(
     dq, q, do, lse, delta, start_m, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
     skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, DTABLE, stride_th, stride_tk, stride_dth,
-    table_shift,
+    table_shift, UNTIE, DUNTIE, untie_row, untie_column,
     table_len, KEYS, stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
     DSEGMENTS,
-    HAS_TABLE: tl.constexpr, TABLE_GRAD: tl.constexpr, HAS_KEYS: tl.constexpr,
+    HAS_TABLE: tl.constexpr, TABLE_GRAD: tl.constexpr, HAS_UNTIE: tl.constexpr,
+    UNTIE_GRAD: tl.constexpr, HAS_KEYS: tl.constexpr,
     CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
     SEGMENT_GRAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, DIAGONALS: tl.constexpr,
@@ -393,19 +419,29 @@ def _dq_step(
     v = _load_tile(V + b * svb + h * svh, offs_n, svn, N, offs_dv, DV, EVEN_DV)
     s = _scores(
         q, k, offs_m, offs_n, start_n, b, h, scale2, TABLE, stride_th, stride_tk, table_shift,
-        KEYS, stride_kb,
+        UNTIE, untie_row, untie_column, KEYS, stride_kb,
         first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
-        HAS_TABLE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS,
+        HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS,
     )  # fmt: skip
     p = tl.exp2(s - lse[:, None])
     dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
     ds = p * (dp - delta[:, None])
     dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
     if TABLE_GRAD:
+        ds_table = ds
+        if HAS_UNTIE:  # the untie's scores do not read the table
+            ds_table = tl.where(_untied_positions(offs_m, offs_n, untie_row, untie_column), 0.0, ds)
         _add_diagonal_sums(
-            ds, start_m, start_n, h, DTABLE, stride_dth, table_shift, table_len,
+            ds_table, start_m, start_n, h, DTABLE, stride_dth, table_shift, table_len,
             BLOCK_M, BLOCK_N, DIAGONALS,
         )  # fmt: skip
+    if UNTIE_GRAD:  # noqa: SIM102 (compiled in or out; the test inside runs per block)
+        # The untied column's value: the sum of dS down that column off the untied row, in
+        # the one key block that holds the column.
+        if (untie_column >= start_n) & (untie_column < start_n + BLOCK_N):
+            column = (offs_n[None, :] == untie_column) & (offs_m[:, None] != untie_row)
+            total = tl.reduce(tl.reduce(tl.where(column, ds, 0.0), 1, _add), 0, _add)
+            tl.atomic_add(DUNTIE + h, total, sem="relaxed")
     if SEGMENT_GRAD:
         # One sum of dS per (query segment, key segment) pair per tile.
         pair = _segment_pairs(
@@ -420,11 +456,13 @@ def _dq_step(
 
 @triton.jit
 def _backward_dq_dtable(
-    Q, K, V, DO, LSE, DELTA, DQ, TABLE, DTABLE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS, DSEGMENTS,
+    Q, K, V, DO, LSE, DELTA, DQ, TABLE, DTABLE, UNTIE, DUNTIE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS,
+    DSEGMENTS,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom, sdqb, sdqh, sdqm,
     stride_th, stride_tk, stride_dth, stride_kb, stride_sb,
-    H, M, N, D, DV, q_start, table_shift, table_len, scale, scale2,
-    HAS_TABLE: tl.constexpr, TABLE_GRAD: tl.constexpr, HAS_KEYS: tl.constexpr,
+    H, M, N, D, DV, q_start, table_shift, table_len, untie_row, untie_column, scale, scale2,
+    HAS_TABLE: tl.constexpr, TABLE_GRAD: tl.constexpr, HAS_UNTIE: tl.constexpr,
+    UNTIE_GRAD: tl.constexpr, HAS_KEYS: tl.constexpr,
     CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
     SEGMENT_GRAD: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
@@ -448,9 +486,10 @@ def _backward_dq_dtable(
         dq = _dq_step(
             dq, q, do, lse, delta, start_m, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
             skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, DTABLE, stride_th, stride_tk,
-            stride_dth, table_shift,
+            stride_dth, table_shift, UNTIE, DUNTIE, untie_row, untie_column,
             table_len, KEYS, stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
-            DSEGMENTS, HAS_TABLE, TABLE_GRAD, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS,
+            DSEGMENTS, HAS_TABLE, TABLE_GRAD, HAS_UNTIE, UNTIE_GRAD, HAS_KEYS, CAUSAL, PRECISION,
+            NUM_SEGMENTS,
             SEGMENT_GRAD, BLOCK_M, BLOCK_N, EVEN_D, EVEN_DV, DIAGONALS,
         )  # fmt: skip
     tl.store(
@@ -503,11 +542,12 @@ def head_block(size: int) -> int:
 
 def kernel_flags(
     dtype: torch.dtype, D: int, DV: int, *, has_table: bool, has_keys: bool, causal: bool,
-    num_segments: int,
+    num_segments: int, has_untie: bool = False,
 ) -> dict:  # fmt: skip
     """The compile-time flags every kernel of one call shares."""
     return dict(
         HAS_TABLE=has_table,
+        HAS_UNTIE=has_untie,
         HAS_KEYS=has_keys,
         CAUSAL=causal,
         PRECISION="ieee" if dtype == torch.float32 else "tf32",
@@ -539,7 +579,10 @@ class TableBiasAttention(torch.autograd.Function):
     the table T (see the module docstring)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, table, keys, first, causal, q_start, scale, segments, segment_ids):
+    def forward(
+        ctx, q, k, v, table, keys, first, causal, q_start, scale, segments, segment_ids, untie,
+        column_value,
+    ):  # fmt: skip
         q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
         batch, heads, M, D = q.shape
         N, DV = k.shape[-2], v.shape[-1]
@@ -549,6 +592,8 @@ class TableBiasAttention(torch.autograd.Function):
         first_ = q.new_zeros(1, dtype=torch.int32) if first is None else first
         segments32 = q.new_zeros(1) if segments is None else (segments.float() * LOG2E).contiguous()
         ids = q.new_zeros(1, 1, dtype=torch.int32) if segment_ids is None else segment_ids
+        untie_row, untie_column = (-1, -1) if untie is None else untie
+        untie32 = q.new_zeros(1) if untie is None else column_value.float() * LOG2E
         out = torch.empty(batch, heads, M, DV, dtype=q.dtype, device=q.device)
         lse = torch.empty(batch * heads, M, dtype=torch.float32, device=q.device)
         tile = tiles(q.device, "forward")
@@ -556,28 +601,31 @@ class TableBiasAttention(torch.autograd.Function):
         flags = kernel_flags(
             q.dtype, D, DV, has_table=table is not None, has_keys=keys is not None,
             causal=causal, num_segments=0 if segments is None else math.isqrt(segments.shape[-1]),
+            has_untie=untie is not None,
         )  # fmt: skip
         grid = (triton.cdiv(M, block_m), batch * heads)
         longest_run = max(block_n, tiles(q.device, "backward").block_n)
         copies = q.new_zeros(1, 1, 1) if table is None else aligned_copies(table32, longest_run)
         _forward[grid](
-            q, k, v, out, lse, copies, keys_, first_, segments32, ids,
+            q, k, v, out, lse, copies, untie32, keys_, first_, segments32, ids,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
             copies.stride(0), copies.stride(1), keys_.stride(0), ids.stride(0),
-            heads, M, N, D, DV, q_start, M - 1, scale * LOG2E,
+            heads, M, N, D, DV, q_start, M - 1, untie_row, untie_column, scale * LOG2E,
             BLOCK_M=block_m, BLOCK_N=block_n, **flags, **schedule(tile, q.device),
         )  # fmt: skip
-        ctx.save_for_backward(q, k, v, out, lse, copies, keys_, first_, segments32, ids)
+        ctx.save_for_backward(q, k, v, out, lse, copies, untie32, keys_, first_, segments32, ids)
         ctx.table_shape = table32.shape
         ctx.settings = (scale, q_start, flags, table is not None and table.requires_grad)
+        ctx.untie = (untie_row, untie_column, untie is not None and column_value.requires_grad)
         ctx.segment_grad = segments is not None and segments.requires_grad
-        ctx.dtypes = tuple(None if t is None else t.dtype for t in (table, segments))
+        ctx.dtypes = tuple(None if t is None else t.dtype for t in (table, segments, column_value))
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, out, lse, copies, keys_, first_, segments32, ids = ctx.saved_tensors
+        q, k, v, out, lse, copies, untie32, keys_, first_, segments32, ids = ctx.saved_tensors
         scale, q_start, flags, table_grad = ctx.settings
+        untie_row, untie_column, untie_grad = ctx.untie
         grad_out = last_dim_contiguous(grad_out)
         batch, heads, M, D = q.shape
         N, DV = k.shape[-2], v.shape[-1]
@@ -592,29 +640,36 @@ class TableBiasAttention(torch.autograd.Function):
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         dtable = copies.new_zeros(ctx.table_shape if table_grad else (1,))
         dsegments = torch.zeros_like(segments32)
+        duntie = torch.zeros_like(untie32)
         common = (heads, M, N, D, DV, q_start)
         _backward_dk_dv[(triton.cdiv(N, block_n), batch * heads)](
-            q, k, v, grad_out, lse, delta, dk, dv, copies, keys_, first_, segments32, ids,
+            q, k, v, grad_out, lse, delta, dk, dv, copies, untie32, keys_, first_, segments32,
+            ids,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
             *dk.stride()[:3], *dv.stride()[:3], copies.stride(0), copies.stride(1),
             keys_.stride(0), ids.stride(0),
-            *common, M - 1, scale, scale * LOG2E,
+            *common, M - 1, untie_row, untie_column, scale, scale * LOG2E,
             BLOCK_M=block_m, BLOCK_N=block_n, **flags, **launch,
         )  # fmt: skip
         _backward_dq_dtable[(triton.cdiv(M, block_m), batch * heads)](
-            q, k, v, grad_out, lse, delta, dq, copies, dtable, keys_, first_, segments32, ids,
-            dsegments,
+            q, k, v, grad_out, lse, delta, dq, copies, dtable, untie32, duntie, keys_, first_,
+            segments32, ids, dsegments,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
             *dq.stride()[:3], copies.stride(0), copies.stride(1), dtable.stride(0),
             keys_.stride(0), ids.stride(0),
-            *common, M - 1, M + N - 1, scale, scale * LOG2E,
-            TABLE_GRAD=table_grad, SEGMENT_GRAD=ctx.segment_grad, BLOCK_M=block_m,
+            *common, M - 1, M + N - 1, untie_row, untie_column, scale, scale * LOG2E,
+            TABLE_GRAD=table_grad, UNTIE_GRAD=untie_grad, SEGMENT_GRAD=ctx.segment_grad,
+            BLOCK_M=block_m,
             BLOCK_N=block_n,
             DIAGONALS=diagonal_block(tile), **flags, **launch,
         )  # fmt: skip
         grad_table = dtable.to(ctx.dtypes[0]) if table_grad else None
         grad_segments = dsegments.to(ctx.dtypes[1]) if ctx.segment_grad else None
-        return dq, dk, dv, grad_table, None, None, None, None, None, grad_segments, None
+        grad_untie = duntie.to(ctx.dtypes[2]) if untie_grad else None
+        return (
+            dq, dk, dv, grad_table, None, None, None, None, None, grad_segments, None, None,
+            grad_untie,
+        )  # fmt: skip
 
 
 def table_bias_attention(
@@ -630,6 +685,7 @@ def table_bias_attention(
     query_start: int = 0,
     segments: Tensor | None = None,
     segment_ids: Tensor | None = None,
+    untie: tuple[int, int, Tensor] | None = None,
 ) -> Tensor:
     """q [B, H, M, D], k [B, H, N, D], v [B, H, N, DV] -> [B, H, M, DV].
 
@@ -639,7 +695,12 @@ def table_bias_attention(
         (int32 [B]: a row without a real key up to its position is opened to every key).
     segments: [H, S * S] float, bias[b, h, i, j] += segments[h, S * ids[b, i + query_start] +
         ids[b, j]] with segment_ids int32 [B, N] (DIET's segment pairs), or None.
+    untie: (row, column, values [H]), TUPE's [CLS] untie on the table's bias (needs `table`):
+        bias[h, row, :] = 0 and bias[h, i, column] = values[h] for i != row
+        (`posattn.toeplitz.ClsUntie`), or None.
     """
+    rule, column_value = (None, None) if untie is None else (untie[:2], untie[2])
     return TableBiasAttention.apply(
-        q, k, v, table, keys, first_real, causal, query_start, scale, segments, segment_ids
-    )
+        q, k, v, table, keys, first_real, causal, query_start, scale, segments, segment_ids,
+        rule, column_value,
+    )  # fmt: skip
