@@ -357,6 +357,7 @@ def test_lower_final_loss_is_paired_by_seed_with_the_hand_computed_interval():
     assert r["values"]["difference"]["difference"] == pytest.approx(0.12)
     assert (low, high) == pytest.approx((0.12 - T2 * 0.02 / 3**0.5, 0.12 + T2 * 0.02 / 3**0.5))
     assert r["verdict"] == HOLDS and "p = 0.25" in r["reason"]
+    assert "no sign flip of 3 seeds can give p below 0.25" in r["reason"]
     assert loss_result([5.9, 5.98, 6.06], [6.0, 6.1, 6.2])["verdict"] == FAILS
     assert loss_result([6.0, 6.1, 6.2], [6.1, 6.0, 6.25])["verdict"] == INCONCLUSIVE
     missing = result(lower_final_loss("tupe-r"), Measurements(mlm_curves={}))

@@ -71,6 +71,7 @@ from .statistics import (
     mean_interval,
     paired_bootstrap_tasks,
     paired_permutation,
+    smallest_sign_flip_p,
 )
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
@@ -412,6 +413,13 @@ def lower_final_loss(encoding: str, base: str = "learned"):
             f"{comparison.runs} pretraining seed(s) (p = {comparison.p_value:.3g}, exact sign "
             f"flips); {reason.replace(' points', '')}"
         )
+        smallest = smallest_sign_flip_p(comparison.runs)
+        if verdict != INCONCLUSIVE and smallest > 1 - comparison.confidence:
+            # Said beside the verdict: with few seeds only the t-interval can decide.
+            reason += (
+                f"; no sign flip of {comparison.runs} seeds can give p below {smallest:.3g}, so "
+                "the verdict rests on the t-interval's normal seed-to-seed differences"
+            )
         return Outcome(values, verdict, reason)
 
     return evaluate

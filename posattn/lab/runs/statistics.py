@@ -255,6 +255,12 @@ def sign_flip_p_value(differences: Sequence[float], seed: int = BOOTSTRAP_SEED) 
     return float(result.pvalue)
 
 
+def smallest_sign_flip_p(runs: int) -> float:
+    """The smallest two-sided p-value an exact sign-flip test of `runs` differences can give:
+    the all-same-sign vectors, 2 of the 2^runs (1 for one difference)."""
+    return 1.0 if runs < 2 else 2.0 / 2**runs
+
+
 def paired_permutation(a, b, confidence: float = 0.95) -> PairedComparison:
     """One number per seed for each encoding (a[i], b[i] from seed i): the mean difference
     a - b, its Student-t interval over seeds (None for one seed) and the exact two-sided
