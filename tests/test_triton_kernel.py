@@ -195,9 +195,11 @@ def assert_triton_equals_eager(model, ids, mask, segment_ids) -> None:
         torch.testing.assert_close(ours, reference, atol=2e-4, rtol=2e-4)
 
 
-def test_decoding_with_a_cache_equals_the_full_forward():
+# TUPE-R: the [CLS] untie's row before the decoded rows, its column among the cached keys.
+@pytest.mark.parametrize(("encoding", "options"), [("alibi", {}), ("tupe-r", {"cls_index": 2})])
+def test_decoding_with_a_cache_equals_the_full_forward(encoding, options):
     torch.manual_seed(0)
-    config = tiny_config("alibi", causal=True, kernel="triton")
+    config = tiny_config(encoding, causal=True, kernel="triton", encoding_options=options)
     model = PosAttnForCausalLM(config).eval()
     ids = torch.randint(1, 40, (2, 9))
     attention_mask = torch.ones(2, 9, dtype=torch.long)
