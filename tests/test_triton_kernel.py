@@ -71,9 +71,12 @@ CASES = [
 ]
 
 
-# Head size 8 fills half a 16-wide block (masked columns); 16 fills it (masks per row).
-@pytest.mark.parametrize("head_dim", [8, 16])
-@pytest.mark.parametrize(("n_q", "n_k", "padded", "causal", "query_start"), CASES)
+# Head size 16 fills its block (masks per row); 8 fills half a 16-wide block (masked columns),
+# tried on the padded cases (the interpreter's time is the tests' budget).
+HEAD_CASES = [(*case, 16) for case in CASES] + [(*case, 8) for case in CASES if case[2]]
+
+
+@pytest.mark.parametrize(("n_q", "n_k", "padded", "causal", "query_start", "head_dim"), HEAD_CASES)
 def test_values_and_every_gradient_equal_eager(n_q, n_k, padded, causal, query_start, head_dim):
     torch.manual_seed(0)
     batch, heads = (3 if padded else 1), 2
@@ -175,7 +178,10 @@ MODELS = [
 @pytest.mark.parametrize(("encoding", "options", "causal", "segments"), MODELS)
 def test_models_equal_eager_in_values_and_parameter_gradients(encoding, options, causal, segments):
     ids, mask, segment_ids = padded_batch()
-    model = tiny_encoder(encoding, causal=causal, encoding_options=options, segments=segments)
+    # One layer: each layer's call is checked the same way, and the interpreter is slow.
+    model = tiny_encoder(
+        encoding, causal=causal, encoding_options=options, segments=segments, num_layers=1
+    )
     assert_triton_equals_eager(model, ids, mask, segment_ids)
 
 
@@ -424,7 +430,7 @@ def test_auto_decides_for_triton_before_the_bias_is_built(monkeypatch):
 
 @pytest.mark.parametrize(
     ("encoding", "options", "segments"),
-    [("t5", {}, "input"), ("diet-rel", {"sharing": "none", "max_distance": 5}, "attention"),
+    [("diet-rel", {"sharing": "none", "max_distance": 5}, "attention"),
      ("kerple", {"kernel": "log"}, "input")],
 )  # fmt: skip
 def test_unmasked_models_equal_eager(encoding, options, segments):
@@ -435,7 +441,7 @@ def test_unmasked_models_equal_eager(encoding, options, segments):
     ids = torch.randint(1, 40, (2, 40))
     segment_ids = (torch.arange(40) >= 23).long().expand(2, 40)
     model = tiny_encoder(
-        encoding, encoding_options=options, segments=segments, max_len=40
+        encoding, encoding_options=options, segments=segments, max_len=40, num_layers=1
     )  # fmt: skip
     assert_triton_equals_eager(model, ids, None, segment_ids)
 
