@@ -6,8 +6,9 @@
 #                                              data pack`) and offline/wheels (what such an
 #                                              image lacks: omegaconf and its antlr runtime)
 #   scripts/offline-gpu.sh check OUT           there: the Triton kernel's GPU tests, a sweep
-#                                              of its tiles, `posattn bench` with sdpa and
-#                                              triton, then flex; all in OUT/check.tar.gz
+#                                              of its tiles, a profile per kernel, `posattn
+#                                              bench` with sdpa and triton, then flex; all in
+#                                              OUT/check.tar.gz
 #   scripts/offline-gpu.sh start NAME ARGS...  there: `python -m posattn ARGS --output
 #                                              $RUNS/NAME` in the background, detached
 #   scripts/offline-gpu.sh wait SECONDS OUT    there: until the started runs end or SECONDS
@@ -78,6 +79,10 @@ check() {
     # shellcheck disable=SC1091
     [ -f "$work/tiles.env" ] && source "$work/tiles.env"
     pack_check "$out"
+    # At those tiles, each kernel's share of a training call (T5, no table, TUPE-R, flash).
+    timeout "${PROFILE_SECONDS:-60}" "$PYTHON" scripts/triton_profile.py "$work" 2>&1 |
+        tee "$work/profile.log" | grep -v "^  .*0\.0%" | head -n 40 || true
+    pack_check "$out"
     # Attention level first: each level's tables are written when it ends.
     timeout "${BENCH_SECONDS:-200}" "$PYTHON" -m posattn bench --kernels sdpa,triton \
         --lengths 1024,4096,8192 --encodings "${BENCH_ENCODINGS:-t5,diet-rel,tupe-r,kerple,alibi,diet-abs}" \
@@ -141,7 +146,7 @@ check) check "${2:?OUT}" ;;
 start) start "${2:?NAME}" "${@:3}" ;;
 wait) setup && wait_runs "${2:?SECONDS}" "${3:?OUT}" ;;
 *)
-    sed -n '2,18p' "$0"
+    sed -n '2,19p' "$0"
     exit 2
     ;;
 esac

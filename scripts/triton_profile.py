@@ -1,0 +1,103 @@
+"""Where one training call of kernel="triton" spends its GPU time, kernel by kernel: the
+forward, D = rowsum(dO * O), dK/dV, dQ with the table's diagonal sums, and the small torch
+ops around them (the table's log2(e) copies, zero fills, the gradient casts), beside the same
+call without a table and bias-free flash SDPA, from torch.profiler's CUDA activity. The
+benchmark says how far the kernel is from flash attention; this says which part to work on.
+
+    PYTHONPATH=. python scripts/triton_profile.py OUT_DIR [--length 4096] [--steps 10]
+
+Writes profile.json and prints a table per case (ms per call, share of the call).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import torch
+from torch.nn import functional as F
+from torch.profiler import ProfilerActivity, profile
+
+from posattn.kernels.triton_bias import table_bias_attention
+
+BATCH, HEADS = 8, 8
+
+
+def per_call(events: Iterable, calls: int) -> list[dict]:
+    """profiler key averages -> [{"kernel", "ms", "launches"}] per call, GPU time only,
+    the costliest first."""
+    rows = []
+    for event in events:
+        microseconds = getattr(event, "device_time_total", 0) or 0
+        if microseconds > 0:
+            rows.append(
+                dict(kernel=event.key, ms=microseconds / 1e3 / calls, launches=event.count / calls)
+            )
+    return sorted(rows, key=lambda row: -row["ms"])
+
+
+def case_inputs(n: int, head: int, value_head: int, untie: bool):
+    torch.manual_seed(0)
+    shape = (BATCH, HEADS, n)
+    q, k = (torch.randn(*shape, head, device="cuda", dtype=torch.bfloat16) for _ in "qk")
+    v = torch.randn(*shape, value_head, device="cuda", dtype=torch.bfloat16)
+    table = torch.randn(HEADS, 2 * n - 1, device="cuda")
+    column = torch.randn(HEADS, device="cuda") if untie else None
+    leaves = [t.requires_grad_() for t in (q, k, v, table) + ((column,) if untie else ())]
+    return leaves, torch.randn(*shape, value_head, device="cuda", dtype=torch.bfloat16)
+
+
+def cases(n: int) -> dict[str, Callable[[], None]]:
+    """One training call each: T5-like (a learned table, d_h = 64), the kernel without a
+    table, TUPE-R-like (q and k 128 wide, values 64, the [CLS] untie) and flash SDPA."""
+    built = {}
+    for name, head, value_head, with_table, untie in (
+        ("t5", 64, 64, True, False),
+        ("no table", 64, 64, False, False),
+        ("tupe-r", 128, 64, True, True),
+    ):
+        (q, k, v, table, *column), grad = case_inputs(n, head, value_head, untie)
+
+        def call(q=q, k=k, v=v, table=table, column=column, grad=grad, with_table=with_table):
+            out = table_bias_attention(
+                q, k, v, scale=64**-0.5, table=table if with_table else None,
+                untie=(0, 0, column[0]) if column else None,
+            )  # fmt: skip
+            out.backward(grad)
+
+        built[name] = call
+    (q, k, v, _), grad = case_inputs(n, 64, 64, False)
+    built["flash sdpa"] = lambda: F.scaled_dot_product_attention(q, k, v).backward(grad)
+    return built
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--length", type=int, default=4096)
+    parser.add_argument("--steps", type=int, default=10)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for name, call in cases(args.length).items():
+        for _ in range(3):  # compile and warm up outside the profile
+            call()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(args.steps):
+                call()
+            torch.cuda.synchronize()
+        rows = per_call(prof.key_averages(), args.steps)
+        results[name] = rows
+        total = sum(row["ms"] for row in rows)
+        print(f"== {name}: {total:.3f} ms of GPU time per call (n={args.length}, bf16, B=8, H=8)")
+        for row in rows[:12]:
+            share = row["ms"] / total if total else 0.0
+            print(f"  {row['ms']:8.3f} ms {share:6.1%} x{row['launches']:<4g} {row['kernel'][:90]}")
+    (args.out / "profile.json").write_text(json.dumps(dict(n=args.length, cases=results), indent=2))
+
+
+if __name__ == "__main__":
+    main()
