@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import replace
 from functools import cache
 
 import torch
@@ -46,19 +45,24 @@ def broadcast_index(tensor: Tensor) -> Callable:
 
 
 def score_modifier(
-    bias: Tensor | None, offset_bias: Tensor | None, n_k: int, untie: ClsUntie | None = None
+    bias: Tensor | None,
+    offset_bias: Tensor | None,
+    n_k: int,
+    untie: tuple[int, int, Tensor] | None = None,
 ) -> Callable | None:
     """score -> score + the bias at (b, h, i, j): read from the Toeplitz table
     offset_bias[h, j - i + n_q - 1] where there is one (2n-1 values per head instead of n^2),
-    with the [CLS] untie's row and column where there is one, else from the bias tensor."""
+    with the [CLS] untie's row and column where there is one ((row, column, values [H]): a
+    tuple, which torch.compile takes as plain inputs), else from the bias tensor."""
     if offset_bias is not None:
         last = offset_bias.shape[-1] - n_k  # n_q - 1: offset 0 of query row 0
 
         def table_mod(score, b, h, q_idx, kv_idx):
             value = offset_bias[h, kv_idx - q_idx + last]
             if untie is not None:
-                value = torch.where(kv_idx == untie.column, untie.column_value[h], value)
-                value = torch.where(q_idx == untie.row, 0.0, value)
+                row, column, column_value = untie
+                value = torch.where(kv_idx == column, column_value[h], value)
+                value = torch.where(q_idx == row, 0.0, value)
             return score + value
 
         return table_mod
@@ -143,9 +147,10 @@ def flex_attention_kernel(
         bias = (bias if bias.dim() == 4 else bias.unsqueeze(0)).to(q.dtype)
     if offset_bias is not None:
         offset_bias = offset_bias.to(q.dtype)
+    untie = None
     if cls_untie is not None:
-        cls_untie = replace(cls_untie, column_value=cls_untie.column_value.to(q.dtype))
-    return run_flex(q, k, v, bias, offset_bias, mask, scale, cls_untie)
+        untie = (cls_untie.row, cls_untie.column, cls_untie.column_value.to(q.dtype))
+    return run_flex(q, k, v, bias, offset_bias, mask, scale, untie)
 
 
 def bias_gradient_bytes(q: Tensor, k: Tensor) -> int:
