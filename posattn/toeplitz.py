@@ -46,6 +46,19 @@ class ClsUntie:
         value = self.column_value.to(matrix.dtype)[:, None, None]
         return torch.where(row, 0.0, torch.where(column, value, matrix))
 
+    def folded_into(self, factors: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+        """Low-rank factors [1, H, n, r] with one more column that carries this untie on a
+        matrix of zeros (no table): 1 on every query but `row` (whose 0 keeps it constant),
+        column_value[h] on key `column`."""
+        f_q, f_k = factors
+        n_q, n_k = f_q.shape[-2], f_k.shape[-2]
+        query = (torch.arange(n_q, device=f_q.device) != self.row).to(f_q.dtype)
+        key = (torch.arange(n_k, device=f_k.device) == self.column).to(f_k.dtype)
+        value = self.column_value.to(f_k.dtype)[:, None] * key  # [H, n_k]
+        f_q = torch.cat([f_q, query[:, None].expand(*f_q.shape[:-1], 1)], -1)
+        f_k = torch.cat([f_k, value[..., None].expand(*f_k.shape[:-1], 1)], -1)
+        return f_q, f_k
+
     def from_row(self, start: int) -> ClsUntie:
         """The untie of the query rows [start, n_q) of the matrix."""
         return ClsUntie(self.row - start, self.column, self.column_value)

@@ -223,6 +223,29 @@ def test_fused_kernels_fold_low_rank_biases_into_the_dot_product(encoding, recor
 
 
 @pytest.mark.parametrize("options", [{}, {"cls_index": 3}, {"untie_cls": False}])
+def test_tupe_a_is_its_factors_plus_the_cls_untie_on_zeros(options):
+    """TUPE-A's bias is its low-rank factors (the absolute part, off the [CLS] position) plus
+    the [CLS] untie on zeros, up to a constant per query row; folded for the kernels that add
+    a bias tensor, the untie is one more factor column (d_h + 1 wide, no bias left)."""
+    dims = ModelDims(d_model=16, num_heads=2, num_layers=1, max_len=12)
+    encoding = build_encoding("tupe-a", dims, options).double()
+    torch.manual_seed(1)
+    for parameter in encoding.parameters():
+        torch.nn.init.normal_(parameter)
+    terms = encoding.layer_terms(9, torch.device("cpu"), torch.float64)[0]
+    f_q, f_k = terms.bias_factors
+    untied = options.get("untie_cls") is not False
+    assert f_q.shape[-1] == 8 and (terms.cls_untie is not None) == untied
+    zeros = torch.zeros(2, 9, 9, dtype=torch.float64)
+    rest = f_q @ f_k.mT + (terms.cls_untie.applied(zeros) if untied else zeros) - terms.bias
+    torch.testing.assert_close(rest - rest[..., :1], torch.zeros_like(rest), atol=1e-12, rtol=0)
+    folded_q, folded_k = terms.folded_factors()
+    assert folded_q.shape[-1] == 8 + untied and terms.unfolded_bias() is None
+    rest = folded_q @ folded_k.mT - terms.bias
+    torch.testing.assert_close(rest - rest[..., :1], torch.zeros_like(rest), atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("options", [{}, {"cls_index": 3}, {"untie_cls": False}])
 def test_tupe_r_is_t5s_table_plus_folded_factors(options, recording_kernel):
     """TUPE-R's bias is its low-rank factors (the absolute part, off the [CLS] position) plus
     the Toeplitz matrix of T5's table with the [CLS] untie written in (`cls_untie`), up to a

@@ -47,6 +47,8 @@ RULES = [
     (torch.float16, 48, {}, True),  # a head size that does not fill its block
     # TUPE-R: q and k folded to 64 + 64, values 64, the [CLS] untie read in the kernel
     (torch.bfloat16, 128, {"value_head": 64, "has_untie": True, "has_keys": True}, True),
+    # TUPE-A: the same without a table, the untie on zeros
+    (torch.bfloat16, 128, {"value_head": 64, "has_untie": True, "has_table": False}, False),
 ]
 
 
@@ -70,6 +72,7 @@ def test_every_kernel_compiles_for_hopper_within_its_shared_memory(
         (64, {"has_keys": True}),
         (64, {"has_keys": True, "causal": True}),
         (128, {"value_head": 64, "has_untie": True, "has_keys": True}),  # TUPE-R
+        (128, {"value_head": 64, "has_untie": True, "has_table": False}),  # TUPE-A
     ],
 )
 def test_the_default_tiles_do_not_spill_registers(aot, head, rules):
@@ -78,7 +81,7 @@ def test_the_default_tiles_do_not_spill_registers(aot, head, rules):
     skew of a whole 64 x 32 dS tile spilled 300 bytes per thread; it now skews two halves of
     rows. TUPE-R's [CLS] reset as two more folded columns (q and k 136 wide, a 256-wide
     block, values as wide) spilled 2444 bytes per thread in the forward; read in the kernel
-    (`cls_untie`), the block is 128 wide."""
+    (`cls_untie`, TUPE-A's too), the block is 128 wide."""
     from posattn.kernels.triton_bias import GPU_TILES
 
     flags = aot.call_flags(torch.bfloat16, head, **rules)

@@ -114,46 +114,47 @@ def test_values_and_every_gradient_equal_eager(n_q, n_k, padded, causal, query_s
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
-# (n_q, n_k, query_start, row, column): the untied row and column inside a tile, on a tile's
-# edge, and decoding rows [19, 40) whose slice starts past the [CLS] row (row -16) or holds it.
-UNTIE_CASES = [(37, 37, 0, 3, 3), (45, 45, 0, 16, 16), (21, 40, 19, -16, 3), (21, 40, 19, 6, 25)]
+# (n_q, n_k, query_start, row, column, with_table): the untied row and column inside a tile, on
+# a tile's edge, decoding rows [19, 40) whose slice starts past the [CLS] row (row -16) or holds
+# it; on T5's table (TUPE-R) and on zeros (TUPE-A).
+UNTIE_CASES = [
+    (37, 37, 0, 3, 3, True),
+    (45, 45, 0, 16, 16, True),
+    (21, 40, 19, -16, 3, True),
+    (21, 40, 19, 6, 25, True),
+    (37, 37, 0, 3, 3, False),
+    (21, 40, 19, 6, 25, False),
+]
 
 
-@pytest.mark.parametrize(("n_q", "n_k", "query_start", "row", "column"), UNTIE_CASES)
-def test_cls_untie_equals_its_bias_in_values_and_every_gradient(n_q, n_k, query_start, row, column):
-    """TUPE's [CLS] untie read in the kernel (a row of the table's bias 0, a column one value
-    per head) equals eager with the bias written out: values and the gradients of q, k, v,
-    the table and the column's values (the table's gradient leaves the untied scores out)."""
+@pytest.mark.parametrize(("n_q", "n_k", "query_start", "row", "column", "with_table"), UNTIE_CASES)
+def test_cls_untie_equals_its_bias_in_values_and_every_gradient(
+    n_q, n_k, query_start, row, column, with_table
+):
+    """TUPE's [CLS] untie read in the kernel (a row of the table's bias, or of zeros, 0; a
+    column one value per head) equals eager with the bias written out: values and the
+    gradients of q, k, v, the column's values and the table (whose gradient leaves the untied
+    scores out)."""
     torch.manual_seed(0)
     batch, heads, head_dim = 2, 2, 16
     q = torch.randn(batch, heads, n_q, head_dim, requires_grad=True)
     k, v = (torch.randn(batch, heads, n_k, head_dim, requires_grad=True) for _ in range(2))
-    table = torch.randn(heads, n_q + n_k - 1, requires_grad=True)
+    table = torch.randn(heads, n_q + n_k - 1, requires_grad=True) if with_table else None
     column_value = torch.randn(heads, requires_grad=True)
     untie = ClsUntie(row, column, column_value)
     padding = torch.ones(batch, n_k, dtype=torch.bool)
     padding[1, n_k - 4 :] = False
     mask = build_attention_mask(padding, n_k, query_start > 0, torch.device("cpu"), query_start)
     grad = torch.randn(batch, heads, n_q, head_dim)
-    inputs = (q, k, v, table, column_value)
-    ours = get_kernel("triton")(
-        q, k, v, mask=mask, bias=None, scale=0.3, tables=TableBias(offset=table, cls_untie=untie)
-    )
-    bias = untie.applied(toeplitz_rows(table, n_q, n_k))
-    reference = eager_attention(q, k, v, mask=mask, bias=bias, scale=0.3)
+    inputs = (q, k, v, column_value) + ((table,) if with_table else ())
+    tables = TableBias(offset=table, cls_untie=untie)
+    ours = get_kernel("triton")(q, k, v, mask=mask, bias=None, scale=0.3, tables=tables)
+    matrix = toeplitz_rows(table, n_q, n_k) if with_table else torch.zeros(heads, n_q, n_k)
+    reference = eager_attention(q, k, v, mask=mask, bias=untie.applied(matrix), scale=0.3)
     torch.testing.assert_close(ours, reference, atol=2e-6, rtol=2e-5)
     grads = torch.autograd.grad(ours, inputs, grad)
     for a, b in zip(grads, torch.autograd.grad(reference, inputs, grad), strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
-
-
-def test_an_untie_without_a_table_is_refused():
-    q = k = v = torch.randn(1, 2, 5, 16)
-    untie = ClsUntie(0, 0, torch.zeros(2))
-    with pytest.raises(PosAttnConfigError, match=r"tables.cls_untie=.*row=0.*tables.offset"):
-        get_kernel("triton")(
-            q, k, v, mask=None, bias=None, scale=1.0, tables=TableBias(cls_untie=untie)
-        )
 
 
 # Every table-described encoding, the low-rank ones (folded), TUPE-R (T5's table plus folded

@@ -139,12 +139,15 @@ class LayerTerms:
         `bias_factors`, where `bias` is f_q f_k^T plus that Toeplitz matrix up to a constant
         per query row (TUPE-R: its absolute part as factors, T5's part as the table);
         `bias` stays for the eager reference.
-    cls_untie: with `offset_bias` and `bias_factors`, TUPE's [CLS] untie on the table's
-        Toeplitz matrix (`posattn.toeplitz.ClsUntie`: a row set to 0, a column to one value
-        per head), which the kernels that read the table apply themselves (kernel="triton");
-        the factors then leave the [CLS] position out. Without it, a reset that is not
-        Toeplitz would ride in the factors, two columns wider (64 + 66 = 130 in q and k, a
-        256-wide block in the Triton kernel).
+    cls_untie: with `bias_factors`, TUPE's [CLS] untie (`posattn.toeplitz.ClsUntie`: a row
+        set to 0, a column to one value per head) on the Toeplitz matrix of `offset_bias`, or
+        on zeros without one (TUPE-A): bias = f_q f_k^T + untie(table's matrix or 0), up to
+        a constant per query row. The kernels that read tables apply it themselves
+        (kernel="triton", flex); the factors leave the [CLS] position out. Folded for the
+        other kernels, it becomes part of the Toeplitz rest (`unfolded_bias`) or, without a
+        table, one more factor column (`folded_factors`). Riding in the factors instead
+        would widen q and k past a power of two (TUPE-R 64 + 66 = 130, TUPE-A 64 + 65 =
+        129: a 256-wide block in the Triton kernel).
     """
 
     scale: float
@@ -164,6 +167,13 @@ class LayerTerms:
         return cls(
             scale=scale, bias=lambda: toeplitz(by_offset).unsqueeze(0), offset_bias=by_offset
         )
+
+    def folded_factors(self) -> tuple[Tensor, Tensor]:
+        """The factors to fold into q and k for kernels that add the rest as a bias tensor:
+        `bias_factors`, with the [CLS] untie as one more column where no table carries it."""
+        if self.cls_untie is not None and self.offset_bias is None:
+            return self.cls_untie.folded_into(self.bias_factors)
+        return self.bias_factors
 
     def unfolded_bias(self) -> Tensor | None:
         """What is left of `bias` once `bias_factors` ride in q and k: the Toeplitz matrix of

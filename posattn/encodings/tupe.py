@@ -160,26 +160,29 @@ class TupeAbsolute(PositionalEncoding):
             return logits
         return untie_cls_(logits, self.options.cls_index, theta[:, 0], theta[:, 1])
 
-    def logit_factors(self, pq: Tensor, pk: Tensor, theta: Tensor | None):
-        """(f_q, f_k), [1, H, n, r], from `projected`'s output, whose product is
-        `absolute_logits` up to a constant on the [CLS] row: that row's features are zero
-        (softmax ignores the row's constant theta_1), and one more feature, 1 for every other
-        query and theta_2 on the [CLS] key, carries the [CLS] column."""
-        if theta is not None:
-            seq_len = pq.shape[-2]
-            is_cls = torch.zeros(seq_len, 1, dtype=pq.dtype, device=pq.device)
-            is_cls[self.options.cls_index] = 1
-            pq = torch.cat([pq, torch.ones_like(pq[..., :1])], -1) * (1 - is_cls)
-            column = theta[:, 1, None, None] * is_cls  # [H, n, 1]
-            pk = torch.cat([pk * (1 - is_cls), column], -1)
-        return pq.unsqueeze(0), pk.unsqueeze(0)
+    def cls_left_out(self, pq: Tensor, pk: Tensor, column: Tensor):
+        """(factors without the [CLS] position, the untie that gives its row and column):
+        the [CLS] row becomes a constant (softmax ignores theta_1's row), its column `column`
+        ([H]: theta_2, plus T5's column bucket in TUPE-R)."""
+        cls = self.options.cls_index
+        keep = torch.ones(pq.shape[-2], 1, dtype=pq.dtype, device=pq.device)
+        keep[cls] = 0
+        factors = ((pq * keep).unsqueeze(0), (pk * keep).unsqueeze(0))
+        return factors, ClsUntie(row=cls, column=cls, column_value=column)
 
     def layer_terms(self, seq_len, device, dtype):
-        projected = self.projected(seq_len)  # once for the bias and its factors
+        """The [H, n, n] bias, also described as low-rank factors (the absolute part off the
+        [CLS] position) and the [CLS] untie on zeros (`cls_untie`), for the kernels that fold
+        factors into q and k."""
+        pq, pk, theta = self.projected(seq_len)  # once for the bias and its factors
+        factors, untie = (pq.unsqueeze(0), pk.unsqueeze(0)), None
+        if theta is not None:
+            factors, untie = self.cls_left_out(pq, pk, theta[:, 1])
         terms = LayerTerms(
             scale=self.content_scale(),
-            bias=self.reset_logits(*projected).unsqueeze(0),
-            bias_factors=self.logit_factors(*projected),
+            bias=self.reset_logits(pq, pk, theta).unsqueeze(0),
+            bias_factors=factors,
+            cls_untie=untie,
         )
         return [terms] * self.dims.num_layers
 
@@ -261,20 +264,16 @@ class TupeRelative(TupeAbsolute):
         # stays float32; the in-place product takes the table's dtype.
         absolute = pq.to(by_offset.dtype), pk.to(by_offset.dtype).transpose(-1, -2)
         bias = toeplitz(by_offset).baddbmm_(*absolute)
-        untie = None
+        factors, untie = (pq.unsqueeze(0), pk.unsqueeze(0)), None
         if theta is not None:
             row, column = self.relative_cls_values()
             cls = self.options.cls_index
             bias = untie_cls_(bias, cls, theta[:, 0] + row, theta[:, 1] + column)
-            untie = ClsUntie(row=cls, column=cls, column_value=theta[:, 1] + column)
-            # The [CLS] row and column take no absolute part: the untie sets them.
-            keep = torch.ones(seq_len, 1, dtype=pq.dtype, device=pq.device)
-            keep[cls] = 0
-            pq, pk = pq * keep, pk * keep
+            factors, untie = self.cls_left_out(pq, pk, theta[:, 1] + column)
         terms = LayerTerms(
             scale=self.content_scale(),
             bias=bias.unsqueeze(0),
-            bias_factors=(pq.unsqueeze(0), pk.unsqueeze(0)),
+            bias_factors=factors,
             offset_bias=by_offset,
             cls_untie=untie,
         )

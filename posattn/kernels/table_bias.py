@@ -47,7 +47,7 @@ class TableBias:
     """A bias given by its tables. offset: [H, n_q + n_k - 1] with bias[h, i, j] =
     offset[h, j - i + n_q - 1] (`LayerTerms.offset_bias`), or None; segments: DIET's
     segment-pair bias added to it, or None; cls_untie: TUPE's [CLS] untie on the offset
-    table's matrix (`LayerTerms.cls_untie`), or None."""
+    table's matrix, or on zeros without one (`LayerTerms.cls_untie`), or None."""
 
     offset: Tensor | None = None
     segments: SegmentPairs | None = None
@@ -170,12 +170,6 @@ def triton_attention(
                 "tables.offset.shape", tuple(table.shape), f"{expected} ([H, n_q + n_k - 1])"
             )
     untie = None if tables is None else tables.cls_untie
-    if untie is not None and table is None:
-        raise invalid(
-            "tables.cls_untie",
-            f"ClsUntie(row={untie.row}, column={untie.column})",
-            "None without an offset table (tables.offset) to untie",
-        )
     keys, causal, first, query_start = key_rules(mask, q.shape[0], k.shape[-2])
     pairs = None if tables is None else tables.segments
     return table_bias_attention(

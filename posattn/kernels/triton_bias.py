@@ -8,9 +8,9 @@ The maths, per batch element b and head h, for query rows i < M and keys j < N:
 
 T [H, M + N - 1] holds the bias by diagonal: one value per offset j - i (`LayerTerms.offset_bias`).
 A segment-pair table G [H, S * S] (DIET's segment bias) adds G[h, S s_i + s_j] for segment ids
-s, and its gradient sums dS per pair; TUPE's [CLS] untie sets the table's bias to 0 on one
-query row and to U[h] on one key column, U's gradient the sum of dS down that column; all three
-are optional.
+s, and its gradient sums dS per pair; TUPE's [CLS] untie sets the table's bias (or zeros) to 0
+on one query row and to U[h] on one key column, U's gradient the sum of dS down that column;
+all three are optional.
 FlashAttention-2 (Dao 2023): the forward streams key blocks with an online softmax and keeps
 only O and LSE. The backward recomputes P = exp(s - LSE) block by block; with
 D_i = sum_d dO_id O_id,
@@ -173,6 +173,8 @@ def _scores(
         if HAS_UNTIE:
             bias = _untied(bias, offs_m, offs_n, h, UNTIE, untie_row, untie_column)
         s += bias
+    elif HAS_UNTIE:  # the untie on zeros (TUPE-A: its absolute part folded into q and k)
+        s += _untied(0.0, offs_m, offs_n, h, UNTIE, untie_row, untie_column)
     if NUM_SEGMENTS > 0:
         pair = _segment_pairs(
             offs_m, offs_n, b, SEGMENT_IDS, stride_sb, q_start, M, N, NUM_SEGMENTS
@@ -695,9 +697,9 @@ def table_bias_attention(
         (int32 [B]: a row without a real key up to its position is opened to every key).
     segments: [H, S * S] float, bias[b, h, i, j] += segments[h, S * ids[b, i + query_start] +
         ids[b, j]] with segment_ids int32 [B, N] (DIET's segment pairs), or None.
-    untie: (row, column, values [H]), TUPE's [CLS] untie on the table's bias (needs `table`):
-        bias[h, row, :] = 0 and bias[h, i, column] = values[h] for i != row
-        (`posattn.toeplitz.ClsUntie`), or None.
+    untie: (row, column, values [H]), TUPE's [CLS] untie on the table's bias (on zeros
+        without a table): bias[h, row, :] = 0 and bias[h, i, column] = values[h] for
+        i != row (`posattn.toeplitz.ClsUntie`), or None.
     """
     rule, column_value = (None, None) if untie is None else (untie[:2], untie[2])
     return TableBiasAttention.apply(
