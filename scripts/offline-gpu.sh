@@ -67,10 +67,12 @@ check() {
         "$PYTHON" -c 'import torch, triton, transformers as t; print("torch", torch.__version__,
             "triton", triton.__version__, "transformers", t.__version__)'
     } 2>&1 | tee "$work/gpu.txt"
-    # The kernel compiled for the GPU against eager in float32 (values and every gradient);
+    # The kernel compiled for the GPU against eager in float32 (values and every gradient),
+    # and TUPE's [CLS] untie through every GPU kernel (flex reads it in its score_mod);
     # nothing is timed if it does not compile or does not agree.
     timeout "${TEST_SECONDS:-150}" "$PYTHON" -m pytest -x -q -p no:cacheprovider \
-        tests/test_gpu_kernels.py -k "${TEST_FILTER:-triton}" >"$work/gpu-tests.log" 2>&1 ||
+        tests/test_gpu_kernels.py -k "${TEST_FILTER:-triton or tupe or takes_flex}" \
+        >"$work/gpu-tests.log" 2>&1 ||
         { tail -n 40 "$work/gpu-tests.log"; pack_check "$out"; return 1; }
     tail -n 3 "$work/gpu-tests.log"
     # The tiles: each candidate checked, then timed; the fastest are used below.
