@@ -1,7 +1,9 @@
 """Sweep the tiles of kernel="triton" on a GPU: each candidate checked against a float32
 reference, then timed (forward alone, forward + backward) as a ratio to bias-free flash SDPA in
-the same process. Writes tiles.env (the fastest correct forward and backward tiles, as the
-POSATTN_TRITON_* variables `posattn.kernels.triton_bias.tiles` reads) and tiles.json.
+the same process, and at the best backward tile where the table's gradient is added (one
+shared table or one per batch element). Writes tiles.env (the fastest correct forward and
+backward tiles and table-gradient choice, as the POSATTN_TRITON_* variables
+`posattn.kernels.triton_bias` reads) and tiles.json.
 
     PYTHONPATH=. python scripts/triton_tiles.py OUT_DIR [--length 4096]
 """
@@ -17,7 +19,7 @@ import torch
 import triton.testing
 from torch.nn import functional as F
 
-from posattn.kernels.triton_bias import GPU_TILES, table_bias_attention
+from posattn.kernels.triton_bias import GPU_TILES, TABLE_GRAD_PARTIALS, table_bias_attention
 
 FORWARD = ["128,32,4,3", "128,32,4,2", "128,32,8,3", "128,64,4,3", "64,32,4,3", "64,64,4,3",
            "128,16,4,3"]  # fmt: skip
@@ -119,6 +121,17 @@ def main() -> None:
     # bias, and how much the kernel itself.
     for kind, r in best.items():
         os.environ[f"POSATTN_TRITON_{kind.upper()}"] = r["tile"]
+    # Where the table's gradient is added: one shared table or one per batch element.
+    partials = {}
+    for mode in TABLE_GRAD_PARTIALS:
+        os.environ["POSATTN_TRITON_TABLE_GRAD"] = mode
+        floor, ms = time(flash, True), time(ours, True)
+        partials[mode] = ms / floor
+        row = dict(kind=f"backward dT {mode}", tile=best["backward"]["tile"],
+                   error=errors_of(reference), ok=True, ms=ms, ratio=ms / floor)  # fmt: skip
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    os.environ["POSATTN_TRITON_TABLE_GRAD"] = min(partials, key=partials.get)
     for kind in ("forward", "backward"):
         train = kind == "backward"
         floor, ms = time(flash, train), time(bias_free, train)
@@ -128,6 +141,7 @@ def main() -> None:
         print(json.dumps(row), flush=True)
     (args.out / "tiles.json").write_text(json.dumps(dict(n=n, rows=rows, best=best), indent=2))
     lines = [f"export POSATTN_TRITON_{kind.upper()}={r['tile']}" for kind, r in best.items()]
+    lines.append(f"export POSATTN_TRITON_TABLE_GRAD={os.environ['POSATTN_TRITON_TABLE_GRAD']}")
     (args.out / "tiles.env").write_text("\n".join(lines) + "\n")
     print(f"n={n} bf16 B={BATCH} H={HEADS} d={HEAD_DIM}; T5-like table, ratio to flash SDPA")
     for r in rows:

@@ -304,6 +304,40 @@ def test_gpu_tiles_come_from_the_table_or_the_environment(monkeypatch):
             triton_bias.tiles(cuda, "forward")
 
 
+def test_the_tables_gradient_per_batch_element_equals_the_shared_one(monkeypatch):
+    """POSATTN_TRITON_TABLE_GRAD=per-batch: the dQ kernel adds the table's diagonal sums to
+    one table per batch element, summed after the kernel: the same gradients as one shared
+    table and as eager (causal, padded, decoding rows); an unknown value is refused by name."""
+    from posattn.kernels import triton_bias
+
+    torch.manual_seed(4)
+    n_q, n_k, start = 21, 40, 19
+    q = torch.randn(3, 2, n_q, 16, requires_grad=True)
+    k, v = (torch.randn(3, 2, n_k, 16, requires_grad=True) for _ in range(2))
+    table = torch.randn(2, n_q + n_k - 1, requires_grad=True)
+    padding = torch.ones(3, n_k, dtype=torch.bool)
+    padding[0, :5] = False
+    mask = build_attention_mask(padding, n_k, True, torch.device("cpu"), start)
+    grad = torch.randn(3, 2, n_q, 16)
+    grads = {}
+    for mode in triton_bias.TABLE_GRAD_PARTIALS:
+        monkeypatch.setenv("POSATTN_TRITON_TABLE_GRAD", mode)
+        out = get_kernel("triton")(
+            q, k, v, mask=mask, bias=None, scale=0.3, tables=TableBias(offset=table)
+        )
+        grads[mode] = torch.autograd.grad(out, (q, k, v, table), grad)
+    reference = eager_attention(q, k, v, mask=mask, bias=toeplitz_rows(table, n_q, n_k), scale=0.3)
+    expected = torch.autograd.grad(reference, (q, k, v, table), grad)
+    for ours, shared, wanted in zip(grads["per-batch"], grads["shared"], expected, strict=True):
+        torch.testing.assert_close(ours, shared, atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(ours, wanted, atol=1e-5, rtol=1e-4)
+    monkeypatch.setenv("POSATTN_TRITON_TABLE_GRAD", "atomic")
+    with pytest.raises(PosAttnConfigError, match=r"POSATTN_TRITON_TABLE_GRAD='atomic'.*'shared'"):
+        get_kernel("triton")(
+            q, k, v, mask=mask, bias=None, scale=0.3, tables=TableBias(offset=table)
+        ).sum().backward()
+
+
 def test_auto_hands_a_table_to_triton_only_where_it_serves_it(monkeypatch):
     """`serves_table`: a Toeplitz table of the right shape, a head size that fills a block
     (a folded bias widens it: 64 + 2 would pad to 128), and a mask the kernel reads (padding,

@@ -461,7 +461,7 @@ def _backward_dq_dtable(
     Q, K, V, DO, LSE, DELTA, DQ, TABLE, DTABLE, UNTIE, DUNTIE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS,
     DSEGMENTS,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom, sdqb, sdqh, sdqm,
-    stride_th, stride_tk, stride_dth, stride_kb, stride_sb,
+    stride_th, stride_tk, stride_dtb, stride_dth, stride_kb, stride_sb,
     H, M, N, D, DV, q_start, table_shift, table_len, untie_row, untie_column, scale, scale2,
     HAS_TABLE: tl.constexpr, TABLE_GRAD: tl.constexpr, HAS_UNTIE: tl.constexpr,
     UNTIE_GRAD: tl.constexpr, HAS_KEYS: tl.constexpr,
@@ -470,10 +470,12 @@ def _backward_dq_dtable(
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, DIAGONALS: tl.constexpr,
 ):  # fmt: skip
-    """dQ of one query block over the keys it sees, and that block's share of dT."""
+    """dQ of one query block over the keys it sees, and that block's share of dT (in the
+    batch element's own copy of dT where stride_dtb is not 0)."""
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
+    DTABLE_B = DTABLE + b * stride_dtb
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
     q = _load_tile(Q + b * sqb + h * sqh, offs_m, sqm, M, offs_d, D, EVEN_D)
@@ -487,7 +489,7 @@ def _backward_dq_dtable(
     for start_n in range(0, _key_end(start_m, q_start, first, N, BLOCK_M, CAUSAL), BLOCK_N):
         dq = _dq_step(
             dq, q, do, lse, delta, start_m, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
-            skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, DTABLE, stride_th, stride_tk,
+            skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, DTABLE_B, stride_th, stride_tk,
             stride_dth, table_shift, UNTIE, DUNTIE, untie_row, untie_column,
             table_len, KEYS, stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
             DSEGMENTS, HAS_TABLE, TABLE_GRAD, HAS_UNTIE, UNTIE_GRAD, HAS_KEYS, CAUSAL, PRECISION,
@@ -522,6 +524,23 @@ def tiles(device: torch.device, kind: str) -> Tiles:
             "block sizes powers of two >= 16, e.g. '128,64,8,3'"
         )
     return chosen
+
+
+# Where the dQ kernel adds the table's gradient: "shared", one [H, L] table for every batch
+# element (measured on the H100 and H200), or "per-batch", a table per element summed after
+# the kernel (fewer programs contend for each address; to be measured). Chosen by
+# POSATTN_TRITON_TABLE_GRAD (scripts/triton_tiles.py times both).
+TABLE_GRAD_PARTIALS = ("shared", "per-batch")
+
+
+def table_grad_partials() -> str:
+    text = os.environ.get("POSATTN_TRITON_TABLE_GRAD", TABLE_GRAD_PARTIALS[0])
+    if text not in TABLE_GRAD_PARTIALS:
+        raise PosAttnConfigError(
+            f"POSATTN_TRITON_TABLE_GRAD={text!r}: expected one of "
+            f"{', '.join(map(repr, TABLE_GRAD_PARTIALS))}"
+        )
+    return text
 
 
 def schedule(tile: Tiles, device: torch.device) -> dict:
@@ -640,7 +659,14 @@ class TableBiasAttention(torch.autograd.Function):
             BLOCK_M=block_m, BLOCK_DV=flags["BLOCK_DV"], EVEN_DV=flags["EVEN_DV"],
         )  # fmt: skip
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        dtable = copies.new_zeros(ctx.table_shape if table_grad else (1,))
+        # dT's atomics go to one table or to one per batch element (summed after): fewer
+        # programs add to each address, at B tables of memory (`table_grad_partials`).
+        per_batch = table_grad and table_grad_partials() == "per-batch"
+        dtable = copies.new_zeros(
+            ((batch,) if per_batch else ()) + (tuple(ctx.table_shape) if table_grad else (1,))
+        )
+        stride_dtb = dtable.stride(0) if per_batch else 0
+        stride_dth = dtable.stride(-2) if table_grad else 0
         dsegments = torch.zeros_like(segments32)
         duntie = torch.zeros_like(untie32)
         common = (heads, M, N, D, DV, q_start)
@@ -657,7 +683,7 @@ class TableBiasAttention(torch.autograd.Function):
             q, k, v, grad_out, lse, delta, dq, copies, dtable, untie32, duntie, keys_, first_,
             segments32, ids, dsegments,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
-            *dq.stride()[:3], copies.stride(0), copies.stride(1), dtable.stride(0),
+            *dq.stride()[:3], copies.stride(0), copies.stride(1), stride_dtb, stride_dth,
             keys_.stride(0), ids.stride(0),
             *common, M - 1, M + N - 1, untie_row, untie_column, scale, scale * LOG2E,
             TABLE_GRAD=table_grad, UNTIE_GRAD=untie_grad, SEGMENT_GRAD=ctx.segment_grad,
@@ -665,6 +691,8 @@ class TableBiasAttention(torch.autograd.Function):
             BLOCK_N=block_n,
             DIAGONALS=diagonal_block(tile), **flags, **launch,
         )  # fmt: skip
+        if per_batch:
+            dtable = dtable.sum(0)
         grad_table = dtable.to(ctx.dtypes[0]) if table_grad else None
         grad_segments = dsegments.to(ctx.dtypes[1]) if ctx.segment_grad else None
         grad_untie = duntie.to(ctx.dtypes[2]) if untie_grad else None
