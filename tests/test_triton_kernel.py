@@ -202,6 +202,25 @@ def assert_triton_equals_eager(model, ids, mask, segment_ids) -> None:
         torch.testing.assert_close(ours, reference, atol=2e-4, rtol=2e-4)
 
 
+@pytest.mark.parametrize(
+    ("encoding", "options"), [("t5", {}), ("tupe-r", {"cls_index": 2}), ("tupe-a", {})]
+)
+def test_appending_padding_leaves_real_positions_unchanged(encoding, options):
+    """Right-padding to a longer length (a longer table, other tile edges, more hidden keys)
+    leaves the outputs at real tokens unchanged through kernel="triton"."""
+    model = tiny_encoder(
+        encoding, encoding_options=options, num_layers=1, kernel="triton", max_len=32
+    )
+    ids = torch.randint(1, 40, (2, 9), generator=torch.Generator().manual_seed(4))
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    mask[1, 6:] = False
+    padded_ids = torch.cat([ids, torch.zeros(2, 20, dtype=torch.long)], dim=1)
+    padded_mask = torch.cat([mask, torch.zeros(2, 20, dtype=torch.bool)], dim=1)
+    with torch.no_grad():
+        out, padded = model(ids, mask), model(padded_ids, padded_mask)
+    torch.testing.assert_close(padded[:, :9][mask], out[mask], atol=2e-6, rtol=2e-6)
+
+
 # TUPE-R: the [CLS] untie's row before the decoded rows, its column among the cached keys.
 @pytest.mark.parametrize(("encoding", "options"), [("alibi", {}), ("tupe-r", {"cls_index": 2})])
 def test_decoding_with_a_cache_equals_the_full_forward(encoding, options):
