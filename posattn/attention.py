@@ -293,7 +293,7 @@ class MultiHeadAttention(nn.Module):
 def takes_keyword(kernel, name: str) -> bool:
     """Whether a kernel declares the optional keyword `name` (`posattn.kernels`): with
     `offset_bias` it also receives a Toeplitz bias as its [H, 2n-1] table, with `cls_untie`
-    that table's [CLS] untie (TUPE-R)."""
+    the [CLS] untie of TUPE-A and TUPE-R."""
     try:
         return name in inspect.signature(kernel).parameters
     except (TypeError, ValueError):  # a callable without a signature: the plain contract

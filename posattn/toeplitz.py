@@ -1,6 +1,7 @@
 """The Toeplitz matrix of a relative bias, built from its table of one value per offset j - i:
 shared by the encodings (`posattn.encodings.relative`) and the CPU kernel that reads tables
-(`posattn.kernels.fused_bias`), which must build the same matrix, bit for bit."""
+(`posattn.kernels.fused_bias`), which must build the same matrix, bit for bit; and TUPE's
+[CLS] untie on such a matrix (`ClsUntie`), as the encodings describe it to the kernels."""
 
 from __future__ import annotations
 
