@@ -222,17 +222,22 @@ def test_fused_kernels_fold_low_rank_biases_into_the_dot_product(encoding, recor
     torch.testing.assert_close(folded, added)
 
 
+def random_terms_of_9(name: str, options: dict):
+    """Layer terms for n=9 of a float64 encoding (2 heads of 8) with random parameters."""
+    dims = ModelDims(d_model=16, num_heads=2, num_layers=1, max_len=12)
+    encoding = build_encoding(name, dims, options).double()
+    torch.manual_seed(1)
+    for parameter in encoding.parameters():
+        torch.nn.init.normal_(parameter)
+    return encoding.layer_terms(9, torch.device("cpu"), torch.float64)[0]
+
+
 @pytest.mark.parametrize("options", [{}, {"cls_index": 3}, {"untie_cls": False}])
 def test_tupe_a_is_its_factors_plus_the_cls_untie_on_zeros(options):
     """TUPE-A's bias is its low-rank factors (the absolute part, off the [CLS] position) plus
     the [CLS] untie on zeros, up to a constant per query row; folded for the kernels that add
     a bias tensor, the untie is one more factor column (d_h + 1 wide, no bias left)."""
-    dims = ModelDims(d_model=16, num_heads=2, num_layers=1, max_len=12)
-    encoding = build_encoding("tupe-a", dims, options).double()
-    torch.manual_seed(1)
-    for parameter in encoding.parameters():
-        torch.nn.init.normal_(parameter)
-    terms = encoding.layer_terms(9, torch.device("cpu"), torch.float64)[0]
+    terms = random_terms_of_9("tupe-a", options)
     f_q, f_k = terms.bias_factors
     untied = options.get("untie_cls") is not False
     assert f_q.shape[-1] == 8 and (terms.cls_untie is not None) == untied
@@ -251,12 +256,7 @@ def test_tupe_r_is_t5s_table_plus_folded_factors(options, recording_kernel):
     the Toeplitz matrix of T5's table with the [CLS] untie written in (`cls_untie`), up to a
     constant per query row; folded, the kernel gets q and k wider by d_h (a multiple of 8
     whatever the untie) and that matrix as its bias."""
-    dims = ModelDims(d_model=16, num_heads=2, num_layers=1, max_len=12)
-    encoding = build_encoding("tupe-r", dims, options).double()
-    torch.manual_seed(1)
-    for parameter in encoding.parameters():
-        torch.nn.init.normal_(parameter)
-    terms = encoding.layer_terms(9, torch.device("cpu"), torch.float64)[0]
+    terms = random_terms_of_9("tupe-r", options)
     f_q, f_k = terms.bias_factors
     table = terms.offset_bias
     by_index = torch.stack([torch.stack([table[:, j - i + 8] for j in range(9)], -1)
