@@ -20,7 +20,8 @@ D_i = sum_d dO_id O_id,
 
 Each [BLOCK_M, BLOCK_N] tile of dS covers BLOCK_M + BLOCK_N - 1 diagonals: the tile is skewed in
 registers (row m shifted by m, one gather), summed over its rows, and added to the table's
-gradient with one atomic add per diagonal; no [B, H, M, N] gradient is ever written.
+gradient with one atomic add per diagonal (into one shared table, or one per batch element
+summed afterwards: `table_grad_partials`); no [B, H, M, N] gradient is ever written.
 
 Masks are computed in registers from a key vector and the causal rule (`MaskLayout`); blocks
 that no row of a query block can see are skipped. The scores run in base 2 (exp2) with the
