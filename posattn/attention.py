@@ -27,7 +27,7 @@ from . import execution
 from .encodings.base import LayerTerms
 from .kernels import attention_logits, attention_probabilities, get_kernel
 from .kernels.flex import auto_takes_triton
-from .kernels.fold import fold_bias_factors
+from .kernels.fold import fold_bias_factors, fold_into_queries_keys
 from .kernels.table_bias import (
     SegmentPairs,
     TableBias,
@@ -236,7 +236,7 @@ class MultiHeadAttention(nn.Module):
             raise refusal(self.kernel_name, reason)
         if terms.bias_factors is not None:  # the whole bias, or what the table leaves
             # The kernel takes values narrower than q and k: they keep their width.
-            q, k, _ = fold_bias_factors(q, k, v, terms.bias_factors, terms.scale)
+            q, k = fold_into_queries_keys(q, k, terms.bias_factors, terms.scale)
         k, v, mask = self.project_sequence(k, v, terms, mask)
         dropout_p = self.dropout if self.training else 0.0
         return (kernel or self.kernel)(
