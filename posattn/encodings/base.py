@@ -180,8 +180,9 @@ class LayerTerms:
         `offset_bias` where both are set (with `cls_untie` written in), else nothing."""
         if self.offset_bias is None:
             return None
-        # Row i of the windows over the n_k keys, flipped: T[i, j] = offset[j - i + n_q - 1].
-        matrix = self.offset_bias.unfold(-1, self.bias.shape[-1], 1).flip(-2).unsqueeze(0)
+        # n_k from the key factors, not from `bias` (reading it would build a deferred one).
+        n_k = self.bias.shape[-1] if self.bias_factors is None else self.bias_factors[1].shape[-2]
+        matrix = toeplitz(self.offset_bias, n_k).unsqueeze(0)
         return matrix if self.cls_untie is None else self.cls_untie.applied(matrix)
 
     def query_rows(self, start: int) -> LayerTerms:

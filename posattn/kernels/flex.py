@@ -212,5 +212,5 @@ def auto_attention(
         )  # fmt: skip
     return sdpa_attention(
         q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p,
-        recompute_bias=recompute, offset_bias=None if cls_untie else offset_bias,
+        recompute_bias=recompute, offset_bias=offset_bias if cls_untie is None else None,
     )  # fmt: skip
