@@ -312,21 +312,24 @@ def test_gpu_tiles_come_from_the_table_or_the_environment(monkeypatch):
     assert triton_bias.tiles(cuda, "forward") == triton_bias.GPU_TILES["forward"]
     monkeypatch.setenv("POSATTN_TRITON_BACKWARD", "32,64,8,3")
     assert triton_bias.tiles(cuda, "backward") == triton_bias.Tiles(32, 64, 8, 3)
-    assert triton_bias.tiles(cpu, "backward") == triton_bias.INTERPRETER_TILES
+    assert triton_bias.tiles(cpu, "backward") == triton_bias.INTERPRETER_TILES["backward"]
     assert triton_bias.schedule(triton_bias.Tiles(32, 64, 8, 3), cuda) == dict(
         num_warps=8, num_stages=3
     )
-    assert triton_bias.schedule(triton_bias.INTERPRETER_TILES, cpu) == {}
+    assert triton_bias.schedule(triton_bias.INTERPRETER_TILES["backward"], cpu) == {}
     for bad in ("64,48,4,2", "64,64", "8,64,4,2", "a,b,c,d"):
         monkeypatch.setenv("POSATTN_TRITON_FORWARD", bad)
         with pytest.raises(PosAttnConfigError, match=rf"POSATTN_TRITON_FORWARD='{bad}'.*powers"):
             triton_bias.tiles(cuda, "forward")
 
 
-def test_the_tables_gradient_per_batch_element_equals_the_shared_one(monkeypatch):
-    """POSATTN_TRITON_TABLE_GRAD=per-batch: the dQ kernel adds the table's diagonal sums to
-    one table per batch element, summed after the kernel: the same gradients as one shared
-    table and as eager (causal, padded, decoding rows); an unknown value is refused by name."""
+@pytest.mark.parametrize("untie_row", [None, 6])
+def test_the_tables_gradient_is_the_same_by_every_mode(monkeypatch, untie_row):
+    """POSATTN_TRITON_TABLE_GRAD: the dQ kernel's diagonal sums into one table ("shared") or
+    one per batch element ("per-batch"), or the block-diagonal kernel ("diagonals", square
+    tiles of 16: 40 keys end inside a block, 21 decoding rows start at 19) give the same
+    gradients as eager, causal and padded, with TUPE's [CLS] untie left out of the table's
+    gradient; an unknown value is refused by name."""
     from posattn.kernels import triton_bias
 
     torch.manual_seed(4)
@@ -334,22 +337,22 @@ def test_the_tables_gradient_per_batch_element_equals_the_shared_one(monkeypatch
     q = torch.randn(3, 2, n_q, 16, requires_grad=True)
     k, v = (torch.randn(3, 2, n_k, 16, requires_grad=True) for _ in range(2))
     table = torch.randn(2, n_q + n_k - 1, requires_grad=True)
+    untie = None if untie_row is None else ClsUntie(untie_row, 25, torch.randn(2))
     padding = torch.ones(3, n_k, dtype=torch.bool)
     padding[0, :5] = False
     mask = build_attention_mask(padding, n_k, True, torch.device("cpu"), start)
     grad = torch.randn(3, 2, n_q, 16)
-    grads = {}
-    for mode in triton_bias.TABLE_GRAD_PARTIALS:
-        monkeypatch.setenv("POSATTN_TRITON_TABLE_GRAD", mode)
-        out = get_kernel("triton")(
-            q, k, v, mask=mask, bias=None, scale=0.3, tables=TableBias(offset=table)
-        )
-        grads[mode] = torch.autograd.grad(out, (q, k, v, table), grad)
-    reference = eager_attention(q, k, v, mask=mask, bias=toeplitz_rows(table, n_q, n_k), scale=0.3)
+    matrix = toeplitz_rows(table, n_q, n_k)
+    bias = matrix if untie is None else untie.applied(matrix)
+    reference = eager_attention(q, k, v, mask=mask, bias=bias, scale=0.3)
     expected = torch.autograd.grad(reference, (q, k, v, table), grad)
-    for ours, shared, wanted in zip(grads["per-batch"], grads["shared"], expected, strict=True):
-        torch.testing.assert_close(ours, shared, atol=1e-6, rtol=1e-6)
-        torch.testing.assert_close(ours, wanted, atol=1e-5, rtol=1e-4)
+    tables = TableBias(offset=table, cls_untie=untie)
+    for mode in triton_bias.TABLE_GRAD_MODES:
+        monkeypatch.setenv("POSATTN_TRITON_TABLE_GRAD", mode)
+        out = get_kernel("triton")(q, k, v, mask=mask, bias=None, scale=0.3, tables=tables)
+        ours = torch.autograd.grad(out, (q, k, v, table), grad)
+        for name, a, b in zip(["q", "k", "v", "table"], ours, expected, strict=True):
+            assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), (mode, name)
     monkeypatch.setenv("POSATTN_TRITON_TABLE_GRAD", "atomic")
     with pytest.raises(PosAttnConfigError, match=r"POSATTN_TRITON_TABLE_GRAD='atomic'.*'shared'"):
         get_kernel("triton")(
