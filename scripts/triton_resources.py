@@ -30,9 +30,7 @@ def main() -> None:
         flags = call_flags(dtype, args.head, **options)
         for text in CANDIDATES:
             tile = Tiles(*(int(part) for part in text.split(",")))
-            # The square ones serve the block-diagonal kernel too.
-            square = tile if tile.block_m == tile.block_n else None
-            for launch in launches(flags, tile, tile, table_grad=True, diagonal=square):
+            for launch in launches(flags, tile, tile, table_grad=True):
                 if launch.name == "delta":
                     continue
                 used = resources(compile_launch(launch, dtype))

@@ -1,10 +1,9 @@
 """Sweep the tiles of kernel="triton" on a GPU: each candidate checked against a float32
 reference, then timed (forward alone, forward + backward) as a ratio to bias-free flash SDPA in
-the same process, and at the best backward tile how the table's gradient is summed (per
-tile into one shared table or one per batch element, or by block diagonals at each of the
-diagonal kernel's tiles). Writes tiles.env (the fastest correct forward and backward tiles
-and table-gradient choice, as the POSATTN_TRITON_* variables `posattn.kernels.triton_bias`
-reads) and tiles.json.
+the same process, and at the best backward tile where the table's gradient is added (one
+shared table or one per batch element). Writes tiles.env (the fastest correct forward and
+backward tiles and table-gradient choice, as the POSATTN_TRITON_* variables
+`posattn.kernels.triton_bias` reads) and tiles.json.
 
     PYTHONPATH=. python scripts/triton_tiles.py OUT_DIR [--length 4096]
 """
@@ -26,8 +25,6 @@ FORWARD = ["128,32,4,3", "128,32,4,2", "128,32,8,3", "128,64,4,3", "64,32,4,3", 
            "128,16,4,3"]  # fmt: skip
 BACKWARD = ["64,32,4,2", "64,32,4,3", "64,32,8,2", "64,64,4,3", "32,32,4,2", "64,16,4,2",
             "128,32,8,2", "32,16,4,2"]  # fmt: skip
-# The block-diagonal table-gradient kernel's square tiles (128 spills registers on sm_90).
-DIAGONAL = ["64,64,4,3", "64,64,8,3", "32,32,4,3", "64,64,4,2"]
 BATCH, HEADS, HEAD_DIM = 8, 8, 64
 
 
@@ -127,22 +124,16 @@ def main() -> None:
     # bias, and how much the kernel itself.
     for kind, r in best.items():
         os.environ[f"POSATTN_TRITON_{kind.upper()}"] = r["tile"]
-    # Where the table's gradient is summed: per tile into one shared table or one per batch
-    # element, or by block diagonals in a kernel of its own (each of its square tiles).
+    # Where the table's gradient is added: one shared table or one per batch element.
     by_mode = {}
     for mode in TABLE_GRAD_MODES:
         os.environ["POSATTN_TRITON_TABLE_GRAD"] = mode
-        for tile in DIAGONAL if mode == "diagonals" else [best["backward"]["tile"]]:
-            if mode == "diagonals":
-                os.environ["POSATTN_TRITON_DIAGONAL"] = tile
-            row = measured(f"backward dT {mode}", tile, True)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-            if row["ok"]:
-                by_mode[mode, tile] = row["ratio"]
-    mode, tile = min(by_mode, key=by_mode.get)
-    os.environ["POSATTN_TRITON_TABLE_GRAD"] = mode
-    chosen_diagonal = tile if mode == "diagonals" else None
+        row = measured(f"backward dT {mode}", best["backward"]["tile"], True)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        if row["ok"]:
+            by_mode[mode] = row["ratio"]
+    os.environ["POSATTN_TRITON_TABLE_GRAD"] = min(by_mode, key=by_mode.get)
     for kind in ("forward", "backward"):
         train = kind == "backward"
         floor, ms = time(flash, train), time(bias_free, train)
@@ -153,8 +144,6 @@ def main() -> None:
     (args.out / "tiles.json").write_text(json.dumps(dict(n=n, rows=rows, best=best), indent=2))
     lines = [f"export POSATTN_TRITON_{kind.upper()}={r['tile']}" for kind, r in best.items()]
     lines.append(f"export POSATTN_TRITON_TABLE_GRAD={os.environ['POSATTN_TRITON_TABLE_GRAD']}")
-    if chosen_diagonal:
-        lines.append(f"export POSATTN_TRITON_DIAGONAL={chosen_diagonal}")
     (args.out / "tiles.env").write_text("\n".join(lines) + "\n")
     print(f"n={n} bf16 B={BATCH} H={HEADS} d={HEAD_DIM}; T5-like table, ratio to flash SDPA")
     for r in rows:

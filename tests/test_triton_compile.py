@@ -59,9 +59,7 @@ def test_every_kernel_compiles_for_hopper_within_its_shared_memory(
     from posattn.kernels.triton_bias import GPU_TILES
 
     flags = aot.call_flags(dtype, head, **rules)
-    for launch in aot.launches(
-        flags, GPU_TILES["forward"], GPU_TILES["backward"], table_grad, GPU_TILES["diagonal"]
-    ):
+    for launch in aot.launches(flags, GPU_TILES["forward"], GPU_TILES["backward"], table_grad):
         compiled = aot.compile_launch(launch, dtype)
         assert compiled.metadata.name == launch.kernel.__name__
         assert 0 < compiled.metadata.shared <= aot.SHARED_LIMIT[90], launch.name
@@ -87,9 +85,7 @@ def test_the_default_tiles_do_not_spill_registers(aot, head, rules):
     from posattn.kernels.triton_bias import GPU_TILES
 
     flags = aot.call_flags(torch.bfloat16, head, **rules)
-    for launch in aot.launches(
-        flags, GPU_TILES["forward"], GPU_TILES["backward"], True, GPU_TILES["diagonal"]
-    ):
+    for launch in aot.launches(flags, GPU_TILES["forward"], GPU_TILES["backward"], True):
         used = aot.resources(aot.compile_launch(launch, torch.bfloat16))
         assert used["spill_stores"] == used["spill_loads"] == 0, (launch.name, used)
         assert 0 < used["registers"] <= 255

@@ -312,11 +312,11 @@ def test_gpu_tiles_come_from_the_table_or_the_environment(monkeypatch):
     assert triton_bias.tiles(cuda, "forward") == triton_bias.GPU_TILES["forward"]
     monkeypatch.setenv("POSATTN_TRITON_BACKWARD", "32,64,8,3")
     assert triton_bias.tiles(cuda, "backward") == triton_bias.Tiles(32, 64, 8, 3)
-    assert triton_bias.tiles(cpu, "backward") == triton_bias.INTERPRETER_TILES["backward"]
+    assert triton_bias.tiles(cpu, "backward") == triton_bias.INTERPRETER_TILES
     assert triton_bias.schedule(triton_bias.Tiles(32, 64, 8, 3), cuda) == dict(
         num_warps=8, num_stages=3
     )
-    assert triton_bias.schedule(triton_bias.INTERPRETER_TILES["backward"], cpu) == {}
+    assert triton_bias.schedule(triton_bias.INTERPRETER_TILES, cpu) == {}
     for bad in ("64,48,4,2", "64,64", "8,64,4,2", "a,b,c,d"):
         monkeypatch.setenv("POSATTN_TRITON_FORWARD", bad)
         with pytest.raises(PosAttnConfigError, match=rf"POSATTN_TRITON_FORWARD='{bad}'.*powers"):
@@ -326,9 +326,8 @@ def test_gpu_tiles_come_from_the_table_or_the_environment(monkeypatch):
 @pytest.mark.parametrize("untie_row", [None, 6])
 def test_the_tables_gradient_is_the_same_by_every_mode(monkeypatch, untie_row):
     """POSATTN_TRITON_TABLE_GRAD: the dQ kernel's diagonal sums into one table ("shared") or
-    one per batch element ("per-batch"), or the block-diagonal kernel ("diagonals", square
-    tiles of 16: 40 keys end inside a block, 21 decoding rows start at 19) give the same
-    gradients as eager, causal and padded, with TUPE's [CLS] untie left out of the table's
+    one per batch element ("per-batch", summed after) give the same gradients as eager,
+    causal and padded decoding rows, with TUPE's [CLS] untie left out of the table's
     gradient; an unknown value is refused by name."""
     from posattn.kernels import triton_bias
 

@@ -41,15 +41,11 @@ class Launch:
     tile: Tiles
 
 
-def launches(
-    flags: dict, forward: Tiles, backward: Tiles, table_grad: bool, diagonal: Tiles | None = None
-) -> list[Launch]:
-    """The four kernels of a forward and backward with these flags and tiles; with `diagonal`
-    tiles and a table's gradient, the block-diagonal kernel of POSATTN_TRITON_TABLE_GRAD=
-    diagonals as a fifth."""
+def launches(flags: dict, forward: Tiles, backward: Tiles, table_grad: bool) -> list[Launch]:
+    """The four kernels of a forward and backward with these flags and tiles."""
     common = dict(BLOCK_M=backward.block_m, BLOCK_N=backward.block_n)
     segment_grad = flags["NUM_SEGMENTS"] > 0
-    launched = [
+    return [
         Launch("forward", triton_bias._forward,
                {**flags, "BLOCK_M": forward.block_m, "BLOCK_N": forward.block_n}, forward),
         Launch("delta", triton_bias._delta,
@@ -61,10 +57,6 @@ def launches(
                 "UNTIE_GRAD": flags["HAS_UNTIE"], "DIAGONALS": diagonal_block(backward)},
                backward),
     ]  # fmt: skip
-    if diagonal is not None and table_grad and flags["HAS_TABLE"]:
-        constexprs = {**flags, "BLOCK": diagonal.block_m, "DIAGONALS": diagonal_block(diagonal)}
-        launched.append(Launch("dtable", triton_bias._backward_dtable, constexprs, diagonal))
-    return launched
 
 
 def compile_launch(launch: Launch, dtype: torch.dtype, arch: int = 90):

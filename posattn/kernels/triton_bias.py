@@ -21,9 +21,7 @@ D_i = sum_d dO_id O_id,
 Each [BLOCK_M, BLOCK_N] tile of dS covers BLOCK_M + BLOCK_N - 1 diagonals: the tile is skewed in
 registers (row m shifted by m, one gather), summed over its rows, and added to the table's
 gradient with one atomic add per diagonal (into one shared table, or one per batch element
-summed afterwards). Or a kernel of its own walks block diagonals, whose square tiles all map
-an element to the same offset: their dS add up in registers and are skewed once per diagonal
-(`table_grad_mode`). No [B, H, M, N] gradient is ever written.
+summed afterwards: `table_grad_mode`); no [B, H, M, N] gradient is ever written.
 
 Masks are computed in registers from a key vector and the causal rule (`MaskLayout`); blocks
 that no row of a query block can see are skipped. The scores run in base 2 (exp2) with the
@@ -63,18 +61,15 @@ class Tiles:
     num_stages: int = 2
 
 
-# Under the CPU interpreter: small tiles, unequal where they may be, so that test lengths
-# cross several blocks of each kind (warps and stages mean nothing there). The diagonal
-# kernel's tiles are square (`_backward_dtable`).
-INTERPRETER_TILES = {"forward": Tiles(32, 16), "backward": Tiles(32, 16), "diagonal": Tiles(16, 16)}
+# Under the CPU interpreter: small and unequal tiles, so that test lengths cross several
+# blocks of each kind (warps and stages mean nothing there).
+INTERPRETER_TILES = Tiles(32, 16)
 # On a GPU, per pass: the fastest of scripts/triton_tiles.py's sweeps (bf16, B=8, H=8, n=4096,
-# d_h=64; the forward on an H100 and an H200, the backward on both); each can be overridden
-# with POSATTN_TRITON_FORWARD / _BACKWARD / _DIAGONAL = "block_m,block_n,num_warps,num_stages".
-GPU_TILES = {
-    "forward": Tiles(128, 32, 4, 3),
-    "backward": Tiles(64, 32, 4, 3),
-    "diagonal": Tiles(64, 64, 4, 3),
-}
+# d_h=64, T5's table; the forward 2.30x / 2.31x flash SDPA on an H100 in two runs against
+# 2.57x / 2.61x with 4 warps, a tie on the H200; the backward on both); each can be
+# overridden with POSATTN_TRITON_FORWARD / POSATTN_TRITON_BACKWARD =
+# "block_m,block_n,num_warps,num_stages".
+GPU_TILES = {"forward": Tiles(128, 32, 8, 3), "backward": Tiles(64, 32, 4, 3)}
 
 
 # Reductions and zeros without triton.language.standard (tl.sum, tl.max, tl.zeros): those
@@ -335,64 +330,6 @@ def _add_diagonal_sums(
 
 
 @triton.jit
-def _backward_dtable(
-    Q, K, V, DO, LSE, DELTA, TABLE, DTABLE, UNTIE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS,
-    sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom,
-    stride_th, stride_tk, stride_dth, stride_kb, stride_sb,
-    H, M, N, D, DV, q_start, table_shift, table_len, untie_row, untie_column, scale2,
-    HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
-    CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
-    BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, DIAGONALS: tl.constexpr,
-):  # fmt: skip
-    """dT of one block diagonal: the square tiles (a, a + e) share one map from a tile's
-    element to its offset j - i, so their dS add up in registers and are skewed and summed
-    once per program instead of once per tile. Diagonals are taken longest first (e = 0, 1,
-    -1, 2, ...), heads and batch elements fastest, so the short ones fill the last wave."""
-    bh = tl.program_id(0)
-    order = tl.program_id(1)
-    e = tl.where(order % 2 == 1, (order + 1) // 2, -(order // 2))
-    b, h = bh // H, bh % H
-    offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
-    first = 0
-    if CAUSAL:
-        first = tl.load(FIRST + b)
-    acc = tl.full([BLOCK, BLOCK], 0.0, tl.float32)
-    row_blocks = tl.cdiv(M, BLOCK)
-    a_begin = tl.maximum(0, -e)
-    a_end = tl.minimum(row_blocks, tl.cdiv(N, BLOCK) - e)
-    for a in range(a_begin, a_end):
-        start_m = a * BLOCK
-        start_n = (a + e) * BLOCK
-        if start_n < _key_end(start_m, q_start, first, N, BLOCK, CAUSAL):
-            offs_m = start_m + tl.arange(0, BLOCK)
-            offs_n = start_n + tl.arange(0, BLOCK)
-            q = _load_tile(Q + b * sqb + h * sqh, offs_m, sqm, M, offs_d, D, EVEN_D)
-            do = _load_tile(DO + b * sdob + h * sdoh, offs_m, sdom, M, offs_dv, DV, EVEN_DV)
-            k = _load_tile(K + b * skb + h * skh, offs_n, skn, N, offs_d, D, EVEN_D)
-            v = _load_tile(V + b * svb + h * svh, offs_n, svn, N, offs_dv, DV, EVEN_DV)
-            lse = tl.load(LSE + bh * M + offs_m, mask=offs_m < M, other=float("inf"))
-            delta = tl.load(DELTA + bh * M + offs_m, mask=offs_m < M, other=0.0)
-            s = _scores(
-                q, k, offs_m, offs_n, start_n, b, h, scale2, TABLE, stride_th, stride_tk,
-                table_shift, UNTIE, untie_row, untie_column, KEYS, stride_kb,
-                first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
-                HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS,
-            )  # fmt: skip
-            p = tl.exp2(s - lse[:, None])
-            dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
-            ds = p * (dp - delta[:, None])
-            if HAS_UNTIE:  # the untie's scores do not read the table
-                ds = tl.where(_untied_positions(offs_m, offs_n, untie_row, untie_column), 0.0, ds)
-            acc += ds
-    # Every tile of the diagonal maps (i, j) to j - i = e * BLOCK + j - i locally.
-    _add_diagonal_sums(
-        acc, 0, e * BLOCK, h, DTABLE, stride_dth, table_shift, table_len,
-        BLOCK, BLOCK, DIAGONALS,
-    )  # fmt: skip
-
-
-@triton.jit
 def _dk_dv_step(
     dk, dv, k, v, start_m, offs_n, start_n, offs_d, offs_dv, b, h, bh, Q, DO, LSE, DELTA,
     sqb, sqh, sqm, sdob, sdoh, sdom, D, DV, scale2, TABLE, stride_th, stride_tk, table_shift, UNTIE,
@@ -569,11 +506,10 @@ def _backward_dq_dtable(
 
 
 def tiles(device: torch.device, kind: str) -> Tiles:
-    """The tiles of the `kind` ("forward", "backward" or "diagonal", the table-gradient
-    kernel's square tiles) pass: `GPU_TILES` or the environment's override on a GPU,
-    `INTERPRETER_TILES` under the CPU interpreter."""
+    """The tiles of the `kind` ("forward" or "backward") pass: `GPU_TILES` or the environment's
+    override on a GPU, `INTERPRETER_TILES` under the CPU interpreter."""
     if device.type != "cuda":
-        return INTERPRETER_TILES[kind]
+        return INTERPRETER_TILES
     variable = f"POSATTN_TRITON_{kind.upper()}"
     text = os.environ.get(variable)
     if not text:
@@ -589,22 +525,17 @@ def tiles(device: torch.device, kind: str) -> Tiles:
             f"{variable}={text!r}: expected block_m,block_n,num_warps,num_stages with "
             "block sizes powers of two >= 16, e.g. '128,64,8,3'"
         )
-    if kind == "diagonal" and chosen.block_m != chosen.block_n:
-        raise PosAttnConfigError(
-            f"{variable}={text!r}: the diagonal kernel's tiles are square (block_m == "
-            "block_n), e.g. '64,64,4,3'"
-        )
     return chosen
 
 
-# How the table's gradient is summed: "shared", by the dQ kernel, each tile skewed and added
-# to one [H, L] table for every batch element; "per-batch", the same into a table per element,
-# summed after the kernel; or "diagonals", by its own kernel over block diagonals, one skew
-# per diagonal instead of one per tile (`_backward_dtable`). H100, T5 at n=4096, forward +
-# backward against flash SDPA: shared 2.71x, per-batch 2.77x, diagonals 3.22x at its best
-# tile (64,64,4,3; an earlier run had per-batch 2.66x, shared 2.72x). Chosen by
-# POSATTN_TRITON_TABLE_GRAD (scripts/triton_tiles.py times each).
-TABLE_GRAD_MODES = ("shared", "per-batch", "diagonals")
+# Where the dQ kernel adds each tile's diagonal sums: "shared", one [H, L] table for every
+# batch element, or "per-batch", a table per element summed after the kernel (H100, T5 at
+# n=4096, forward + backward against flash SDPA: 2.71x and 2.77x, in an earlier run 2.72x and
+# 2.66x: a tie). Chosen by POSATTN_TRITON_TABLE_GRAD (scripts/triton_tiles.py times both).
+# A kernel of its own over block diagonals, one skew per diagonal instead of per tile, ran
+# 3.22x at its best tile: it recomputes P and dP, loads four tiles per step where dQ loads
+# two, and its causal skip kept the loop from being pipelined (commit a19eddf, removed).
+TABLE_GRAD_MODES = ("shared", "per-batch")
 
 
 def table_grad_mode() -> str:
@@ -734,10 +665,8 @@ class TableBiasAttention(torch.autograd.Function):
         )  # fmt: skip
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         # dT's atomics go to one table or to one per batch element (summed after): fewer
-        # programs add to each address, at B tables of memory; or its own kernel sums it by
-        # block diagonals (`table_grad_mode`).
-        mode = table_grad_mode() if table_grad else None
-        per_batch = mode == "per-batch"
+        # programs add to each address, at B tables of memory (`table_grad_mode`).
+        per_batch = table_grad and table_grad_mode() == "per-batch"
         dtable = copies.new_zeros(
             ((batch,) if per_batch else ()) + (tuple(ctx.table_shape) if table_grad else (1,))
         )
@@ -762,26 +691,11 @@ class TableBiasAttention(torch.autograd.Function):
             *dq.stride()[:3], copies.stride(0), copies.stride(1), stride_dtb, stride_dth,
             keys_.stride(0), ids.stride(0),
             *common, M - 1, M + N - 1, untie_row, untie_column, scale, scale * LOG2E,
-            TABLE_GRAD=table_grad and mode != "diagonals", UNTIE_GRAD=untie_grad,
-            SEGMENT_GRAD=ctx.segment_grad,
+            TABLE_GRAD=table_grad, UNTIE_GRAD=untie_grad, SEGMENT_GRAD=ctx.segment_grad,
             BLOCK_M=block_m,
             BLOCK_N=block_n,
             DIAGONALS=diagonal_block(tile), **flags, **launch,
         )  # fmt: skip
-        if mode == "diagonals":
-            diagonal = tiles(q.device, "diagonal")
-            block = diagonal.block_m
-            # Diagonal orders 0, 1, 2, ... stand for offsets 0, 1, -1, 2, -2, ... blocks.
-            count = 2 * max(triton.cdiv(M, block), triton.cdiv(N, block)) - 1
-            _backward_dtable[(batch * heads, count)](
-                q, k, v, grad_out, lse, delta, copies, dtable, untie32, keys_, first_,
-                segments32, ids,
-                *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
-                copies.stride(0), copies.stride(1), stride_dth, keys_.stride(0), ids.stride(0),
-                *common, M - 1, M + N - 1, untie_row, untie_column, scale * LOG2E,
-                BLOCK=block, DIAGONALS=diagonal_block(diagonal), **flags,
-                **schedule(diagonal, q.device),
-            )  # fmt: skip
         if per_batch:
             dtable = dtable.sum(0)
         grad_table = dtable.to(ctx.dtypes[0]) if table_grad else None
