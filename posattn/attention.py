@@ -27,7 +27,7 @@ from . import execution
 from .encodings.base import LayerTerms
 from .kernels import attention_logits, attention_probabilities, get_kernel
 from .kernels.flex import auto_takes_triton
-from .kernels.fold import fold_bias_factors, fold_into_queries_keys
+from .kernels.fold import FUSED_HEAD_MULTIPLE, fold_bias_factors, fold_into_queries_keys
 from .kernels.table_bias import (
     SegmentPairs,
     TableBias,
@@ -206,25 +206,28 @@ class MultiHeadAttention(nn.Module):
         return k, v, None
 
     def auto_takes_triton(self, q, k, terms: LayerTerms, mask, extra_bias) -> bool:
-        """kernel="auto" with a learned bias that is nothing but a Toeplitz table, where
+        """kernel="auto" with a learned bias that is a Toeplitz table (with TUPE-R's absolute
+        part, which `attend_by_tables` folds into q and k, and its [CLS] untie), where
         `auto_takes_triton` picks the table-reading kernel."""
         table = terms.offset_bias
         plain_table = (
             self.kernel_name == "auto"
             and table is not None
             and extra_bias is None
-            and terms.bias_factors is None
             and terms.qk_logits is None
             and terms.value_term is None
             and terms.project_kv is None
         )
+        factors = terms.bias_factors
+        folded_width = q.shape[-1] + (0 if factors is None else factors[0].shape[-1])
+        folded_width += -folded_width % FUSED_HEAD_MULTIPLE  # as `fold_into_queries_keys`
         learned = (
             plain_table
             and table.requires_grad
             and torch.is_grad_enabled()
             and not (self.training and self.dropout)
         )
-        return auto_takes_triton(q, k, table, mask, learned)
+        return auto_takes_triton(q, k, table, mask, learned, folded_width)
 
     def attend_by_tables(self, q, k, v, terms: LayerTerms, mask, extra_bias, kernel=None):
         """`attend` for a kernel that reads the bias from its table (kernel="triton"): the

@@ -1,7 +1,8 @@
 """How posattn runs, in one place: which attention kernel a module gets by default, whether
 low-rank biases are folded into q and k, whether content x position terms use offset windows,
-and when `auto` switches to FlexAttention. None of these changes a result beyond rounding;
-each default is the measured faster choice (README, "Cost, measured").
+and when `auto` leaves SDPA for the Triton kernel or FlexAttention. None of these changes a
+result beyond rounding; each default is the measured faster choice (README, "Cost,
+measured").
 
     import posattn.execution as execution
 
@@ -30,11 +31,18 @@ Choices:
       B=8, H=8, train: 2.98x against 4.02x of bias-free SDPA) and in GPU inference, skew for
       GPU training, where the gather's backward scatters with atomics (H100, bf16, Shaw train:
       3.0 ms against 16.9 ms at n=1024, 33 ms against 619 ms at n=4096).
+  triton_threshold_bytes: above this many bytes of a [B, H, n, n] bias gradient, kernel "auto"
+      hands a learned Toeplitz bias on GPU to kernel "triton" where it serves it (T5, DIET-REL,
+      KERPLE; TUPE-R with its absolute part folded into q and k and its [CLS] untie). H100,
+      bf16, B=8, H=8, forward + backward over bias-free flash SDPA, n=4096: T5 triton 3.30x /
+      132 MiB against SDPA's 6.63x / 3010 MiB, TUPE-R 5.69x against 10.53x; at n=1024 (256 MiB
+      of gradient, not above) SDPA 2.86x and 3.41x, triton 3.28x and 3.14x in two runs: a tie.
+      BERT-small training steps, n=2048 (512 MiB per layer): T5 23.7 ms triton against 29.3
+      ms SDPA, TUPE-R 30.0 against 42.2, DIET-REL 22.1 against 30.9; at n=512 SDPA is faster
+      (T5 12.9 against 22.7 ms, the kernel's launches dominate).
   flex_threshold_bytes: above this many bytes of a [B, H, n, n] bias gradient, kernel "auto"
-      leaves SDPA on GPU: a Toeplitz bias goes to kernel "triton" where it serves it (H200,
-      bf16, T5, n=4096: 3.80x / 643 MiB against SDPA's 6.31x / 3010 MiB and flex's 4.95x /
-      802 MiB; at n=1024, 256 MiB of gradient, SDPA 3.40x, triton 3.42x), any other learned
-      bias to FlexAttention, which trades SDPA's speed for memory (H100, bf16, B=8, H=8, T5 bias,
+      leaves SDPA on GPU for any other learned bias: FlexAttention, which trades SDPA's speed
+      for memory (H100, bf16, B=8, H=8, T5 bias,
       forward + backward: at n=1024 flex 6.00x / 121 MiB vs SDPA 5.90x / 1112 MiB of the
       bias-free time and memory; at n=4096 flex 23.5x / 1.6 GiB vs SDPA 21.0x / 16.7 GiB;
       low-rank biases (TUPE-A, DIET-ABS) ran about twice as long in flex at n=4096).
@@ -67,6 +75,7 @@ class Choices:
     kernel: str = "auto"
     fold: bool | None = None
     skew: bool | None = None
+    triton_threshold_bytes: int = 2**28
     flex_threshold_bytes: int = 2**30
     recompute_threshold_bytes: int = 2**23
 
@@ -99,7 +108,7 @@ def validate(choices: dict[str, Any]) -> None:
             require_choice("kernel", value, tuple(KERNELS))
         elif name in ("fold", "skew"):
             _check_measured_or_forced(name, value)
-        elif name in ("flex_threshold_bytes", "recompute_threshold_bytes"):
+        elif name.endswith("_threshold_bytes"):
             require(
                 isinstance(value, int) and not isinstance(value, bool) and value >= 0,
                 name,
@@ -159,6 +168,10 @@ def use_skew(device: torch.device) -> bool:
     return _measured(_choice("skew"), device)
 
 
+def triton_threshold_bytes() -> int:
+    return _choice("triton_threshold_bytes")
+
+
 def flex_threshold_bytes() -> int:
     return _choice("flex_threshold_bytes")
 
@@ -175,6 +188,7 @@ __all__ = [
     "flex_threshold_bytes",
     "recompute_threshold_bytes",
     "set",
+    "triton_threshold_bytes",
     "use_fold",
     "use_skew",
     "validate",

@@ -18,6 +18,7 @@ def test_defaults_are_the_measured_choices():
         kernel="auto",
         fold=None,
         skew=None,
+        triton_threshold_bytes=2**28,
         flex_threshold_bytes=2**30,
         recompute_threshold_bytes=2**23,
     )
@@ -74,6 +75,7 @@ def test_choose_is_per_thread():
         ({"flex_threshold_bytes": -1}, ("flex_threshold_bytes=-1", ">= 0")),
         ({"flex_threshold_bytes": 1.5}, ("flex_threshold_bytes=1.5", "integer")),
         ({"recompute_threshold_bytes": -2}, ("recompute_threshold_bytes=-2", ">= 0")),
+        ({"triton_threshold_bytes": "1G"}, ("triton_threshold_bytes='1G'", "integer")),
         ({"folding": True}, ("folding=True", "execution choice", "'fold'")),
     ],
 )

@@ -46,9 +46,11 @@ def test_gpu_kernels_agree_with_eager_in_values_and_gradients(encoding, causal, 
 
 
 def test_auto_kernel_takes_flex_for_a_large_learned_bias_on_gpu(monkeypatch, choose):
+    """Above `flex_threshold_bytes` a learned bias that triton does not take goes to flex
+    (TUPE-R, with triton's threshold out of reach)."""
     from posattn.kernels import flex
 
-    choose(flex_threshold_bytes=0)
+    choose(flex_threshold_bytes=0, triton_threshold_bytes=2**62)
     calls = []
     original = flex.run_flex
     monkeypatch.setattr(flex, "run_flex", lambda *a: calls.append(1) or original(*a))
@@ -61,13 +63,15 @@ def test_auto_kernel_takes_flex_for_a_large_learned_bias_on_gpu(monkeypatch, cho
     assert len(calls) == 2  # one per layer
 
 
-def test_auto_kernel_takes_triton_for_a_large_table_bias_on_gpu(monkeypatch, choose):
-    """Above the threshold a learned Toeplitz bias (T5) goes to the Triton kernel, decided in
-    `attend` before the bias is built, with eager's values and gradients."""
+@pytest.mark.parametrize("encoding", ["t5", "tupe-r"])
+def test_auto_kernel_takes_triton_for_a_large_table_bias_on_gpu(monkeypatch, choose, encoding):
+    """Above `triton_threshold_bytes` a learned Toeplitz bias (T5; TUPE-R, its absolute part
+    folded into q and k, its [CLS] untie read in the kernel) goes to the Triton kernel,
+    decided in `attend` before the bias is built, with eager's values and gradients."""
     pytest.importorskip("triton")
     from posattn import attention
 
-    choose(flex_threshold_bytes=0)
+    choose(triton_threshold_bytes=0)
     calls = []
     original = attention.triton_attention
 
@@ -78,7 +82,7 @@ def test_auto_kernel_takes_triton_for_a_large_table_bias_on_gpu(monkeypatch, cho
     monkeypatch.setattr(attention, "triton_attention", counted)
     torch.set_default_dtype(torch.float32)
     try:
-        model = tiny_encoder("t5", d_model=48).cuda()
+        model = tiny_encoder(encoding, d_model=48).cuda()
     finally:
         torch.set_default_dtype(torch.float64)
     ids, mask, segment_ids = (t.cuda() for t in padded_batch())

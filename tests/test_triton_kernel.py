@@ -295,7 +295,7 @@ def test_auto_never_takes_triton_on_cpu(monkeypatch, choose):
 
     calls = []
     monkeypatch.setattr(table_bias, "unavailable", lambda device: calls.append(1))
-    choose(flex_threshold_bytes=0)
+    choose(flex_threshold_bytes=0, triton_threshold_bytes=0)
     model = tiny_encoder("t5", kernel="auto")
     model(torch.randint(1, 40, (2, 6))).sum().backward()
     assert not calls
@@ -382,8 +382,34 @@ def test_auto_hands_a_table_to_triton_only_where_it_serves_it(monkeypatch):
     assert not serves(q, k, torch.randn(4, 17), None)
     folded = torch.randn(2, 4, 10, 66)
     assert not serves(folded, folded, table, None)
+    # TUPE-R: the head size the kernel meets is the folded one, not q's
+    assert serves(q, k, table, None, head_size=128)
+    assert not serves(q, k, table, None, head_size=136)
     monkeypatch.setattr(table_bias, "unavailable", lambda device: "no GPU")
     assert not serves(q, k, table, None)
+
+
+def test_auto_asks_about_tupe_r_at_its_folded_head_size(monkeypatch):
+    """`auto` asks whether triton serves TUPE-R's table at the width its absolute part folds
+    q and k to (head 8 + 8 here), in training, once per layer; out of training it never asks
+    for it (no learned gradient)."""
+    from posattn import attention
+
+    asked = []
+
+    def ask(q, k, table, mask, learned, head_size):
+        asked.append((q.shape[-1], head_size, learned))
+        return False
+
+    monkeypatch.setattr(attention, "auto_takes_triton", ask)
+    model = tiny_encoder("tupe-r", kernel="auto")
+    ids = torch.randint(1, 40, (2, 6))
+    model(ids).sum().backward()
+    assert asked == [(8, 16, True)] * 2
+    asked.clear()
+    with torch.no_grad():
+        model(ids)
+    assert asked == [(8, 16, False)] * 2
 
 
 def count_dense_builds(monkeypatch) -> list:
@@ -452,28 +478,37 @@ def test_deferred_bias_is_built_once_and_decoding_rows_stay_deferred():
     assert torch.equal(toeplitz_terms.bias[0], table[:, j - i + 4])
 
 
-def test_auto_decides_for_triton_before_the_bias_is_built(monkeypatch):
+@pytest.mark.parametrize("encoding", ["t5", "tupe-r"])
+def test_auto_decides_for_triton_before_the_bias_is_built(monkeypatch, encoding):
     """Where `auto` would take the Triton kernel (GPU, large table; here the rule without its
     device and size parts), `attend` routes the layer there before reading `terms.bias`: no
-    [H, n, n] bias is built, and outputs and gradients equal SDPA's. Without gradients (no
-    learned bias to train) the ordinary path runs and builds it."""
+    [H, n, n] bias is built, and outputs and gradients equal SDPA's (TUPE-R: its absolute
+    part folded into q and k, 16 + 16 wide, its [CLS] untie read by the kernel). Without
+    gradients (no learned bias to train) the ordinary path runs and builds it."""
     from posattn import attention
     from posattn.kernels.table_bias import serves_table
 
+    def takes_triton(q, k, table, mask, learned, head_size):
+        return learned and serves_table(q, k, table, mask, head_size)
+
+    monkeypatch.setattr(attention, "auto_takes_triton", takes_triton)
+    calls = []
+    original = attention.triton_attention
     monkeypatch.setattr(
-        attention, "auto_takes_triton",
-        lambda q, k, table, mask, learned: learned and serves_table(q, k, table, mask),
-    )  # fmt: skip
+        attention, "triton_attention", lambda *a, **kw: calls.append(1) or original(*a, **kw)
+    )
     builds = count_dense_builds(monkeypatch)
     torch.set_default_dtype(torch.float32)
     try:
-        model = tiny_encoder("t5", num_heads=2, d_model=32)  # head size 16 fills a block
+        model = tiny_encoder(encoding, num_heads=2, d_model=32)  # head size 16 fills a block
     finally:
         torch.set_default_dtype(torch.float64)
     ids = torch.randint(1, 40, (2, 9), generator=torch.Generator().manual_seed(0))
     results = training_steps(model, ("auto", "sdpa"), ids, builds)
     (out, grads, auto_builds), (out_ref, grads_ref, sdpa_builds) = results
-    assert (auto_builds, sdpa_builds) == (0, 1)
+    assert len(calls) == 2  # one per layer, in the auto step
+    if encoding == "t5":  # T5's shared bias is built once per forward where it is built
+        assert (auto_builds, sdpa_builds) == (0, 1)
     torch.testing.assert_close(out, out_ref, atol=2e-5, rtol=2e-4)
     for ours, reference in zip(grads, grads_ref, strict=True):
         torch.testing.assert_close(ours, reference, atol=2e-5, rtol=2e-4)
@@ -481,7 +516,9 @@ def test_auto_decides_for_triton_before_the_bias_is_built(monkeypatch):
     builds.clear()
     with torch.no_grad():
         torch.testing.assert_close(model(ids), out_ref, atol=2e-5, rtol=2e-4)
-    assert builds == [1]
+    assert len(calls) == 2
+    if encoding == "t5":
+        assert builds == [1]
 
 
 @pytest.mark.parametrize(

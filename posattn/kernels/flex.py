@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from ..errors import invalid
-from ..execution import flex_threshold_bytes, recompute_threshold_bytes
+from ..execution import flex_threshold_bytes, recompute_threshold_bytes, triton_threshold_bytes
 from ..toeplitz import ClsUntie
 from .sdpa import sdpa_attention
 from .table_bias import TableBias, serves_table, triton_attention
@@ -159,15 +159,18 @@ def bias_gradient_bytes(q: Tensor, k: Tensor) -> int:
     return batch * heads * n_q * k.shape[-2] * q.element_size()
 
 
-def auto_takes_triton(q: Tensor, k: Tensor, offset_bias, mask, learned: bool) -> bool:
+def auto_takes_triton(
+    q: Tensor, k: Tensor, offset_bias, mask, learned: bool, head_size: int | None = None
+) -> bool:
     """`auto`'s choice of kernel="triton" (see `auto_attention`): on GPU, a learned bias given
-    as a Toeplitz table whose [B, H, n, n] gradient would pass `flex_threshold_bytes`, where
-    the kernel serves it. `MultiHeadAttention.attend` asks before building the bias."""
+    as a Toeplitz table whose [B, H, n, n] gradient would pass `triton_threshold_bytes`, where
+    the kernel serves it at `head_size` (q's, or what a folded low-rank part widens it to).
+    `MultiHeadAttention.attend` asks before building the bias."""
     return (
         learned
         and q.device.type == "cuda"
-        and bias_gradient_bytes(q, k) > flex_threshold_bytes()
-        and serves_table(q, k, offset_bias, mask)
+        and bias_gradient_bytes(q, k) > triton_threshold_bytes()
+        and serves_table(q, k, offset_bias, mask, head_size)
     )
 
 
@@ -184,19 +187,21 @@ def auto_attention(
     cls_untie: ClsUntie | None = None,
 ) -> Tensor:
     """The measured choice per call, by the size of a learned bias's [B, H, n, n] gradient:
-    on GPU, SDPA (the fastest for these shapes) except above the execution choice
-    `flex_threshold_bytes` (`posattn.execution`), where a Toeplitz bias given by its table
-    goes to kernel="triton" where it serves it (`table_bias.serves_table`) and any other
-    learned bias to FlexAttention, both keeping the memory near bias-free attention's; on CPU,
+    on GPU, SDPA (the fastest for these shapes) except above the execution choices
+    `triton_threshold_bytes`, where a Toeplitz bias given by its table goes to kernel="triton"
+    where it serves it (`table_bias.serves_table`), and `flex_threshold_bytes`
+    (`posattn.execution`), where any other learned bias goes to FlexAttention, both keeping
+    the memory near bias-free attention's; on CPU,
     SDPA's math path except above `recompute_threshold_bytes`, where the fused forward with a
     recomputing backward is both faster and smaller (`fused_bias`).
 
     Triton over flex and SDPA there: H200, bf16, B=8, H=8, d_h=64, T5 forward + backward as
     a ratio to bias-free flash SDPA, n=4096: triton 3.80x / 643 MiB, flex 4.95x / 802 MiB,
     SDPA 6.31x / 3010 MiB; n=1024 (256 MiB of gradient, below the threshold): SDPA 3.40x,
-    triton 3.42x, flex 4.08x (`posattn bench`, README "On a GPU"). TUPE-R's table with its
-    [CLS] untie (`cls_untie`) is not yet measured through triton and goes to flex there; SDPA
-    adds the bias tensor, which holds the untie."""
+    triton 3.42x, flex 4.08x (`posattn bench`, README "On a GPU"). TUPE-R reaches triton
+    from `MultiHeadAttention.attend`, which folds its absolute part into q and k alone; handed
+    here with its [CLS] untie (`cls_untie`), q, k and v come folded to one width and it stays
+    with SDPA or flex, whose bias tensor holds the untie."""
     learned = bias is not None and bias.requires_grad and torch.is_grad_enabled() and not dropout_p
     if cls_untie is None and auto_takes_triton(q, k, offset_bias, mask, learned):
         return triton_attention(

@@ -94,14 +94,21 @@ def unavailable(device: torch.device) -> str | None:
     )
 
 
-def serves_table(q: Tensor, k: Tensor, offset_bias: Tensor | None, mask: Tensor | None) -> bool:
+def serves_table(
+    q: Tensor,
+    k: Tensor,
+    offset_bias: Tensor | None,
+    mask: Tensor | None,
+    head_size: int | None = None,
+) -> bool:
     """Whether `auto` may hand a Toeplitz bias to this kernel: the kernel can run here, the
-    head size fills its block (a folded low-rank bias widens it - TUPE-R's 64 + 66 = 130,
-    padded to 256 before its [CLS] reset became `cls_untie`, ran slower than the other
-    kernels), and the mask is one it reads."""
+    head size (q's, or `head_size` where a folded low-rank bias widens it: TUPE-R's 64 + 64)
+    fills its block (TUPE-R's 64 + 66 = 130, padded to 256 before its [CLS] reset became
+    `cls_untie`, spilled registers and ran slower than SDPA), and the mask is one it reads."""
     if offset_bias is None or unavailable(q.device) is not None:
         return False
-    if q.shape[-1] < 16 or q.shape[-1] & (q.shape[-1] - 1):
+    width = q.shape[-1] if head_size is None else head_size
+    if width < 16 or width & (width - 1):
         return False
     if offset_bias.shape != (q.shape[1], q.shape[-2] + k.shape[-2] - 1):
         return False
