@@ -35,11 +35,11 @@ Choices:
       hands a learned Toeplitz bias on GPU to kernel "triton" where it serves it (T5, DIET-REL,
       KERPLE; TUPE-R with its absolute part folded into q and k and its [CLS] untie). H100,
       bf16, B=8, H=8, forward + backward over bias-free flash SDPA, n=4096: T5 triton 3.30x /
-      132 MiB against SDPA's 6.63x / 3010 MiB, TUPE-R 5.69x against 10.53x; at n=1024 (256 MiB
+      132 MiB against SDPA's 6.63x / 3010 MiB, TUPE-R 5.69x against 10.53x; at n=1024 (128 MiB
       of gradient, not above) SDPA 2.86x and 3.41x, triton 3.28x and 3.14x in two runs: a tie.
       BERT-small training steps, n=2048 (512 MiB per layer): T5 23.7 ms triton against 29.3
       ms SDPA, TUPE-R 30.0 against 42.2, DIET-REL 22.1 against 30.9; at n=512 SDPA is faster
-      (T5 12.9 against 22.7 ms, the kernel's launches dominate).
+      (T5 12.9 against 22.7 ms: the kernel's host-side launches dominate there).
   flex_threshold_bytes: above this many bytes of a [B, H, n, n] bias gradient, kernel "auto"
       leaves SDPA on GPU for any other learned bias: FlexAttention, which trades SDPA's speed
       for memory (H100, bf16, B=8, H=8, T5 bias,
