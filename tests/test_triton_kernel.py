@@ -114,6 +114,31 @@ def test_values_and_every_gradient_equal_eager(n_q, n_k, padded, causal, query_s
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
+def test_absent_arguments_are_made_once_and_outlive_inference_mode():
+    """Stand-ins for absent tensors (no table, no mask, no segments) are made once per device
+    and dtype, not per call; made first under inference mode, they are still ordinary
+    tensors that a later training call saves for backward, with eager's gradients."""
+    from posattn.kernels import triton_bias
+
+    triton_bias.absent.cache_clear()
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(1, 2, 19, 16) for _ in range(3))
+    with torch.inference_mode():
+        triton_bias.table_bias_attention(q, k, v, scale=0.25)
+    stand_in = triton_bias.absent(q.device, torch.float32)
+    assert not stand_in.is_inference()
+    inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = triton_bias.table_bias_attention(*inputs, scale=0.25)
+    reference = eager_attention(*inputs, mask=None, bias=None, scale=0.25)
+    torch.testing.assert_close(out, reference, atol=2e-6, rtol=2e-5)
+    grad = torch.randn_like(out)
+    ours = torch.autograd.grad(out, inputs, grad)
+    for a, b in zip(ours, torch.autograd.grad(reference, inputs, grad), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    assert triton_bias.absent(q.device, torch.float32) is stand_in
+    assert stand_in.item() == 0.0  # never written
+
+
 # (n_q, n_k, query_start, row, column, with_table): the untied row and column inside a tile, on
 # a tile's edge, decoding rows [19, 40) whose slice starts past the [CLS] row (row -16) or holds
 # it; on T5's table (TUPE-R) and on zeros (TUPE-A).

@@ -36,6 +36,7 @@ rounding.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass
@@ -596,6 +597,17 @@ def aligned_copies(table: Tensor, longest_run: int) -> Tensor:
     return padded.unfold(-1, width, 1).contiguous()
 
 
+@functools.cache
+def absent(device: torch.device, dtype: torch.dtype, dims: int = 1) -> Tensor:
+    """A one-element stand-in for a tensor argument whose flag is off (the kernels neither read
+    nor write it), made once per device and dtype: made per call, each was a fill kernel
+    launched from the host (7 of the 12 small GPU ops of a training call without a table; at
+    n=1024 such a call waits on the host). Made outside inference mode, so that a training
+    call may save it for backward."""
+    with torch.inference_mode(False):
+        return torch.zeros((1,) * dims, dtype=dtype, device=device)
+
+
 def last_dim_contiguous(x: Tensor) -> Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
@@ -613,13 +625,17 @@ class TableBiasAttention(torch.autograd.Function):
         batch, heads, M, D = q.shape
         N, DV = k.shape[-2], v.shape[-1]
         # The tables in the kernels' base-2 units: multiplied by log2(e) once, not per score.
-        table32 = q.new_zeros(1) if table is None else table.float() * LOG2E
-        keys_ = q.new_zeros(1, dtype=torch.int8) if keys is None else keys
-        first_ = q.new_zeros(1, dtype=torch.int32) if first is None else first
-        segments32 = q.new_zeros(1) if segments is None else (segments.float() * LOG2E).contiguous()
-        ids = q.new_zeros(1, 1, dtype=torch.int32) if segment_ids is None else segment_ids
+        device, float32 = q.device, torch.float32
+        table32 = absent(device, float32) if table is None else table.float() * LOG2E
+        keys_ = absent(device, torch.int8) if keys is None else keys
+        first_ = absent(device, torch.int32) if first is None else first
+        segments32 = (
+            absent(device, float32) if segments is None
+            else (segments.float() * LOG2E).contiguous()
+        )  # fmt: skip
+        ids = absent(device, torch.int32, 2) if segment_ids is None else segment_ids
         untie_row, untie_column = (-1, -1) if untie is None else untie
-        untie32 = q.new_zeros(1) if untie is None else column_value.float() * LOG2E
+        untie32 = absent(device, float32) if untie is None else column_value.float() * LOG2E
         out = torch.empty(batch, heads, M, DV, dtype=q.dtype, device=q.device)
         lse = torch.empty(batch * heads, M, dtype=torch.float32, device=q.device)
         tile = tiles(q.device, "forward")
@@ -631,7 +647,9 @@ class TableBiasAttention(torch.autograd.Function):
         )  # fmt: skip
         grid = (triton.cdiv(M, block_m), batch * heads)
         longest_run = max(block_n, tiles(q.device, "backward").block_n)
-        copies = q.new_zeros(1, 1, 1) if table is None else aligned_copies(table32, longest_run)
+        copies = (
+            absent(device, float32, 3) if table is None else aligned_copies(table32, longest_run)
+        )
         _forward[grid](
             q, k, v, out, lse, copies, untie32, keys_, first_, segments32, ids,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
@@ -667,13 +685,14 @@ class TableBiasAttention(torch.autograd.Function):
         # dT's atomics go to one table or to one per batch element (summed after): fewer
         # programs add to each address, at B tables of memory (`table_grad_mode`).
         per_batch = table_grad and table_grad_mode() == "per-batch"
-        dtable = copies.new_zeros(
-            ((batch,) if per_batch else ()) + (tuple(ctx.table_shape) if table_grad else (1,))
-        )
+        device, float32 = q.device, torch.float32
+        dtable = absent(device, float32)
+        if table_grad:
+            dtable = copies.new_zeros(((batch,) if per_batch else ()) + tuple(ctx.table_shape))
         stride_dtb = dtable.stride(0) if per_batch else 0
         stride_dth = dtable.stride(-2) if table_grad else 0
-        dsegments = torch.zeros_like(segments32)
-        duntie = torch.zeros_like(untie32)
+        dsegments = torch.zeros_like(segments32) if ctx.segment_grad else absent(device, float32)
+        duntie = torch.zeros_like(untie32) if untie_grad else absent(device, float32)
         common = (heads, M, N, D, DV, q_start)
         _backward_dk_dv[(triton.cdiv(N, block_n), batch * heads)](
             q, k, v, grad_out, lse, delta, dk, dv, copies, untie32, keys_, first_, segments32,
