@@ -1,9 +1,10 @@
 """Sweep the tiles of kernel="triton" on a GPU: each candidate checked against a float32
 reference, then timed (forward alone, forward + backward) as a ratio to bias-free flash SDPA in
 the same process, and at the best backward tile where the table's gradient is added (one
-shared table or one per batch element). Writes tiles.env (the fastest correct forward and
-backward tiles and table-gradient choice, as the POSATTN_TRITON_* variables
-`posattn.kernels.triton_bias` reads) and tiles.json.
+shared table or one per batch element) and how dQ skews its tiles for it (zero-padded or
+rotated in place). Writes tiles.env (the fastest correct forward and backward tiles and
+table-gradient choices, as the POSATTN_TRITON_* variables `posattn.kernels.triton_bias`
+reads) and tiles.json.
 
     PYTHONPATH=. python scripts/triton_tiles.py OUT_DIR [--length 4096]
 """
@@ -19,7 +20,12 @@ import torch
 import triton.testing
 from torch.nn import functional as F
 
-from posattn.kernels.triton_bias import GPU_TILES, TABLE_GRAD_MODES, table_bias_attention
+from posattn.kernels.triton_bias import (
+    GPU_TILES,
+    SKEWS,
+    TABLE_GRAD_MODES,
+    table_bias_attention,
+)
 
 FORWARD = ["128,32,4,3", "128,32,4,2", "128,32,8,3", "128,64,4,3", "64,32,4,3", "64,64,4,3",
            "128,16,4,3"]  # fmt: skip
@@ -134,6 +140,16 @@ def main() -> None:
         if row["ok"]:
             by_mode[mode] = row["ratio"]
     os.environ["POSATTN_TRITON_TABLE_GRAD"] = min(by_mode, key=by_mode.get)
+    # How dQ skews each half tile for the diagonal sums: zero-padded or rotated in place.
+    by_skew = {}
+    for skew in SKEWS:
+        os.environ["POSATTN_TRITON_SKEW"] = skew
+        row = measured(f"backward skew {skew}", best["backward"]["tile"], True)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        if row["ok"]:
+            by_skew[skew] = row["ratio"]
+    os.environ["POSATTN_TRITON_SKEW"] = min(by_skew, key=by_skew.get)
     for kind in ("forward", "backward"):
         train = kind == "backward"
         floor, ms = time(flash, train), time(bias_free, train)
@@ -143,7 +159,8 @@ def main() -> None:
         print(json.dumps(row), flush=True)
     (args.out / "tiles.json").write_text(json.dumps(dict(n=n, rows=rows, best=best), indent=2))
     lines = [f"export POSATTN_TRITON_{kind.upper()}={r['tile']}" for kind, r in best.items()]
-    lines.append(f"export POSATTN_TRITON_TABLE_GRAD={os.environ['POSATTN_TRITON_TABLE_GRAD']}")
+    for name in ("TABLE_GRAD", "SKEW"):
+        lines.append(f"export POSATTN_TRITON_{name}={os.environ[f'POSATTN_TRITON_{name}']}")
     (args.out / "tiles.env").write_text("\n".join(lines) + "\n")
     print(f"n={n} bf16 B={BATCH} H={HEADS} d={HEAD_DIM}; T5-like table, ratio to flash SDPA")
     for r in rows:

@@ -351,9 +351,11 @@ def test_gpu_tiles_come_from_the_table_or_the_environment(monkeypatch):
 @pytest.mark.parametrize("untie_row", [None, 6])
 def test_the_tables_gradient_is_the_same_by_every_mode(monkeypatch, untie_row):
     """POSATTN_TRITON_TABLE_GRAD: the dQ kernel's diagonal sums into one table ("shared") or
-    one per batch element ("per-batch", summed after) give the same gradients as eager,
-    causal and padded decoding rows, with TUPE's [CLS] untie left out of the table's
-    gradient; an unknown value is refused by name."""
+    one per batch element ("per-batch", summed after), and POSATTN_TRITON_SKEW: each half
+    tile skewed zero-padded ("wide") or rotated in place ("circular", the interpreter's
+    16 x 16 halves), give the same gradients as eager, causal and padded decoding rows, with
+    TUPE's [CLS] untie left out of the table's gradient; unknown values are refused by
+    name."""
     from posattn.kernels import triton_bias
 
     torch.manual_seed(4)
@@ -371,12 +373,21 @@ def test_the_tables_gradient_is_the_same_by_every_mode(monkeypatch, untie_row):
     reference = eager_attention(q, k, v, mask=mask, bias=bias, scale=0.3)
     expected = torch.autograd.grad(reference, (q, k, v, table), grad)
     tables = TableBias(offset=table, cls_untie=untie)
-    for mode in triton_bias.TABLE_GRAD_MODES:
+    for mode, skew in [("shared", "wide"), ("per-batch", "wide"), ("shared", "circular")]:
         monkeypatch.setenv("POSATTN_TRITON_TABLE_GRAD", mode)
+        monkeypatch.setenv("POSATTN_TRITON_SKEW", skew)
         out = get_kernel("triton")(q, k, v, mask=mask, bias=None, scale=0.3, tables=tables)
         ours = torch.autograd.grad(out, (q, k, v, table), grad)
         for name, a, b in zip(["q", "k", "v", "table"], ours, expected, strict=True):
-            assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), (mode, name)
+            assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), (mode, skew, name)
+    assert set(triton_bias.TABLE_GRAD_MODES) == {"shared", "per-batch"}
+    assert set(triton_bias.SKEWS) == {"wide", "circular"}
+    monkeypatch.setenv("POSATTN_TRITON_SKEW", "diagonal")
+    with pytest.raises(PosAttnConfigError, match=r"POSATTN_TRITON_SKEW='diagonal'.*'wide'"):
+        get_kernel("triton")(
+            q, k, v, mask=mask, bias=None, scale=0.3, tables=TableBias(offset=table)
+        ).sum().backward()
+    monkeypatch.setenv("POSATTN_TRITON_SKEW", "wide")
     monkeypatch.setenv("POSATTN_TRITON_TABLE_GRAD", "atomic")
     with pytest.raises(PosAttnConfigError, match=r"POSATTN_TRITON_TABLE_GRAD='atomic'.*'shared'"):
         get_kernel("triton")(

@@ -41,8 +41,11 @@ class Launch:
     tile: Tiles
 
 
-def launches(flags: dict, forward: Tiles, backward: Tiles, table_grad: bool) -> list[Launch]:
-    """The four kernels of a forward and backward with these flags and tiles."""
+def launches(
+    flags: dict, forward: Tiles, backward: Tiles, table_grad: bool, skew: str = "wide"
+) -> list[Launch]:
+    """The four kernels of a forward and backward with these flags and tiles (`skew`: the dQ
+    kernel's, POSATTN_TRITON_SKEW)."""
     common = dict(BLOCK_M=backward.block_m, BLOCK_N=backward.block_n)
     segment_grad = flags["NUM_SEGMENTS"] > 0
     return [
@@ -54,7 +57,8 @@ def launches(flags: dict, forward: Tiles, backward: Tiles, table_grad: bool) -> 
         Launch("dk_dv", triton_bias._backward_dk_dv, {**flags, **common}, backward),
         Launch("dq_dtable", triton_bias._backward_dq_dtable,
                {**flags, **common, "TABLE_GRAD": table_grad, "SEGMENT_GRAD": segment_grad,
-                "UNTIE_GRAD": flags["HAS_UNTIE"], "DIAGONALS": diagonal_block(backward)},
+                "UNTIE_GRAD": flags["HAS_UNTIE"],
+                "DIAGONALS": diagonal_block(backward, skew)},
                backward),
     ]  # fmt: skip
 

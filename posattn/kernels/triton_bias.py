@@ -293,21 +293,39 @@ def _skewed_sums(
     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONALS: tl.constexpr,
 ):  # fmt: skip
     """DTABLE[h, j - i + shift] += the sums of ds [ROWS, BLOCK_N] (rows from first_row) along
-    its diagonals: skewed so that diagonal c = n - m + ROWS - 1 is a column, summed over rows,
-    one atomic per diagonal. DIAGONALS: a power of two >= ROWS + BLOCK_N - 1."""
+    its diagonals, one atomic per diagonal. DIAGONALS is the width of the skewed tile:
+
+    - a power of two >= ROWS + BLOCK_N - 1 ("wide"): row i shifted right by ROWS - 1 - i, so
+      that diagonal j - i is column j - i + ROWS - 1, zero-padded; summed over rows;
+    - BLOCK_N, where ROWS == BLOCK_N ("circular"): row i rotated left by i, so that column c
+      holds diagonal c on rows i < BLOCK_N - c and diagonal c - BLOCK_N on the rest; two
+      masked sums over rows. The gather is half the wide one's size, with nothing wasted.
+    """
     rows = tl.arange(0, ROWS)[:, None]
-    diagonal = tl.arange(0, DIAGONALS)[None, :]
-    column = diagonal - (ROWS - 1) + rows
-    inside = (column >= 0) & (column < BLOCK_N)
-    skewed = tl.gather(ds, tl.where(inside, column, 0), axis=1)
-    sums = tl.reduce(tl.where(inside, skewed, 0.0), 0, _add)
-    index = start_n - first_row - (ROWS - 1) + table_shift + tl.arange(0, DIAGONALS)
-    tl.atomic_add(
-        DTABLE + h * stride_dth + index,
-        sums,
-        mask=(index >= 0) & (index < table_len),
-        sem="relaxed",
-    )
+    if DIAGONALS == BLOCK_N:
+        column = tl.arange(0, BLOCK_N)[None, :]
+        skewed = tl.gather(ds, (column + rows) % BLOCK_N, axis=1)
+        wrapped = column + rows >= BLOCK_N
+        upper = tl.reduce(tl.where(wrapped, 0.0, skewed), 0, _add)
+        lower = tl.reduce(tl.where(wrapped, skewed, 0.0), 0, _add)
+        index = start_n - first_row + table_shift + tl.arange(0, BLOCK_N)
+        row = DTABLE + h * stride_dth
+        tl.atomic_add(row + index, upper, mask=(index >= 0) & (index < table_len), sem="relaxed")
+        index -= BLOCK_N
+        tl.atomic_add(row + index, lower, mask=(index >= 0) & (index < table_len), sem="relaxed")
+    else:
+        diagonal = tl.arange(0, DIAGONALS)[None, :]
+        column = diagonal - (ROWS - 1) + rows
+        inside = (column >= 0) & (column < BLOCK_N)
+        skewed = tl.gather(ds, tl.where(inside, column, 0), axis=1)
+        sums = tl.reduce(tl.where(inside, skewed, 0.0), 0, _add)
+        index = start_n - first_row - (ROWS - 1) + table_shift + tl.arange(0, DIAGONALS)
+        tl.atomic_add(
+            DTABLE + h * stride_dth + index,
+            sums,
+            mask=(index >= 0) & (index < table_len),
+            sem="relaxed",
+        )
 
 
 @triton.jit
@@ -317,7 +335,7 @@ def _add_diagonal_sums(
 ):  # fmt: skip
     """DTABLE[h, j - i + shift] += sum of ds over the tile's diagonal j - i, in two halves of
     rows (each skewed in registers a quarter of the whole tile's size: the whole-tile skew
-    spilled registers on sm_90). DIAGONALS: a power of two >= BLOCK_M / 2 + BLOCK_N - 1."""
+    spilled registers on sm_90). DIAGONALS: the skewed width (`_skewed_sums`)."""
     halves = tl.permute(tl.reshape(ds, (2, BLOCK_M // 2, BLOCK_N)), (1, 2, 0))
     top, bottom = tl.split(halves)
     _skewed_sums(
@@ -556,9 +574,27 @@ def schedule(tile: Tiles, device: torch.device) -> dict:
     return dict(num_warps=tile.num_warps, num_stages=tile.num_stages)
 
 
-def diagonal_block(tile: Tiles) -> int:
-    """DIAGONALS of the dQ kernel: a power of two >= the diagonals one half of a tile's rows
-    spans (`_add_diagonal_sums` skews two halves)."""
+# How the dQ kernel skews each half of a dS tile for the table's diagonal sums: "wide" (zero-
+# padded to a power of two >= the diagonals it spans: 64 for 32 x 32) or "circular" (rotated
+# in place, 32 wide, where a half is square; else wide). Chosen by POSATTN_TRITON_SKEW; the
+# tile sweep times both. Circular: to be measured on a GPU.
+SKEWS = ("wide", "circular")
+
+
+def skew_choice() -> str:
+    text = os.environ.get("POSATTN_TRITON_SKEW", SKEWS[0])
+    if text not in SKEWS:
+        raise PosAttnConfigError(
+            f"POSATTN_TRITON_SKEW={text!r}: expected one of {', '.join(map(repr, SKEWS))}"
+        )
+    return text
+
+
+def diagonal_block(tile: Tiles, skew: str = "wide") -> int:
+    """DIAGONALS of the dQ kernel, the width each half of a tile's rows is skewed to
+    (`_add_diagonal_sums` skews two halves): circular where a half is square, else wide."""
+    if skew == "circular" and tile.block_m // 2 == tile.block_n:
+        return tile.block_n
     return triton.next_power_of_2(tile.block_m // 2 + tile.block_n - 1)
 
 
@@ -713,7 +749,8 @@ class TableBiasAttention(torch.autograd.Function):
             TABLE_GRAD=table_grad, UNTIE_GRAD=untie_grad, SEGMENT_GRAD=ctx.segment_grad,
             BLOCK_M=block_m,
             BLOCK_N=block_n,
-            DIAGONALS=diagonal_block(tile), **flags, **launch,
+            DIAGONALS=diagonal_block(tile, skew_choice() if table_grad else "wide"), **flags,
+            **launch,
         )  # fmt: skip
         if per_batch:
             dtable = dtable.sum(0)
