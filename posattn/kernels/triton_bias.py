@@ -82,6 +82,11 @@ def _add(a, b):
 
 
 @triton.jit
+def _add_pairs(a, b, c, d):
+    return a + c, b + d
+
+
+@triton.jit
 def _maximum(a, b):
     return tl.maximum(a, b)
 
@@ -306,8 +311,9 @@ def _skewed_sums(
         column = tl.arange(0, BLOCK_N)[None, :]
         skewed = tl.gather(ds, (column + rows) % BLOCK_N, axis=1)
         wrapped = column + rows >= BLOCK_N
-        upper = tl.reduce(tl.where(wrapped, 0.0, skewed), 0, _add)
-        lower = tl.reduce(tl.where(wrapped, skewed, 0.0), 0, _add)
+        upper, lower = tl.reduce(
+            (tl.where(wrapped, 0.0, skewed), tl.where(wrapped, skewed, 0.0)), 0, _add_pairs
+        )
         index = start_n - first_row + table_shift + tl.arange(0, BLOCK_N)
         row = DTABLE + h * stride_dth
         tl.atomic_add(row + index, upper, mask=(index >= 0) & (index < table_len), sem="relaxed")
