@@ -130,26 +130,23 @@ def main() -> None:
     # bias, and how much the kernel itself.
     for kind, r in best.items():
         os.environ[f"POSATTN_TRITON_{kind.upper()}"] = r["tile"]
-    # Where the table's gradient is added: one shared table or one per batch element.
-    by_mode = {}
-    for mode in TABLE_GRAD_MODES:
-        os.environ["POSATTN_TRITON_TABLE_GRAD"] = mode
-        row = measured(f"backward dT {mode}", best["backward"]["tile"], True)
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-        if row["ok"]:
-            by_mode[mode] = row["ratio"]
-    os.environ["POSATTN_TRITON_TABLE_GRAD"] = min(by_mode, key=by_mode.get)
-    # How dQ skews each half tile for the diagonal sums: zero-padded or rotated in place.
-    by_skew = {}
-    for skew in SKEWS:
-        os.environ["POSATTN_TRITON_SKEW"] = skew
-        row = measured(f"backward skew {skew}", best["backward"]["tile"], True)
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-        if row["ok"]:
-            by_skew[skew] = row["ratio"]
-    os.environ["POSATTN_TRITON_SKEW"] = min(by_skew, key=by_skew.get)
+
+    def keep_fastest(name: str, label: str, values: tuple[str, ...]) -> None:
+        """POSATTN_TRITON_<name> set to the value whose forward + backward is fastest."""
+        ratios = {}
+        for value in values:
+            os.environ[f"POSATTN_TRITON_{name}"] = value
+            row = measured(f"backward {label} {value}", best["backward"]["tile"], True)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            if row["ok"]:
+                ratios[value] = row["ratio"]
+        os.environ[f"POSATTN_TRITON_{name}"] = min(ratios, key=ratios.get)
+
+    # Where the table's gradient is added (one shared table or one per batch element), then
+    # how dQ skews each half tile for its diagonal sums (zero-padded or rotated in place).
+    keep_fastest("TABLE_GRAD", "dT", TABLE_GRAD_MODES)
+    keep_fastest("SKEW", "skew", SKEWS)
     for kind in ("forward", "backward"):
         train = kind == "backward"
         floor, ms = time(flash, train), time(bias_free, train)

@@ -563,14 +563,18 @@ def tiles(device: torch.device, kind: str) -> Tiles:
 TABLE_GRAD_MODES = ("shared", "per-batch")
 
 
-def table_grad_mode() -> str:
-    text = os.environ.get("POSATTN_TRITON_TABLE_GRAD", TABLE_GRAD_MODES[0])
-    if text not in TABLE_GRAD_MODES:
+def environment_choice(variable: str, choices: tuple[str, ...]) -> str:
+    """The environment's value of `variable`, one of `choices` (default: the first)."""
+    text = os.environ.get(variable, choices[0])
+    if text not in choices:
         raise PosAttnConfigError(
-            f"POSATTN_TRITON_TABLE_GRAD={text!r}: expected one of "
-            f"{', '.join(map(repr, TABLE_GRAD_MODES))}"
+            f"{variable}={text!r}: expected one of {', '.join(map(repr, choices))}"
         )
     return text
+
+
+def table_grad_mode() -> str:
+    return environment_choice("POSATTN_TRITON_TABLE_GRAD", TABLE_GRAD_MODES)
 
 
 def schedule(tile: Tiles, device: torch.device) -> dict:
@@ -588,12 +592,7 @@ SKEWS = ("wide", "circular")
 
 
 def skew_choice() -> str:
-    text = os.environ.get("POSATTN_TRITON_SKEW", SKEWS[0])
-    if text not in SKEWS:
-        raise PosAttnConfigError(
-            f"POSATTN_TRITON_SKEW={text!r}: expected one of {', '.join(map(repr, SKEWS))}"
-        )
-    return text
+    return environment_choice("POSATTN_TRITON_SKEW", SKEWS)
 
 
 def diagonal_block(tile: Tiles, skew: str = "wide") -> int:
