@@ -1,5 +1,5 @@
 """Where one training call of kernel="triton" spends its GPU time, kernel by kernel: the
-forward, D = rowsum(dO * O), dK/dV, dQ with the table's diagonal sums, and the small torch
+forward, dQ with D = rowsum(dO * O) and the table's diagonal sums, dK/dV, and the small torch
 ops around them (the table's log2(e) copies, zero fills, the gradient casts), beside the same
 call without a table and bias-free flash SDPA, from torch.profiler's CUDA activity. The
 benchmark says how far the kernel is from flash attention; this says which part to work on.

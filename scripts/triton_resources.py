@@ -31,8 +31,6 @@ def main() -> None:
         for text in CANDIDATES:
             tile = Tiles(*(int(part) for part in text.split(",")))
             for launch in launches(flags, tile, tile, table_grad=True):
-                if launch.name == "delta":
-                    continue
                 used = resources(compile_launch(launch, dtype))
                 print(
                     f"{rule:8} {text:13} {launch.name:10} {used['registers']:9} "

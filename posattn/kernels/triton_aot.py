@@ -44,16 +44,13 @@ class Launch:
 def launches(
     flags: dict, forward: Tiles, backward: Tiles, table_grad: bool, skew: str = "wide"
 ) -> list[Launch]:
-    """The four kernels of a forward and backward with these flags and tiles (`skew`: the dQ
+    """The three kernels of a forward and backward with these flags and tiles (`skew`: the dQ
     kernel's, POSATTN_TRITON_SKEW)."""
     common = dict(BLOCK_M=backward.block_m, BLOCK_N=backward.block_n)
     segment_grad = flags["NUM_SEGMENTS"] > 0
     return [
         Launch("forward", triton_bias._forward,
                {**flags, "BLOCK_M": forward.block_m, "BLOCK_N": forward.block_n}, forward),
-        Launch("delta", triton_bias._delta,
-               {"BLOCK_M": backward.block_m, "BLOCK_DV": flags["BLOCK_DV"],
-                "EVEN_DV": flags["EVEN_DV"]}, backward),
         Launch("dk_dv", triton_bias._backward_dk_dv, {**flags, **common}, backward),
         Launch("dq_dtable", triton_bias._backward_dq_dtable,
                {**flags, **common, "TABLE_GRAD": table_grad, "SEGMENT_GRAD": segment_grad,

@@ -274,25 +274,6 @@ def _forward(
 
 
 @triton.jit
-def _delta(
-    OUT, DO, DELTA, sob, soh, som, sdob, sdoh, sdom, H, M, DV,
-    BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr, EVEN_DV: tl.constexpr,
-):  # fmt: skip
-    """D_i = sum_d dO_id O_id in float32, without float32 copies of O and dO."""
-    start_m = tl.program_id(0) * BLOCK_M
-    bh = tl.program_id(1)
-    b, h = bh // H, bh % H
-    offs_m = start_m + tl.arange(0, BLOCK_M)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    inside = _tile_mask(offs_m, M, offs_dv, DV, EVEN_DV)
-    rows = offs_m[:, None]
-    out = tl.load(OUT + b * sob + h * soh + rows * som + offs_dv[None, :], mask=inside, other=0.0)
-    do = tl.load(DO + b * sdob + h * sdoh + rows * sdom + offs_dv[None, :], mask=inside, other=0.0)
-    delta = tl.reduce(out.to(tl.float32) * do.to(tl.float32), 1, _add)
-    tl.store(DELTA + bh * M + offs_m, delta, mask=offs_m < M)
-
-
-@triton.jit
 def _skewed_sums(
     ds, first_row, start_n, h, DTABLE, stride_dth, table_shift, table_len,
     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONALS: tl.constexpr,
@@ -485,9 +466,10 @@ def _dq_step(
 
 @triton.jit
 def _backward_dq_dtable(
-    Q, K, V, DO, LSE, DELTA, DQ, TABLE, DTABLE, UNTIE, DUNTIE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS,
-    DSEGMENTS,
-    sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom, sdqb, sdqh, sdqm,
+    Q, K, V, OUT, DO, LSE, DELTA, DQ, TABLE, DTABLE, UNTIE, DUNTIE, KEYS, FIRST, SEGMENTS,
+    SEGMENT_IDS, DSEGMENTS,
+    sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, sdob, sdoh, sdom,
+    sdqb, sdqh, sdqm,
     stride_th, stride_tk, stride_dtb, stride_dth, stride_kb, stride_sb,
     H, M, N, D, DV, q_start, table_shift, table_len, untie_row, untie_column, scale, scale2,
     HAS_TABLE: tl.constexpr, TABLE_GRAD: tl.constexpr, HAS_UNTIE: tl.constexpr,
@@ -498,7 +480,9 @@ def _backward_dq_dtable(
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, DIAGONALS: tl.constexpr,
 ):  # fmt: skip
     """dQ of one query block over the keys it sees, and that block's share of dT (in the
-    batch element's own copy of dT where stride_dtb is not 0)."""
+    batch element's own copy of dT where stride_dtb is not 0). First D_i = sum_d dO_id O_id
+    of its rows, in float32, kept for dK/dV (launched after): a kernel of its own was one
+    more launch from the host, which bounds a call at n=1024."""
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
@@ -507,8 +491,10 @@ def _backward_dq_dtable(
     offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
     q = _load_tile(Q + b * sqb + h * sqh, offs_m, sqm, M, offs_d, D, EVEN_D)
     do = _load_tile(DO + b * sdob + h * sdoh, offs_m, sdom, M, offs_dv, DV, EVEN_DV)
+    out = _load_tile(OUT + b * sob + h * soh, offs_m, som, M, offs_dv, DV, EVEN_DV)
+    delta = tl.reduce(out.to(tl.float32) * do.to(tl.float32), 1, _add)
+    tl.store(DELTA + bh * M + offs_m, delta, mask=offs_m < M)
     lse = tl.load(LSE + bh * M + offs_m, mask=offs_m < M, other=float("inf"))
-    delta = tl.load(DELTA + bh * M + offs_m, mask=offs_m < M, other=0.0)
     first = 0
     if CAUSAL:
         first = tl.load(FIRST + b)
@@ -716,12 +702,9 @@ class TableBiasAttention(torch.autograd.Function):
         N, DV = k.shape[-2], v.shape[-1]
         tile = tiles(q.device, "backward")
         block_m, block_n, launch = tile.block_m, tile.block_n, schedule(tile, q.device)
-        # D_i = rowsum(dO * O), the term every row of dS subtracts.
+        # D_i = rowsum(dO * O), the term every row of dS subtracts: written by the dQ kernel,
+        # read by dK/dV after it.
         delta = torch.empty(batch * heads, M, dtype=torch.float32, device=q.device)
-        _delta[(triton.cdiv(M, block_m), batch * heads)](
-            out, grad_out, delta, *out.stride()[:3], *grad_out.stride()[:3], heads, M, DV,
-            BLOCK_M=block_m, BLOCK_DV=flags["BLOCK_DV"], EVEN_DV=flags["EVEN_DV"],
-        )  # fmt: skip
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         # dT's atomics go to one table or to one per batch element (summed after): fewer
         # programs add to each address, at B tables of memory (`table_grad_mode`).
@@ -735,6 +718,19 @@ class TableBiasAttention(torch.autograd.Function):
         dsegments = torch.zeros_like(segments32) if ctx.segment_grad else absent(device, float32)
         duntie = torch.zeros_like(untie32) if untie_grad else absent(device, float32)
         common = (heads, M, N, D, DV, q_start)
+        _backward_dq_dtable[(triton.cdiv(M, block_m), batch * heads)](
+            q, k, v, out, grad_out, lse, delta, dq, copies, dtable, untie32, duntie, keys_,
+            first_, segments32, ids, dsegments,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+            *grad_out.stride()[:3], *dq.stride()[:3], copies.stride(0), copies.stride(1),
+            stride_dtb, stride_dth, keys_.stride(0), ids.stride(0),
+            *common, M - 1, M + N - 1, untie_row, untie_column, scale, scale * LOG2E,
+            TABLE_GRAD=table_grad, UNTIE_GRAD=untie_grad, SEGMENT_GRAD=ctx.segment_grad,
+            BLOCK_M=block_m,
+            BLOCK_N=block_n,
+            DIAGONALS=diagonal_block(tile, skew_choice() if table_grad else "wide"), **flags,
+            **launch,
+        )  # fmt: skip
         _backward_dk_dv[(triton.cdiv(N, block_n), batch * heads)](
             q, k, v, grad_out, lse, delta, dk, dv, copies, untie32, keys_, first_, segments32,
             ids,
@@ -743,19 +739,6 @@ class TableBiasAttention(torch.autograd.Function):
             keys_.stride(0), ids.stride(0),
             *common, M - 1, untie_row, untie_column, scale, scale * LOG2E,
             BLOCK_M=block_m, BLOCK_N=block_n, **flags, **launch,
-        )  # fmt: skip
-        _backward_dq_dtable[(triton.cdiv(M, block_m), batch * heads)](
-            q, k, v, grad_out, lse, delta, dq, copies, dtable, untie32, duntie, keys_, first_,
-            segments32, ids, dsegments,
-            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
-            *dq.stride()[:3], copies.stride(0), copies.stride(1), stride_dtb, stride_dth,
-            keys_.stride(0), ids.stride(0),
-            *common, M - 1, M + N - 1, untie_row, untie_column, scale, scale * LOG2E,
-            TABLE_GRAD=table_grad, UNTIE_GRAD=untie_grad, SEGMENT_GRAD=ctx.segment_grad,
-            BLOCK_M=block_m,
-            BLOCK_N=block_n,
-            DIAGONALS=diagonal_block(tile, skew_choice() if table_grad else "wide"), **flags,
-            **launch,
         )  # fmt: skip
         if per_batch:
             dtable = dtable.sum(0)
