@@ -348,8 +348,7 @@ def test_gpu_tiles_come_from_the_table_or_the_environment(monkeypatch):
             triton_bias.tiles(cuda, "forward")
 
 
-@pytest.mark.parametrize("untie_row", [None, 6])
-def test_the_tables_gradient_is_the_same_by_every_mode(monkeypatch, untie_row):
+def test_the_tables_gradient_is_the_same_by_every_mode(monkeypatch):
     """POSATTN_TRITON_TABLE_GRAD: the dQ kernel's diagonal sums into one table ("shared") or
     one per batch element ("per-batch", summed after), and POSATTN_TRITON_SKEW: each half
     tile skewed zero-padded ("wide") or rotated in place ("circular", the interpreter's
@@ -363,13 +362,13 @@ def test_the_tables_gradient_is_the_same_by_every_mode(monkeypatch, untie_row):
     q = torch.randn(3, 2, n_q, 16, requires_grad=True)
     k, v = (torch.randn(3, 2, n_k, 16, requires_grad=True) for _ in range(2))
     table = torch.randn(2, n_q + n_k - 1, requires_grad=True)
-    untie = None if untie_row is None else ClsUntie(untie_row, 25, torch.randn(2))
+    untie = ClsUntie(6, 25, torch.randn(2))  # its scores leave the table's gradient
     padding = torch.ones(3, n_k, dtype=torch.bool)
     padding[0, :5] = False
     mask = build_attention_mask(padding, n_k, True, torch.device("cpu"), start)
     grad = torch.randn(3, 2, n_q, 16)
     matrix = toeplitz_rows(table, n_q, n_k)
-    bias = matrix if untie is None else untie.applied(matrix)
+    bias = untie.applied(matrix)
     reference = eager_attention(q, k, v, mask=mask, bias=bias, scale=0.3)
     expected = torch.autograd.grad(reference, (q, k, v, table), grad)
     tables = TableBias(offset=table, cls_untie=untie)
