@@ -91,6 +91,9 @@ check() {
             --length "$length" 2>&1 | tee "$work/profile-$length.log" |
             grep -v "^  .* 0\.[0-9]%" | grep -iv warn | head -n 40 || true
     done
+    # Where the host's time goes in a call too small for the GPU to matter (host-128.txt).
+    timeout "${PROFILE_SECONDS:-60}" "$PYTHON" scripts/triton_profile.py "$work" --length 128 \
+        --host 2>&1 | tee "$work/host.log" | grep -iv warn | head -n 12 || true
     pack_check "$out"
     # Attention level first: each level's tables are written when it ends.
     timeout "${BENCH_SECONDS:-200}" "$PYTHON" -m posattn bench --kernels sdpa,triton \

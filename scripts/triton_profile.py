@@ -4,16 +4,20 @@ ops around them (the table's log2(e) copies, zero fills, the gradient casts), be
 call without a table and bias-free flash SDPA, from torch.profiler's CUDA activity. The
 benchmark says how far the kernel is from flash attention; this says which part to work on.
 
-    PYTHONPATH=. python scripts/triton_profile.py OUT_DIR [--length 4096] [--steps 10]
+    PYTHONPATH=. python scripts/triton_profile.py OUT_DIR [--length 4096] [--steps 10] [--host]
 
 Writes profile-LENGTH.json and prints a table per case (GPU and wall ms per call; per kernel,
-ms per call and share of the call).
+ms per call and share of the call). With --host (and a small --length, where the GPU's time
+does not matter): wall time per call and Python's profile of the host side, host-LENGTH.txt.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
+import pstats
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -75,13 +79,48 @@ def cases(n: int) -> dict[str, Callable[[], None]]:
     return built
 
 
+def host_profile(out: Path, n: int, steps: int) -> None:
+    """Where the host's time goes in a call too small for the GPU to matter: wall time per
+    training call, then Python's profile of `steps` calls (the functions with the most time of
+    their own: Triton's launch path, torch's ops, autograd), written to host-N.txt."""
+    report = io.StringIO()
+    for name, call in cases(n).items():
+        for _ in range(3):
+            call()
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        for _ in range(steps):
+            call()
+        torch.cuda.synchronize()
+        wall = (time.perf_counter() - started) * 1e3 / steps
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(steps):
+            call()
+        torch.cuda.synchronize()
+        profiler.disable()
+        print(f"== {name}: {wall:.3f} ms of wall time per training call (n={n})", file=report)
+        stats = pstats.Stats(profiler, stream=report)
+        stats.sort_stats("tottime").print_stats(14)
+    (out / f"host-{n}.txt").write_text(report.getvalue())
+    for line in report.getvalue().splitlines():
+        if line.startswith("==") or "function calls" in line:
+            print(line)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
     parser.add_argument("--length", type=int, default=4096)
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument(
+        "--host", action="store_true", help="the host's time instead (use a small --length)"
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.host:
+        host_profile(args.out, args.length, max(args.steps, 100))
+        return
     results = {}
     for name, call in cases(args.length).items():
         for _ in range(3):  # compile and warm up outside the profile
