@@ -207,8 +207,8 @@ class MultiHeadAttention(nn.Module):
 
     def auto_takes_triton(self, q, k, terms: LayerTerms, mask, extra_bias) -> bool:
         """kernel="auto" with a learned bias that is a Toeplitz table (with TUPE-R's absolute
-        part, which `attend_by_tables` folds into q and k, and its [CLS] untie), where
-        `auto_takes_triton` picks the table-reading kernel."""
+        part, which `attend_by_tables` folds into q and k, and its [CLS] untie), or without
+        gradients a table alone, where `auto_takes_triton` picks the table-reading kernel."""
         table = terms.offset_bias
         plain_table = (
             self.kernel_name == "auto"
@@ -227,7 +227,8 @@ class MultiHeadAttention(nn.Module):
             and torch.is_grad_enabled()
             and not (self.training and self.dropout)
         )
-        return auto_takes_triton(q, k, table, mask, learned, folded_width)
+        inference = plain_table and factors is None and not torch.is_grad_enabled()
+        return auto_takes_triton(q, k, table, mask, learned, folded_width, inference)
 
     def attend_by_tables(self, q, k, v, terms: LayerTerms, mask, extra_bias, kernel=None):
         """`attend` for a kernel that reads the bias from its table (kernel="triton"): the

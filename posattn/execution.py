@@ -40,6 +40,13 @@ Choices:
       BERT-small training steps, n=2048 (512 MiB per layer): T5 23.7 ms triton against 29.3
       ms SDPA, TUPE-R 30.0 against 42.2, DIET-REL 22.1 against 30.9; at n=512 SDPA is faster
       (T5 12.9 against 22.7 ms: the kernel's host-side launches dominate there).
+  triton_inference_threshold_bytes: without gradients (inference), above this many bytes of
+      a Toeplitz bias written out ([H, n, n] in float32), kernel "auto" hands its table on GPU
+      to kernel "triton" where it serves it (not TUPE-R, whose folded forward is the slower).
+      H100, bf16, B=8, H=8, forward over bias-free flash SDPA, n=8192 (2 GiB of bias): T5
+      triton 2.55x / 70 MiB against SDPA's 2.88x / 3137 MiB, DIET-REL 2.51x against 2.93x,
+      KERPLE 2.65x against 3.02x, ALiBi 2.61x / 69 MiB against 2.50x / 1088 MiB; at n=4096
+      (512 MiB, not above) a tie (T5 2.77x against 2.71x, ALiBi 3.00x against 2.51x).
   flex_threshold_bytes: above this many bytes of a [B, H, n, n] bias gradient, kernel "auto"
       leaves SDPA on GPU for any other learned bias: FlexAttention, which trades SDPA's speed
       for memory (H100, bf16, B=8, H=8, T5 bias,
@@ -76,6 +83,7 @@ class Choices:
     fold: bool | None = None
     skew: bool | None = None
     triton_threshold_bytes: int = 2**28
+    triton_inference_threshold_bytes: int = 2**30
     flex_threshold_bytes: int = 2**30
     recompute_threshold_bytes: int = 2**23
 
@@ -172,6 +180,10 @@ def triton_threshold_bytes() -> int:
     return _choice("triton_threshold_bytes")
 
 
+def triton_inference_threshold_bytes() -> int:
+    return _choice("triton_inference_threshold_bytes")
+
+
 def flex_threshold_bytes() -> int:
     return _choice("flex_threshold_bytes")
 
@@ -188,6 +200,7 @@ __all__ = [
     "flex_threshold_bytes",
     "recompute_threshold_bytes",
     "set",
+    "triton_inference_threshold_bytes",
     "triton_threshold_bytes",
     "use_fold",
     "use_skew",

@@ -19,6 +19,7 @@ def test_defaults_are_the_measured_choices():
         fold=None,
         skew=None,
         triton_threshold_bytes=2**28,
+        triton_inference_threshold_bytes=2**30,
         flex_threshold_bytes=2**30,
         recompute_threshold_bytes=2**23,
     )

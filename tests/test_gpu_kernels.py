@@ -94,6 +94,33 @@ def test_auto_kernel_takes_triton_for_a_large_table_bias_on_gpu(monkeypatch, cho
         torch.testing.assert_close(ours, reference, atol=2e-4, rtol=2e-3)
 
 
+def test_auto_kernel_takes_triton_for_a_large_table_in_inference_on_gpu(monkeypatch, choose):
+    """Without gradients, above `triton_inference_threshold_bytes`, T5's table goes to the
+    Triton kernel too, with eager's values."""
+    pytest.importorskip("triton")
+    from posattn import attention
+
+    choose(triton_inference_threshold_bytes=0)
+    calls = []
+    original = attention.triton_attention
+    monkeypatch.setattr(
+        attention, "triton_attention", lambda *a, **kw: calls.append(1) or original(*a, **kw)
+    )
+    torch.set_default_dtype(torch.float32)
+    try:
+        model = tiny_encoder("t5", d_model=48).cuda().eval()
+    finally:
+        torch.set_default_dtype(torch.float64)
+    ids, mask, segment_ids = (t.cuda() for t in padded_batch())
+    with torch.no_grad():
+        model.set_kernel("eager")
+        reference = model(ids, mask, segment_ids)
+        model.set_kernel("auto")
+        out = model(ids, mask, segment_ids)
+    assert len(calls) == 2  # one per layer
+    torch.testing.assert_close(out[mask], reference[mask], atol=2e-4, rtol=2e-4)
+
+
 TABLE_ENCODINGS = [
     ("t5", {}, False),
     ("t5", {"bidirectional": False}, True),

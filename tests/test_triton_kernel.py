@@ -432,19 +432,54 @@ def test_auto_asks_about_tupe_r_at_its_folded_head_size(monkeypatch):
 
     asked = []
 
-    def ask(q, k, table, mask, learned, head_size):
-        asked.append((q.shape[-1], head_size, learned))
+    def ask(q, k, table, mask, learned, head_size, inference):
+        asked.append((q.shape[-1], head_size, learned, inference))
         return False
 
     monkeypatch.setattr(attention, "auto_takes_triton", ask)
     model = tiny_encoder("tupe-r", kernel="auto")
     ids = torch.randint(1, 40, (2, 6))
     model(ids).sum().backward()
-    assert asked == [(8, 16, True)] * 2
+    assert asked == [(8, 16, True, False)] * 2
     asked.clear()
     with torch.no_grad():
         model(ids)
-    assert asked == [(8, 16, False)] * 2
+    assert asked == [(8, 16, False, False)] * 2  # TUPE-R's folded forward stays with SDPA
+
+
+def test_auto_asks_for_inference_with_a_table_alone(monkeypatch):
+    """Without gradients `auto` asks about a plain table (T5) as inference, and by the size
+    rule of `auto_takes_triton`: a learned table's gradient past 256 MiB (n=2048 at B=8, H=8
+    in bf16, not 1024), in inference its float32 [H, n, n] bias past 1 GiB (n=8192 at H=8,
+    not 4096); never off the GPU."""
+    from posattn import attention
+    from posattn.kernels import flex
+
+    asked = []
+    monkeypatch.setattr(
+        attention, "auto_takes_triton", lambda *args: asked.append(args[4:]) or False
+    )
+    model = tiny_encoder("t5", kernel="auto")
+    with torch.no_grad():
+        model(torch.randint(1, 40, (2, 6)))
+    assert asked == [(False, 8, True)] * 2
+
+    class Shaped:  # q or k as the rule reads them, on a GPU
+        def __init__(self, n, device="cuda"):
+            self.shape, self.device = (8, 8, n, 64), torch.device(device)
+
+        def element_size(self):
+            return 2
+
+    monkeypatch.setattr(flex, "serves_table", lambda *args: True)
+    rule = flex.auto_takes_triton
+    for n, learned, inference, expected in [
+        (2048, True, False, True), (1024, True, False, False),
+        (8192, False, True, True), (4096, False, True, False), (8192, False, False, False),
+    ]:  # fmt: skip
+        q = Shaped(n)
+        assert rule(q, q, None, None, learned, inference=inference) is expected, (n, learned)
+    assert not rule(Shaped(8192, "cpu"), Shaped(8192, "cpu"), None, None, True, inference=True)
 
 
 def count_dense_builds(monkeypatch) -> list:
@@ -523,7 +558,7 @@ def test_auto_decides_for_triton_before_the_bias_is_built(monkeypatch, encoding)
     from posattn import attention
     from posattn.kernels.table_bias import serves_table
 
-    def takes_triton(q, k, table, mask, learned, head_size):
+    def takes_triton(q, k, table, mask, learned, head_size, inference):
         return learned and serves_table(q, k, table, mask, head_size)
 
     monkeypatch.setattr(attention, "auto_takes_triton", takes_triton)

@@ -27,7 +27,12 @@ import torch
 from torch import Tensor
 
 from ..errors import invalid
-from ..execution import flex_threshold_bytes, recompute_threshold_bytes, triton_threshold_bytes
+from ..execution import (
+    flex_threshold_bytes,
+    recompute_threshold_bytes,
+    triton_inference_threshold_bytes,
+    triton_threshold_bytes,
+)
 from ..toeplitz import ClsUntie
 from .sdpa import sdpa_attention
 from .table_bias import TableBias, serves_table, triton_attention
@@ -160,18 +165,27 @@ def bias_gradient_bytes(q: Tensor, k: Tensor) -> int:
 
 
 def auto_takes_triton(
-    q: Tensor, k: Tensor, offset_bias, mask, learned: bool, head_size: int | None = None
+    q: Tensor,
+    k: Tensor,
+    offset_bias,
+    mask,
+    learned: bool,
+    head_size: int | None = None,
+    inference: bool = False,
 ) -> bool:
     """`auto`'s choice of kernel="triton" (see `auto_attention`): on GPU, a learned bias given
-    as a Toeplitz table whose [B, H, n, n] gradient would pass `triton_threshold_bytes`, where
-    the kernel serves it at `head_size` (q's, or what a folded low-rank part widens it to).
-    `MultiHeadAttention.attend` asks before building the bias."""
-    return (
-        learned
-        and q.device.type == "cuda"
-        and bias_gradient_bytes(q, k) > triton_threshold_bytes()
-        and serves_table(q, k, offset_bias, mask, head_size)
+    as a Toeplitz table whose [B, H, n, n] gradient would pass `triton_threshold_bytes`, or,
+    in `inference` (no gradients, a table alone), one whose [H, n, n] float32 bias would pass
+    `triton_inference_threshold_bytes`, where the kernel serves it at `head_size` (q's, or
+    what a folded low-rank part widens it to). `MultiHeadAttention.attend` asks before
+    building the bias."""
+    if q.device.type != "cuda":
+        return False
+    heads, n_q, n_k = q.shape[1], q.shape[-2], k.shape[-2]
+    large = (learned and bias_gradient_bytes(q, k) > triton_threshold_bytes()) or (
+        inference and heads * n_q * n_k * 4 > triton_inference_threshold_bytes()
     )
+    return large and serves_table(q, k, offset_bias, mask, head_size)
 
 
 def auto_attention(
