@@ -37,9 +37,10 @@ Choices:
       bf16, B=8, H=8, forward + backward over bias-free flash SDPA, n=4096: T5 triton 3.30x /
       132 MiB against SDPA's 6.63x / 3010 MiB, TUPE-R 5.69x against 10.53x; at n=1024 (128 MiB
       of gradient, not above) SDPA 2.86x and 3.41x, triton 3.28x and 3.14x in two runs: a tie.
-      BERT-small training steps, n=2048 (512 MiB per layer): T5 23.7 ms triton against 29.3
-      ms SDPA, TUPE-R 30.0 against 42.2, DIET-REL 22.1 against 30.9; at n=512 SDPA is faster
-      (T5 12.9 against 22.7 ms: the kernel's host-side launches dominate there).
+      BERT-small training steps over `learned`, n=2048 (512 MiB per layer): T5 +21% through
+      triton against +54% through SDPA, TUPE-R +50% against +113%, DIET-REL +25% against
+      +74%; at n=512 SDPA is faster (T5 -0.4% against +25.5%: the kernel's host-side
+      launches dominate there).
   triton_inference_threshold_bytes: without gradients (inference), above this many bytes of
       a Toeplitz bias written out ([H, n, n] in float32), kernel "auto" hands its table on GPU
       to kernel "triton" where it serves it (not TUPE-R, whose folded forward is the slower).
