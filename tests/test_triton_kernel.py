@@ -120,7 +120,7 @@ def test_absent_arguments_are_made_once_and_outlive_inference_mode():
     tensors that a later training call saves for backward, with eager's gradients."""
     from posattn.kernels import triton_bias
 
-    triton_bias.absent.cache_clear()
+    triton_bias._kept_absent.cache_clear()
     torch.manual_seed(2)
     q, k, v = (torch.randn(1, 2, 19, 16) for _ in range(3))
     with torch.inference_mode():

@@ -624,13 +624,20 @@ def aligned_copies(table: Tensor, longest_run: int) -> Tensor:
     return padded.unfold(-1, width, 1).contiguous()
 
 
-@functools.cache
 def absent(device: torch.device, dtype: torch.dtype, dims: int = 1) -> Tensor:
     """A one-element stand-in for a tensor argument whose flag is off (the kernels neither read
     nor write it), made once per device and dtype: made per call, each was a fill kernel
     launched from the host (10 of a training call without a table, on the H100 profile; at
-    n=1024 such a call waits on the host). Made outside inference mode, so that a training
-    call may save it for backward."""
+    n=1024 such a call waits on the host). Inside a CUDA graph's capture a fresh one, since
+    memory allocated there belongs to the graph's pool."""
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return torch.zeros((1,) * dims, dtype=dtype, device=device)
+    return _kept_absent(device, dtype, dims)
+
+
+@functools.cache
+def _kept_absent(device: torch.device, dtype: torch.dtype, dims: int) -> Tensor:
+    """Made outside inference mode, so that a training call may save it for backward."""
     with torch.inference_mode(False):
         return torch.zeros((1,) * dims, dtype=dtype, device=device)
 
