@@ -618,3 +618,7 @@ def test_aligned_copies_hold_the_table_from_each_shift_and_zeros_past_its_end():
     for shift in range(4):
         assert torch.equal(copies[:, shift, : 9 - shift], table[:, shift:])
         assert (copies[:, shift, 9 - shift :] == 0).all()
+    scaled = aligned_copies(table.to(torch.bfloat16), longest_run=16, scale=1.5)
+    assert scaled.dtype == torch.float32 and scaled.is_contiguous()
+    expected = aligned_copies(table.to(torch.bfloat16).float(), longest_run=16) * 1.5
+    assert torch.equal(scaled, expected)

@@ -613,15 +613,18 @@ def kernel_flags(
     )
 
 
-def aligned_copies(table: Tensor, longest_run: int) -> Tensor:
-    """[H, L] -> [H, 4, W]: copy c holds table[:, c:], zero-padded to W (a multiple of 16, at
-    least L + longest_run), so that a run of the table starting at any index s begins on a
-    16-byte boundary in copy s % 4 (at s - s % 4) and a run of up to `longest_run` values past
-    the end stays inside (its scores are hidden anyway). One pad and one copy of the four
-    overlapping windows: at n=1024 a GPU call is bound by launches, not by these bytes."""
-    width = -(-(table.shape[-1] + longest_run) // 16) * 16
-    padded = F.pad(table, (0, width + 3 - table.shape[-1]))
-    return padded.unfold(-1, width, 1).contiguous()
+def aligned_copies(table: Tensor, longest_run: int, scale: float = 1.0) -> Tensor:
+    """[H, L] -> [H, 4, W] float32: copy c holds scale * table[:, c:], zero-padded to W (a
+    multiple of 16, at least L + longest_run), so that a run of the table starting at any
+    index s begins on a 16-byte boundary in copy s % 4 (at s - s % 4) and a run of up to
+    `longest_run` values past the end stays inside (its scores are hidden anyway). One pad
+    and one scaling copy of the four overlapping windows (two kernels): at n=1024 a GPU call
+    is bound by launches, not by these bytes."""
+    heads, length = table.shape
+    width = -(-(length + longest_run) // 16) * 16
+    padded = F.pad(table.float(), (0, width + 3 - length))
+    copies = torch.empty(heads, 4, width, dtype=torch.float32, device=table.device)
+    return torch.mul(padded.unfold(-1, width, 1), scale, out=copies)
 
 
 def absent(device: torch.device, dtype: torch.dtype, dims: int = 1) -> Tensor:
@@ -660,7 +663,6 @@ class TableBiasAttention(torch.autograd.Function):
         N, DV = k.shape[-2], v.shape[-1]
         # The tables in the kernels' base-2 units: multiplied by log2(e) once, not per score.
         device, float32 = q.device, torch.float32
-        table32 = absent(device, float32) if table is None else table.float() * LOG2E
         keys_ = absent(device, torch.int8) if keys is None else keys
         first_ = absent(device, torch.int32) if first is None else first
         segments32 = (
@@ -682,7 +684,9 @@ class TableBiasAttention(torch.autograd.Function):
         grid = (triton.cdiv(M, block_m), batch * heads)
         longest_run = max(block_n, tiles(q.device, "backward").block_n)
         copies = (
-            absent(device, float32, 3) if table is None else aligned_copies(table32, longest_run)
+            absent(device, float32, 3)
+            if table is None
+            else aligned_copies(table, longest_run, LOG2E)
         )
         _forward[grid](
             q, k, v, out, lse, copies, untie32, keys_, first_, segments32, ids,
@@ -692,7 +696,7 @@ class TableBiasAttention(torch.autograd.Function):
             BLOCK_M=block_m, BLOCK_N=block_n, **flags, **schedule(tile, q.device),
         )  # fmt: skip
         ctx.save_for_backward(q, k, v, out, lse, copies, untie32, keys_, first_, segments32, ids)
-        ctx.table_shape = table32.shape
+        ctx.table_shape = None if table is None else table.shape
         ctx.settings = (scale, q_start, flags, table is not None and table.requires_grad)
         ctx.untie = (untie_row, untie_column, untie is not None and column_value.requires_grad)
         ctx.segment_grad = segments is not None and segments.requires_grad
