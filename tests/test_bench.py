@@ -174,3 +174,25 @@ def small_model(encoding, n, kernel="auto"):
         encoding=encoding, kernel=kernel, attention_dropout=0.0,
     )  # fmt: skip
     return PosAttnForMaskedLM(config)
+
+
+def test_paired_timing_holds_the_garbage_collector_off_and_restores_it():
+    """Both calls of every pair run with Python's collector off (a collection would land in
+    whichever call crosses its threshold); it is on again afterwards, also when a call
+    raises."""
+    import gc
+
+    from posattn.lab.bench.bench import paired
+
+    seen = []
+    ms, ratio = paired(lambda: seen.append(gc.isenabled()), lambda: None, repeats=3)
+    assert seen == [True, False, False, False]  # the warm-up call, then the timed ones
+    assert gc.isenabled() and ms >= 0 and ratio >= 0
+
+    def fails():
+        if not gc.isenabled():
+            raise RuntimeError("inside")
+
+    with pytest.raises(RuntimeError, match="inside"):
+        paired(lambda: None, fails, repeats=2)
+    assert gc.isenabled()

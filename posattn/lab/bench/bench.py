@@ -158,17 +158,26 @@ def attention_call(
 
 def paired(floor, fn, repeats: int) -> tuple[float, float]:
     """(median ms of fn, median ratio fn / floor) with the two calls alternated, so that the
-    machine's slow spells hit both sides of every ratio."""
+    machine's slow spells hit both sides of every ratio. Python's garbage collector is held
+    off while they run (as timeit does): a training step's autograd objects would otherwise
+    start a collection inside whichever call happens to cross its threshold."""
     floor(), fn()
     times, ratios = [], []
-    for _ in range(repeats):
-        start = now()
-        floor()
-        middle = now()
-        fn()
-        end = now()
-        times.append(1000 * (end - middle))
-        ratios.append((end - middle) / (middle - start))
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            start = now()
+            floor()
+            middle = now()
+            fn()
+            end = now()
+            times.append(1000 * (end - middle))
+            ratios.append((end - middle) / (middle - start))
+    finally:
+        if was_enabled:
+            gc.enable()
     return statistics.median(times), statistics.median(ratios)
 
 
