@@ -12,8 +12,9 @@ from conftest import layer_logits, tiny_encoder, word_level_tokenizer
 
 from posattn import PosAttnConfigError, PosAttnModel
 from posattn.cli import main
+from posattn.encodings.t5 import t5_relative_bucket
 from posattn.lab.inspection.forward import logits_per_layer
-from posattn.lab.inspection.heads import classify, head_patterns, head_statistics
+from posattn.lab.inspection.heads import bias_classes, classify, head_patterns, head_statistics
 from posattn.lab.inspection.positional import cls_lines, positional_logits
 from posattn.lab.inspection.rank import rank_summary
 from posattn.lab.inspection.structure import rank1_r2, shuffled, toeplitz_r2
@@ -177,6 +178,31 @@ def test_heads_are_classified_by_the_documented_rule():
     assert classify(0.49, 0.49, 0.49, 0.49) == "broad"
 
 
+def test_a_bias_alone_is_classified_where_text_would_call_its_head_broad():
+    """A DIET-REL-sized preference (+3.4 on offset -1) sends the bias by itself to the previous
+    token, while on text, where content logits of a few units share each row, the same head
+    comes out broad (content logits of standard deviation 4); T5's table set to prefer offset
+    +1 reads next. A bias with more keys
+    than queries has no class."""
+    n = 12
+    i = torch.arange(n)
+    offset = i[None, :] - i[:, None]
+    bias = torch.stack([3.4 * (offset == -1), 3.4 * (offset == 1), torch.zeros(n, n)]).double()
+    assert bias_classes(bias) == ["previous", "next", "broad"]
+    generator = torch.Generator().manual_seed(0)
+    content = 4.0 * torch.randn(4, 3, n, n, generator=generator, dtype=torch.float32)
+    (on_text,) = head_patterns([content.double() + bias])
+    assert on_text["class"][0] == "broad"
+    assert bias_classes(torch.zeros(2, 3, 5)) is None
+    model = tiny_encoder("t5")
+    bucket = t5_relative_bucket(torch.tensor(1), True, 32, 128)  # offset j - i = +1
+    with torch.no_grad():
+        model.encoding.relative.weight.zero_()
+        model.encoding.relative.weight[bucket, 0] = 6.0
+    (group,) = positional_logits(model, 16)  # uniform rows: local takes 5 of 16 keys
+    assert bias_classes(group["bias"]) == ["next", "broad", "broad"]
+
+
 def test_structure_measures_find_relative_and_key_patterns_and_not_noise():
     torch.manual_seed(0)
     n = 12
@@ -234,6 +260,7 @@ def test_inspect_command_writes_figures_and_the_numbers_behind_them(tmp_path):
     (group,) = result["positional"]["groups"]
     expected = model.encoding.layer_terms(12, torch.device("cpu"), torch.float64)[0].bias[0]
     torch.testing.assert_close(torch.tensor(group["bias"]), expected, atol=1e-6, rtol=0)
+    assert group["classes_alone"] == bias_classes(expected)
     assert group["layers"] == [1, 2]
     ids = torch.tensor(
         [word_level_tokenizer(WORDS)(TEXT, truncation=True, max_length=12)["input_ids"]]
@@ -243,6 +270,7 @@ def test_inspect_command_writes_figures_and_the_numbers_behind_them(tmp_path):
     for name in ("positional_logits_layer1.png", "head_patterns.png", "rank_spectra.png"):
         assert (out / name).stat().st_size > 1000
     assert "Head patterns" in (out / "inspect.md").read_text()
+    assert "class of the bias alone" in (out / "inspect.md").read_text()
 
 
 def test_inspect_json_holds_the_four_terms_drawn_and_their_numbers(tmp_path):

@@ -64,6 +64,17 @@ def classify(previous: float, next: float, global_: float, local: float) -> str:
     return "broad"
 
 
+def bias_classes(bias: Tensor) -> list[str] | None:
+    """The class of each head of a content-free bias [H, n, n] taken as the logits alone:
+    where the bias by itself would send the attention. On text, content shares each row with
+    it, so a bias that clearly prefers one offset (DIET-REL's tables put +3.4 on offset -1)
+    can still leave its head "broad" there; this says what the method's positional part asks
+    for. None for a bias that is not square (keys projected, decoding rows)."""
+    if bias.shape[-1] != bias.shape[-2]:
+        return None
+    return head_patterns([bias[None]])[0]["class"]
+
+
 def head_patterns(logits_per_layer: list[Tensor]) -> list[dict]:
     """One dict per layer: the statistics and the class of every head."""
     layers = []

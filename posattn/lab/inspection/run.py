@@ -13,7 +13,7 @@ from ..runs.device import model_device, resolve_device
 from ..runs.tables import table_lines
 from .figures import plot_four_terms, plot_head_grid, plot_positional, plot_spectra
 from .forward import logits_per_layer
-from .heads import CLASSES, head_patterns
+from .heads import CLASSES, bias_classes, head_patterns
 from .loading import InspectedModel, load_for_inspection
 from .positional import cls_index_of, cls_lines, positional_logits
 from .rank import rank_summary
@@ -154,6 +154,7 @@ def analyse_positional(encoder, n: int, settings: InspectSettings, figure_dir: P
                 "layers": layers,
                 "shape": list(group["bias"].shape),
                 "cls": cls_lines(group["bias"], cls_index),
+                "classes_alone": bias_classes(group["bias"]),
                 "bias": rounded(group["bias"]),
                 "figure": figure.name,
             }
@@ -299,15 +300,18 @@ def summary_markdown(result: dict) -> str:
             "## Content-free positional logits (TUPE Fig. 4)",
             "",
             f"[CLS] at index {result['positional']['cls_index']}; spread = max - min along the "
-            "[CLS] row / column (0: constant, as TUPE's untie makes it).",
+            "[CLS] row / column (0: constant, as TUPE's untie makes it). The class of the bias "
+            "alone: where it would send the attention by itself (head patterns' rule, the "
+            "bias taken as the logits); on text, content shares each row with it.",
             "",
         ]
         header = ["layers", "head", "min", "max", "[CLS] row mean", "row spread"]
-        header += ["[CLS] column mean", "column spread"]
+        header += ["[CLS] column mean", "column spread", "class of the bias alone"]
         rows = []
         for group in groups:
             cls = group["cls"]
             layers = ", ".join(map(str, group["layers"]))
+            alone = group.get("classes_alone") or []
             for h, matrix in enumerate(group["bias"]):
                 values = [v for row in matrix for v in row]
                 column = (
@@ -317,7 +321,8 @@ def summary_markdown(result: dict) -> str:
                 )
                 rows.append(
                     [layers, h + 1, f"{min(values):.4f}", f"{max(values):.4f}",
-                     f"{cls['row_mean'][h]:.4f}", f"{cls['row_spread'][h]:.4f}", *column]
+                     f"{cls['row_mean'][h]:.4f}", f"{cls['row_spread'][h]:.4f}", *column,
+                     alone[h] if h < len(alone) else "-"]
                 )  # fmt: skip
         lines += [*table_lines(header, rows), ""]
     heads = result["heads"]
