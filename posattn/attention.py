@@ -27,7 +27,7 @@ from . import execution
 from .encodings.base import LayerTerms
 from .kernels import attention_logits, attention_probabilities, get_kernel
 from .kernels.flex import auto_takes_triton
-from .kernels.fold import FUSED_HEAD_MULTIPLE, fold_bias_factors, fold_into_queries_keys
+from .kernels.fold import fold_bias_factors, fold_into_queries_keys, folded_head_size
 from .kernels.table_bias import (
     SegmentPairs,
     TableBias,
@@ -219,8 +219,10 @@ class MultiHeadAttention(nn.Module):
             and terms.project_kv is None
         )
         factors = terms.bias_factors
-        folded_width = q.shape[-1] + (0 if factors is None else factors[0].shape[-1])
-        folded_width += -folded_width % FUSED_HEAD_MULTIPLE  # as `fold_into_queries_keys`
+        # The width the kernel meets: q's, or what folding the factors widens it to.
+        width = (
+            q.shape[-1] if factors is None else folded_head_size(q.shape[-1], factors[0].shape[-1])
+        )
         learned = (
             plain_table
             and table.requires_grad
@@ -228,7 +230,7 @@ class MultiHeadAttention(nn.Module):
             and not (self.training and self.dropout)
         )
         inference = plain_table and factors is None and not torch.is_grad_enabled()
-        return auto_takes_triton(q, k, table, mask, learned, folded_width, inference)
+        return auto_takes_triton(q, k, table, mask, learned, width, inference)
 
     def attend_by_tables(self, q, k, v, terms: LayerTerms, mask, extra_bias, kernel=None):
         """`attend` for a kernel that reads the bias from its table (kernel="triton"): the

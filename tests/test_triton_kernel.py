@@ -463,6 +463,10 @@ def test_auto_asks_for_inference_with_a_table_alone(monkeypatch):
     with torch.no_grad():
         model(torch.randint(1, 40, (2, 6)))
     assert asked == [(False, 8, True)] * 2
+    asked.clear()
+    with torch.no_grad():  # a head of 12 is asked about as 12: nothing folds to widen it
+        tiny_encoder("t5", kernel="auto", d_model=36)(torch.randint(1, 40, (2, 6)))
+    assert asked == [(False, 12, True)] * 2
 
     class Shaped:  # q or k as the rule reads them, on a GPU
         def __init__(self, n, device="cuda"):

@@ -11,6 +11,13 @@ from torch.nn import functional as F
 FUSED_HEAD_MULTIPLE = 8
 
 
+def folded_head_size(head: int, rank: int) -> int:
+    """The width q and k fold to with `rank` factor columns: rounded up to a multiple of
+    `FUSED_HEAD_MULTIPLE` (`fold_into_queries_keys`)."""
+    width = head + rank
+    return width + -width % FUSED_HEAD_MULTIPLE
+
+
 def fold_into_queries_keys(
     q: Tensor, k: Tensor, factors: tuple[Tensor, Tensor], scale: float
 ) -> tuple[Tensor, Tensor]:
@@ -22,7 +29,7 @@ def fold_into_queries_keys(
     f_q, f_k = factors
     f_q = (f_q / scale).to(q.dtype).expand(*q.shape[:-1], -1)
     f_k = f_k.to(k.dtype).expand(*k.shape[:-1], -1)
-    zeros = -(q.shape[-1] + f_q.shape[-1]) % FUSED_HEAD_MULTIPLE
+    zeros = folded_head_size(q.shape[-1], f_q.shape[-1]) - q.shape[-1] - f_q.shape[-1]
     q, k = (F.pad(torch.cat(pair, -1), (0, zeros)) for pair in ((q, f_q), (k, f_k)))
     return q, k
 
