@@ -26,6 +26,13 @@ def toeplitz(by_offset: Tensor, n_k: int | None = None) -> Tensor:
     return by_offset.contiguous().unfold(-1, n_k, 1).flip(-2)
 
 
+def untied(value: Tensor, query, key, row: int, column: int, column_value: Tensor) -> Tensor:
+    """`value` at (query, key) indices with TUPE's [CLS] untie: 0 on query row `row`, else
+    `column_value` on key `column`. Broadcast over whole matrices (`ClsUntie.applied`) or read
+    score by score (FlexAttention's score_mod)."""
+    return torch.where(query == row, 0.0, torch.where(key == column, column_value, value))
+
+
 @dataclass(frozen=True)
 class ClsUntie:
     """TUPE's [CLS] untie (Eq. 9) on a Toeplitz matrix, told to the kernels that read the
@@ -41,11 +48,10 @@ class ClsUntie:
     def applied(self, matrix: Tensor) -> Tensor:
         """[..., H, n_q, n_k] -> the same with the untie written in."""
         n_q, n_k = matrix.shape[-2:]
-        device = matrix.device
-        column = torch.arange(n_k, device=device) == self.column
-        row = (torch.arange(n_q, device=device) == self.row)[:, None]
+        query = torch.arange(n_q, device=matrix.device)[:, None]
+        key = torch.arange(n_k, device=matrix.device)
         value = self.column_value.to(matrix.dtype)[:, None, None]
-        return torch.where(row, 0.0, torch.where(column, value, matrix))
+        return untied(matrix, query, key, self.row, self.column, value)
 
     def folded_into(self, factors: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
         """Low-rank factors [1, H, n, r] with one more column that carries this untie on a

@@ -33,7 +33,7 @@ from ..execution import (
     triton_inference_threshold_bytes,
     triton_threshold_bytes,
 )
-from ..toeplitz import ClsUntie
+from ..toeplitz import ClsUntie, untied
 from .sdpa import sdpa_attention
 from .table_bias import TableBias, serves_table, triton_attention
 
@@ -66,8 +66,7 @@ def score_modifier(
             value = offset_bias[h, kv_idx - q_idx + last]
             if untie is not None:
                 row, column, column_value = untie
-                value = torch.where(kv_idx == column, column_value[h], value)
-                value = torch.where(q_idx == row, 0.0, value)
+                value = untied(value, q_idx, kv_idx, row, column, column_value[h])
             return score + value
 
         return table_mod
