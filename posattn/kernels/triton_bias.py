@@ -274,6 +274,12 @@ def _forward(
 
 
 @triton.jit
+def _add_to_table(row, index, values, table_len):
+    """row[index] += values where index falls inside the table (one atomic per value)."""
+    tl.atomic_add(row + index, values, mask=(index >= 0) & (index < table_len), sem="relaxed")
+
+
+@triton.jit
 def _skewed_sums(
     ds, first_row, start_n, h, DTABLE, stride_dth, table_shift, table_len,
     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONALS: tl.constexpr,
@@ -296,10 +302,8 @@ def _skewed_sums(
             (tl.where(wrapped, 0.0, skewed), tl.where(wrapped, skewed, 0.0)), 0, _add_pairs
         )
         index = start_n - first_row + table_shift + tl.arange(0, BLOCK_N)
-        row = DTABLE + h * stride_dth
-        tl.atomic_add(row + index, upper, mask=(index >= 0) & (index < table_len), sem="relaxed")
-        index -= BLOCK_N
-        tl.atomic_add(row + index, lower, mask=(index >= 0) & (index < table_len), sem="relaxed")
+        _add_to_table(DTABLE + h * stride_dth, index, upper, table_len)
+        _add_to_table(DTABLE + h * stride_dth, index - BLOCK_N, lower, table_len)
     else:
         diagonal = tl.arange(0, DIAGONALS)[None, :]
         column = diagonal - (ROWS - 1) + rows
@@ -307,12 +311,7 @@ def _skewed_sums(
         skewed = tl.gather(ds, tl.where(inside, column, 0), axis=1)
         sums = tl.reduce(tl.where(inside, skewed, 0.0), 0, _add)
         index = start_n - first_row - (ROWS - 1) + table_shift + tl.arange(0, DIAGONALS)
-        tl.atomic_add(
-            DTABLE + h * stride_dth + index,
-            sums,
-            mask=(index >= 0) & (index < table_len),
-            sem="relaxed",
-        )
+        _add_to_table(DTABLE + h * stride_dth, index, sums, table_len)
 
 
 @triton.jit
