@@ -80,7 +80,7 @@ check() {
     tail -n 3 "$work/gpu-tests-untie.log"
     # The tiles: each candidate checked, then timed; the fastest are used below.
     timeout "${TILE_SECONDS:-100}" "$PYTHON" scripts/triton_tiles.py "$work" 2>&1 |
-        tee "$work/tiles.log" | tail -n 18 || true
+        tee "$work/tiles.log" | tail -n 36 || true
     # shellcheck disable=SC1091
     [ -f "$work/tiles.env" ] && source "$work/tiles.env"
     pack_check "$out"

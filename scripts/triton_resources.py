@@ -1,6 +1,9 @@
 """What each tile of kernel="triton" asks of a Hopper GPU, read on any machine: the kernels
 compiled for sm_90 (`posattn.kernels.triton_aot`) and ptxas's report of registers per thread,
-spills and shared memory per block - the questions to answer before spending GPU minutes.
+spills and shared memory per block, and how many of each kind of matrix instruction the PTX
+holds (warpgroup MMA, or the older mma.sync a product under 64 rows falls back to) - the
+questions to answer before spending GPU minutes. Each kernel at the candidates of
+scripts/triton_tiles.py's sweep.
 
     PYTHONPATH=. python scripts/triton_resources.py [--dtype bfloat16] [--head 64]
 """
@@ -11,12 +14,18 @@ import argparse
 
 import torch
 
-from posattn.kernels.triton_aot import call_flags, compile_launch, launches, resources
-from posattn.kernels.triton_bias import Tiles
+from posattn.kernels.triton_aot import (
+    call_flags,
+    compile_launch,
+    launches,
+    matrix_products,
+    resources,
+)
+from posattn.kernels.triton_bias import GPU_TILES, Tiles
+from scripts.triton_tiles import CANDIDATES, DK_DV_BEFORE
 
-# The candidates of scripts/triton_tiles.py's sweep.
-CANDIDATES = ["128,32,4,3", "128,64,4,3", "64,64,4,3", "64,32,4,3", "64,32,4,2", "32,32,4,2"]
 RULES = {"full": {}, "padding": {"has_keys": True}, "causal": {"has_keys": True, "causal": True}}
+LAUNCH_OF = {"forward": "forward", "dq": "dq_dtable", "dk_dv": "dk_dv"}
 
 
 def main() -> None:
@@ -25,18 +34,25 @@ def main() -> None:
     parser.add_argument("--head", type=int, default=64)
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
-    print("rules    tile          kernel     registers  spill st/ld  stack  shared")
+    columns = "registers  spill st/ld  stack  shared  wgmma  mma.sync"
+    print(f"rules    kernel  tile          order  {columns}")
+    # Each kernel's candidates, and dK/dV as it ran before its own tile (query-major).
+    runs = [(kind, text, True) for kind, texts in CANDIDATES.items() for text in texts]
+    runs.append(("dk_dv", DK_DV_BEFORE, False))
     for rule, options in RULES.items():
         flags = call_flags(dtype, args.head, **options)
-        for text in CANDIDATES:
+        for kind, text, key_major in runs:
             tile = Tiles(*(int(part) for part in text.split(",")))
-            for launch in launches(flags, tile, tile, table_grad=True):
-                used = resources(compile_launch(launch, dtype))
-                print(
-                    f"{rule:8} {text:13} {launch.name:10} {used['registers']:9} "
-                    f"{used['spill_stores']:6}/{used['spill_loads']:<6} {used['stack']:5} "
-                    f"{used['shared']:7}"
-                )
+            built = launches(flags, {**GPU_TILES, kind: tile}, True, key_major=key_major)
+            launch = next(launch for launch in built if launch.name == LAUNCH_OF[kind])
+            compiled = compile_launch(launch, dtype)
+            used, products = resources(compiled), matrix_products(compiled)
+            order = "" if kind != "dk_dv" else "key" if key_major else "query"
+            print(
+                f"{rule:8} {kind:7} {text:13} {order:6} {used['registers']:9} "
+                f"{used['spill_stores']:6}/{used['spill_loads']:<6} {used['stack']:5} "
+                f"{used['shared']:7} {products['wgmma']:6} {products['mma.sync']:9}"
+            )
 
 
 if __name__ == "__main__":

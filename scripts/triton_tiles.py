@@ -1,10 +1,10 @@
 """Sweep the tiles of kernel="triton" on a GPU: each candidate checked against a float32
-reference, then timed (forward alone, forward + backward) as a ratio to bias-free flash SDPA in
-the same process, and at the best backward tile where the table's gradient is added (one
-shared table or one per batch element) and how dQ skews its tiles for it (zero-padded or
-rotated in place). Writes tiles.env (the fastest correct forward and backward tiles and
-table-gradient choices, as the POSATTN_TRITON_* variables `posattn.kernels.triton_bias`
-reads) and tiles.json.
+reference, then timed (forward alone; forward + backward for the dQ and the dK/dV kernel's
+tiles) as a ratio to bias-free flash SDPA in the same process; then dK/dV as it ran before its
+tile was split (query-major at dQ's 64 x 32), and at the best tiles where the table's gradient
+is added (one shared table or one per batch element) and how dQ skews its tiles for it
+(zero-padded or rotated in place). Writes tiles.env (the fastest correct tiles and choices,
+as the POSATTN_TRITON_* variables `posattn.kernels.triton_bias` reads) and tiles.json.
 
     PYTHONPATH=. python scripts/triton_tiles.py OUT_DIR [--length 4096]
 """
@@ -21,16 +21,24 @@ import triton.testing
 from torch.nn import functional as F
 
 from posattn.kernels.triton_bias import (
+    DK_DV_ORDERS,
     GPU_TILES,
     SKEWS,
     TABLE_GRAD_MODES,
     table_bias_attention,
 )
 
-FORWARD = ["128,32,4,3", "128,32,4,2", "128,32,8,3", "128,64,4,3", "64,32,4,3", "64,64,4,3",
-           "128,16,4,3"]  # fmt: skip
-BACKWARD = ["64,32,4,2", "64,32,4,3", "64,32,8,2", "64,64,4,3", "32,32,4,2", "64,16,4,2",
-            "128,32,8,2", "32,16,4,2"]  # fmt: skip
+# Candidates per kernel (the earlier sweeps' losers by 10% or more left out: forward 128 x 64,
+# 64 x 64, 128 x 16; dQ 32 x 32, 32 x 16, 64 x 32 with 8 warps). dK/dV's: key-major tiles
+# that compile to warpgroup MMA only (scripts/triton_resources.py --dk-dv).
+CANDIDATES = {
+    "forward": ["128,32,8,3", "128,32,4,3", "128,32,8,2", "64,32,4,3"],
+    "dq": ["64,32,4,3", "64,32,4,2", "64,64,4,3", "128,32,8,2"],
+    "dk_dv": ["32,128,8,3", "32,128,8,2", "32,128,8,4", "16,128,8,3", "64,128,8,2",
+              "32,64,4,3", "64,64,8,3"],
+}  # fmt: skip
+# dK/dV before its own tile: query-major at dQ's tile.
+DK_DV_BEFORE = "64,32,4,3"
 BATCH, HEADS, HEAD_DIM = 8, 8, 64
 
 
@@ -108,56 +116,64 @@ def main() -> None:
                         ratio=float("nan"), failure=failed)  # fmt: skip
 
     rows = []
-    default_forward = ",".join(str(x) for x in vars(GPU_TILES["forward"]).values())
-    for kind, candidates in (("forward", FORWARD), ("backward", BACKWARD)):
+
+    def best_of(kind: str) -> dict | None:
+        return min(
+            (r for r in rows if r["kind"] == kind and r["ok"]),
+            key=lambda r: r["ratio"],
+            default=None,
+        )
+
+    for kind, candidates in CANDIDATES.items():
         for tile in candidates:
             os.environ[f"POSATTN_TRITON_{kind.upper()}"] = tile
-            if kind == "backward":
-                best_forward = min(
-                    (r for r in rows if r["kind"] == "forward" and r["ok"]),
-                    key=lambda r: r["ratio"],
-                    default={"tile": default_forward},
-                )
-                os.environ["POSATTN_TRITON_FORWARD"] = best_forward["tile"]
-            row = measured(kind, tile, kind == "backward")
+            row = measured(kind, tile, kind != "forward")
             rows.append(row)
             print(json.dumps(row), flush=True)
-    best = {
-        kind: min((r for r in rows if r["kind"] == kind and r["ok"]), key=lambda r: r["ratio"])
-        for kind in ("forward", "backward")
-    }
-    # The kernel without a table at the best tiles: how much of the gap to flash SDPA is the
-    # bias, and how much the kernel itself.
-    for kind, r in best.items():
-        os.environ[f"POSATTN_TRITON_{kind.upper()}"] = r["tile"]
+        # The kernels after this one are timed at this one's best tile.
+        best = best_of(kind)
+        default = ",".join(str(x) for x in vars(GPU_TILES[kind]).values())
+        os.environ[f"POSATTN_TRITON_{kind.upper()}"] = best["tile"] if best else default
+    best = {kind: best_of(kind) for kind in CANDIDATES}
+    best = {kind: r for kind, r in best.items() if r is not None}
 
-    def keep_fastest(name: str, label: str, values: tuple[str, ...]) -> None:
-        """POSATTN_TRITON_<name> set to the value whose forward + backward is fastest."""
+    def keep_fastest(name: str, label: str, values: tuple[str, ...], tiles=None) -> None:
+        """POSATTN_TRITON_<name> set to the value whose forward + backward is fastest
+        (`tiles`: per value, the dK/dV tile to time it at)."""
         ratios = {}
+        kept = os.environ["POSATTN_TRITON_DK_DV"]
         for value in values:
             os.environ[f"POSATTN_TRITON_{name}"] = value
-            row = measured(f"backward {label} {value}", best["backward"]["tile"], True)
+            tile = (tiles or {}).get(value, kept)
+            os.environ["POSATTN_TRITON_DK_DV"] = tile
+            row = measured(f"backward {label} {value}", tile, True)
             rows.append(row)
             print(json.dumps(row), flush=True)
             if row["ok"]:
-                ratios[value] = row["ratio"]
-        os.environ[f"POSATTN_TRITON_{name}"] = min(ratios, key=ratios.get)
+                ratios[value] = (row["ratio"], tile)
+        chosen = min(ratios, key=lambda value: ratios[value][0])
+        os.environ[f"POSATTN_TRITON_{name}"] = chosen
+        os.environ["POSATTN_TRITON_DK_DV"] = ratios[chosen][1]
 
+    # dK/dV key-major at its best tile against the kernel as it was (query-major at 64 x 32).
+    keep_fastest("DK_DV_ORDER", "dK/dV", DK_DV_ORDERS, tiles={"query-major": DK_DV_BEFORE})
     # Where the table's gradient is added (one shared table or one per batch element), then
     # how dQ skews each half tile for its diagonal sums (zero-padded or rotated in place).
     keep_fastest("TABLE_GRAD", "dT", TABLE_GRAD_MODES)
     keep_fastest("SKEW", "skew", SKEWS)
-    for kind in ("forward", "backward"):
-        train = kind == "backward"
+    for kind in ("forward", "training"):
+        train = kind == "training"
         floor, ms = time(flash, train), time(bias_free, train)
-        row = dict(kind=f"{kind} no table", tile=best[kind]["tile"], error=float("nan"),
+        tiles_used = ";".join(os.environ[f"POSATTN_TRITON_{k.upper()}"] for k in CANDIDATES)
+        row = dict(kind=f"{kind} no table", tile=tiles_used, error=float("nan"),
                    ok=True, ms=ms, ratio=ms / floor)  # fmt: skip
         rows.append(row)
         print(json.dumps(row), flush=True)
     (args.out / "tiles.json").write_text(json.dumps(dict(n=n, rows=rows, best=best), indent=2))
-    lines = [f"export POSATTN_TRITON_{kind.upper()}={r['tile']}" for kind, r in best.items()]
-    for name in ("TABLE_GRAD", "SKEW"):
-        lines.append(f"export POSATTN_TRITON_{name}={os.environ[f'POSATTN_TRITON_{name}']}")
+    names = [kind.upper() for kind in CANDIDATES] + ["DK_DV_ORDER", "TABLE_GRAD", "SKEW"]
+    lines = [
+        f"export POSATTN_TRITON_{name}={os.environ[f'POSATTN_TRITON_{name}']}" for name in names
+    ]
     (args.out / "tiles.env").write_text("\n".join(lines) + "\n")
     print(f"n={n} bf16 B={BATCH} H={HEADS} d={HEAD_DIM}; T5-like table, ratio to flash SDPA")
     for r in rows:

@@ -59,7 +59,7 @@ def test_every_kernel_compiles_for_hopper_within_its_shared_memory(
     from posattn.kernels.triton_bias import GPU_TILES
 
     flags = aot.call_flags(dtype, head, **rules)
-    for launch in aot.launches(flags, GPU_TILES["forward"], GPU_TILES["backward"], table_grad):
+    for launch in aot.launches(flags, GPU_TILES, table_grad):
         compiled = aot.compile_launch(launch, dtype)
         assert compiled.metadata.name == launch.kernel.__name__
         assert 0 < compiled.metadata.shared <= aot.SHARED_LIMIT[90], launch.name
@@ -81,13 +81,30 @@ def test_the_default_tiles_do_not_spill_registers(aot, head, rules):
     skew of a whole 64 x 32 dS tile spilled 300 bytes per thread; it now skews two halves of
     rows. TUPE-R's [CLS] reset as two more folded columns (q and k 136 wide, a 256-wide
     block, values as wide) spilled 2444 bytes per thread in the forward; read in the kernel
-    (`cls_untie`, TUPE-A's too), the block is 128 wide."""
+    (`cls_untie`, TUPE-A's too), the block is 128 wide. Every product of every kernel is a
+    warpgroup MMA (wgmma), none the older mma.sync: dK/dV at dQ's 64 x 32 tile, query-major,
+    had its products with the keys as rows 32 rows tall and compiled them to mma.sync (32 of
+    its 40 MMA instructions in the PTX)."""
     from posattn.kernels.triton_bias import GPU_TILES
 
     flags = aot.call_flags(torch.bfloat16, head, **rules)
-    tiles = (GPU_TILES["forward"], GPU_TILES["backward"])
-    dq_circular = aot.launches(flags, *tiles, True, skew="circular")[-1]
-    for launch in [*aot.launches(flags, *tiles, True), dq_circular]:
-        used = aot.resources(aot.compile_launch(launch, torch.bfloat16))
+    dq_circular = aot.launches(flags, GPU_TILES, True, skew="circular")[-1]
+    for launch in [*aot.launches(flags, GPU_TILES, True), dq_circular]:
+        compiled = aot.compile_launch(launch, torch.bfloat16)
+        used = aot.resources(compiled)
         assert used["spill_stores"] == used["spill_loads"] == 0, (launch.name, used)
         assert 0 < used["registers"] <= 255
+        products = aot.matrix_products(compiled)
+        assert products["wgmma"] > 0 and products["mma.sync"] == 0, (launch.name, products)
+
+
+def test_query_major_dk_dv_at_dqs_tile_falls_back_to_mma_sync(aot):
+    """The measurement behind dK/dV's own key-major tile, kept true: at 64 x 32 query-major
+    (the kernel before the split) most of its products are mma.sync."""
+    from posattn.kernels.triton_bias import GPU_TILES, Tiles
+
+    flags = aot.call_flags(torch.bfloat16, 64)
+    tiles = {**GPU_TILES, "dk_dv": Tiles(64, 32, 4, 3)}
+    launch = aot.launches(flags, tiles, True, key_major=False)[1]
+    products = aot.matrix_products(aot.compile_launch(launch, torch.bfloat16))
+    assert products["mma.sync"] > products["wgmma"] > 0, products

@@ -327,17 +327,20 @@ def test_auto_never_takes_triton_on_cpu(monkeypatch, choose):
 
 
 def test_gpu_tiles_come_from_the_table_or_the_environment(monkeypatch):
-    """GPU tiles per pass from `GPU_TILES`, overridden by POSATTN_TRITON_FORWARD / _BACKWARD
-    (the sweep's knob); a malformed override is refused with the variable named. The CPU
-    interpreter always takes its small tiles."""
+    """GPU tiles per kernel from `GPU_TILES`, overridden by POSATTN_TRITON_FORWARD / _DQ /
+    _DK_DV (the sweep's knob); a malformed override is refused with the variable named. The
+    CPU interpreter always takes its small tiles."""
     from posattn.kernels import triton_bias
 
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     monkeypatch.delenv("POSATTN_TRITON_FORWARD", raising=False)
     assert triton_bias.tiles(cuda, "forward") == triton_bias.GPU_TILES["forward"]
-    monkeypatch.setenv("POSATTN_TRITON_BACKWARD", "32,64,8,3")
-    assert triton_bias.tiles(cuda, "backward") == triton_bias.Tiles(32, 64, 8, 3)
-    assert triton_bias.tiles(cpu, "backward") == triton_bias.INTERPRETER_TILES
+    assert set(triton_bias.GPU_TILES) == {"forward", "dq", "dk_dv"}
+    monkeypatch.setenv("POSATTN_TRITON_DQ", "32,64,8,3")
+    monkeypatch.setenv("POSATTN_TRITON_DK_DV", "16,128,4,2")
+    assert triton_bias.tiles(cuda, "dq") == triton_bias.Tiles(32, 64, 8, 3)
+    assert triton_bias.tiles(cuda, "dk_dv") == triton_bias.Tiles(16, 128, 4, 2)
+    assert triton_bias.tiles(cpu, "dk_dv") == triton_bias.INTERPRETER_TILES
     assert triton_bias.schedule(triton_bias.Tiles(32, 64, 8, 3), cuda) == dict(
         num_warps=8, num_stages=3
     )
@@ -350,11 +353,11 @@ def test_gpu_tiles_come_from_the_table_or_the_environment(monkeypatch):
 
 def test_the_tables_gradient_is_the_same_by_every_mode(monkeypatch):
     """POSATTN_TRITON_TABLE_GRAD: the dQ kernel's diagonal sums into one table ("shared") or
-    one per batch element ("per-batch", summed after), and POSATTN_TRITON_SKEW: each half
-    tile skewed zero-padded ("wide") or rotated in place ("circular", the interpreter's
-    16 x 16 halves), give the same gradients as eager, causal and padded decoding rows, with
-    TUPE's [CLS] untie left out of the table's gradient; unknown values are refused by
-    name."""
+    one per batch element ("per-batch", summed after), POSATTN_TRITON_SKEW: each half tile
+    skewed zero-padded ("wide") or rotated in place ("circular", the interpreter's 16 x 16
+    halves), and POSATTN_TRITON_DK_DV_ORDER: dK/dV's score tiles key-major or query-major,
+    give the same gradients as eager, causal and padded decoding rows, with TUPE's [CLS]
+    untie left out of the table's gradient; unknown values are refused by name."""
     from posattn.kernels import triton_bias
 
     torch.manual_seed(4)
@@ -372,15 +375,29 @@ def test_the_tables_gradient_is_the_same_by_every_mode(monkeypatch):
     reference = eager_attention(q, k, v, mask=mask, bias=bias, scale=0.3)
     expected = torch.autograd.grad(reference, (q, k, v, table), grad)
     tables = TableBias(offset=table, cls_untie=untie)
-    for mode, skew in [("shared", "wide"), ("per-batch", "wide"), ("shared", "circular")]:
+    settings = [
+        ("shared", "wide", "key-major"),
+        ("per-batch", "wide", "key-major"),
+        ("shared", "circular", "key-major"),
+        ("shared", "wide", "query-major"),
+    ]
+    for mode, skew, order in settings:
         monkeypatch.setenv("POSATTN_TRITON_TABLE_GRAD", mode)
         monkeypatch.setenv("POSATTN_TRITON_SKEW", skew)
+        monkeypatch.setenv("POSATTN_TRITON_DK_DV_ORDER", order)
         out = get_kernel("triton")(q, k, v, mask=mask, bias=None, scale=0.3, tables=tables)
         ours = torch.autograd.grad(out, (q, k, v, table), grad)
         for name, a, b in zip(["q", "k", "v", "table"], ours, expected, strict=True):
-            assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), (mode, skew, name)
+            assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), (mode, skew, order, name)
     assert set(triton_bias.TABLE_GRAD_MODES) == {"shared", "per-batch"}
     assert set(triton_bias.SKEWS) == {"wide", "circular"}
+    assert set(triton_bias.DK_DV_ORDERS) == {"key-major", "query-major"}
+    monkeypatch.setenv("POSATTN_TRITON_DK_DV_ORDER", "rows")
+    with pytest.raises(PosAttnConfigError, match=r"POSATTN_TRITON_DK_DV_ORDER='rows'.*'key-major'"):
+        get_kernel("triton")(
+            q, k, v, mask=mask, bias=None, scale=0.3, tables=TableBias(offset=table)
+        ).sum().backward()
+    monkeypatch.setenv("POSATTN_TRITON_DK_DV_ORDER", "key-major")
     monkeypatch.setenv("POSATTN_TRITON_SKEW", "diagonal")
     with pytest.raises(PosAttnConfigError, match=r"POSATTN_TRITON_SKEW='diagonal'.*'wide'"):
         get_kernel("triton")(

@@ -42,21 +42,25 @@ class Launch:
 
 
 def launches(
-    flags: dict, forward: Tiles, backward: Tiles, table_grad: bool, skew: str = "wide"
-) -> list[Launch]:
-    """The three kernels of a forward and backward with these flags and tiles (`skew`: the dQ
-    kernel's, POSATTN_TRITON_SKEW)."""
-    common = dict(BLOCK_M=backward.block_m, BLOCK_N=backward.block_n)
+    flags: dict, tiles: dict[str, Tiles], table_grad: bool, skew: str = "wide",
+    key_major: bool = True,
+) -> list[Launch]:  # fmt: skip
+    """The three kernels of a forward and backward with these flags and tiles (keyed as
+    `GPU_TILES`; `skew`: the dQ kernel's, POSATTN_TRITON_SKEW; `key_major`: the dK/dV kernel's
+    orientation, POSATTN_TRITON_DK_DV_ORDER)."""
+    forward, dq, dk_dv = tiles["forward"], tiles["dq"], tiles["dk_dv"]
     segment_grad = flags["NUM_SEGMENTS"] > 0
     return [
         Launch("forward", triton_bias._forward,
                {**flags, "BLOCK_M": forward.block_m, "BLOCK_N": forward.block_n}, forward),
-        Launch("dk_dv", triton_bias._backward_dk_dv, {**flags, **common}, backward),
+        Launch("dk_dv", triton_bias._backward_dk_dv,
+               {**flags, "BLOCK_M": dk_dv.block_m, "BLOCK_N": dk_dv.block_n,
+                "KEY_MAJOR": key_major}, dk_dv),
         Launch("dq_dtable", triton_bias._backward_dq_dtable,
-               {**flags, **common, "TABLE_GRAD": table_grad, "SEGMENT_GRAD": segment_grad,
-                "UNTIE_GRAD": flags["HAS_UNTIE"],
-                "DIAGONALS": diagonal_block(backward, skew)},
-               backward),
+               {**flags, "BLOCK_M": dq.block_m, "BLOCK_N": dq.block_n, "TABLE_GRAD": table_grad,
+                "SEGMENT_GRAD": segment_grad, "UNTIE_GRAD": flags["HAS_UNTIE"],
+                "DIAGONALS": diagonal_block(dq, skew)},
+               dq),
     ]  # fmt: skip
 
 
@@ -125,6 +129,15 @@ def resources(compiled, arch: int = 90) -> dict:
         stack=number(r"(\d+) bytes stack frame"),
         shared=compiled.metadata.shared,
     )
+
+
+def matrix_products(compiled) -> dict:
+    """How many matrix-multiply instructions of each kind the PTX holds: Hopper's warpgroup
+    MMA (wgmma.mma_async, what tl.dot should become on sm_90) and the older warp-level
+    mma.sync (what it falls back to, e.g. for a product under 64 rows)."""
+    ptx = compiled.asm["ptx"]
+    return {"wgmma": len(re.findall(r"\bwgmma\.mma_async", ptx)),
+            "mma.sync": len(re.findall(r"\bmma\.sync", ptx))}  # fmt: skip
 
 
 def call_flags(dtype: torch.dtype, head: int, value_head: int | None = None, **rules) -> dict:

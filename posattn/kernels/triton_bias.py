@@ -39,7 +39,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 import torch
 import triton
@@ -65,12 +65,23 @@ class Tiles:
 # Under the CPU interpreter: small and unequal tiles, so that test lengths cross several
 # blocks of each kind (warps and stages mean nothing there).
 INTERPRETER_TILES = Tiles(32, 16)
-# On a GPU, per pass: the fastest of scripts/triton_tiles.py's sweeps (bf16, B=8, H=8, n=4096,
-# d_h=64, T5's table; the forward 2.30x / 2.31x flash SDPA on an H100 in two runs against
-# 2.57x / 2.61x with 4 warps, a tie on the H200; the backward on both); each can be
-# overridden with POSATTN_TRITON_FORWARD / POSATTN_TRITON_BACKWARD =
-# "block_m,block_n,num_warps,num_stages".
-GPU_TILES = {"forward": Tiles(128, 32, 8, 3), "backward": Tiles(64, 32, 4, 3)}
+# On a GPU, per kernel: "forward"; "dq", dQ and the tables' gradients (a block of queries
+# held, key blocks stepped over); "dk_dv" (a block of keys held, query blocks stepped over).
+# Each can be overridden with POSATTN_TRITON_FORWARD / _DQ / _DK_DV =
+# "block_m,block_n,num_warps,num_stages". Forward and dQ: the fastest of
+# scripts/triton_tiles.py's sweeps (bf16, B=8, H=8, n=4096, d_h=64, T5's table; the forward
+# 2.30x / 2.31x flash SDPA on an H100 in two runs against 2.57x / 2.61x with 4 warps, a tie on
+# the H200). dK/dV ran at dQ's 64 x 32 until those tiles were split: 32 keys held, so its
+# products with the keys as rows (dV += P^T dO, dK += dS^T Q) had 32 rows, fewer than Hopper's
+# warpgroup MMA takes (64), and compiled to mma.sync, and each program re-read Q and dO for 32
+# keys. Its tile holds 128 keys and computes the scores key-major (`_scores`), so every product
+# has 128 rows: chosen from sm_90 builds (all warpgroup MMA, no spills: tests/
+# test_triton_compile.py), not yet timed on a GPU - the tile sweep times it.
+GPU_TILES = {
+    "forward": Tiles(128, 32, 8, 3),
+    "dq": Tiles(64, 32, 4, 3),
+    "dk_dv": Tiles(32, 128, 8, 3),
+}
 
 
 # Reductions and zeros without triton.language.standard (tl.sum, tl.max, tl.zeros): those
@@ -131,71 +142,94 @@ def _query_begin(start_n, q_start, first, BLOCK_M: tl.constexpr, CAUSAL: tl.cons
 
 
 @triton.jit
-def _segment_pairs(
-    offs_m, offs_n, b, SEGMENT_IDS, stride_sb, q_start, M, N, NUM_SEGMENTS: tl.constexpr
-):
-    """The (query segment, key segment) pair of each score, as S * s_i + s_j."""
-    query = tl.load(SEGMENT_IDS + b * stride_sb + offs_m + q_start, mask=offs_m < M, other=0)
-    key = tl.load(SEGMENT_IDS + b * stride_sb + offs_n, mask=offs_n < N, other=0)
-    return query[:, None] * NUM_SEGMENTS + key[None, :]
+def _segment_pairs(qi, kj, b, SEGMENT_IDS, stride_sb, q_start, M, N, NUM_SEGMENTS: tl.constexpr):
+    """The (query segment, key segment) pair of each score, as S * s_i + s_j (qi, kj: the
+    tile's query and key indices, one a column and one a row, in the tile's orientation)."""
+    query = tl.load(SEGMENT_IDS + b * stride_sb + qi + q_start, mask=qi < M, other=0)
+    key = tl.load(SEGMENT_IDS + b * stride_sb + kj, mask=kj < N, other=0)
+    return query * NUM_SEGMENTS + key
 
 
 @triton.jit
-def _untied(bias, offs_m, offs_n, h, UNTIE, untie_row, untie_column):
+def _untied(bias, qi, kj, h, UNTIE, untie_row, untie_column):
     """TUPE's [CLS] untie on a tile of the table's bias: row untie_row 0 (the [CLS] row's
     value is a constant per row, which the softmax ignores), column untie_column UNTIE[h] on
     the other rows."""
-    bias = tl.where(offs_n[None, :] == untie_column, tl.load(UNTIE + h), bias)
-    return tl.where(offs_m[:, None] == untie_row, 0.0, bias)
+    bias = tl.where(kj == untie_column, tl.load(UNTIE + h), bias)
+    return tl.where(qi == untie_row, 0.0, bias)
 
 
 @triton.jit
-def _untied_positions(offs_m, offs_n, untie_row, untie_column):
+def _untied_positions(qi, kj, untie_row, untie_column):
     """The scores of a tile whose bias the untie sets instead of the table."""
-    return (offs_m[:, None] == untie_row) | (offs_n[None, :] == untie_column)
+    return (qi == untie_row) | (kj == untie_column)
+
+
+@triton.jit
+def _table_bias(TABLE, h, stride_th, stride_tk, table_shift, rows, columns, start_column, num_rows):
+    """A tile of an offset table's bias, bias[r, c] = table[c - r + table_shift]. Row r reads
+    the table from start = columns[0] - r + table_shift on, a run as long as the columns, from
+    the copy shifted by start % 4, where the run begins on a 16-byte boundary: the loads go 4
+    values at a time (the tables are padded past their end, so only the rows are masked; a
+    score past the last column is hidden by the caller)."""
+    start = start_column - rows + table_shift
+    shift = ((start % 4) + 4) % 4
+    aligned = tl.multiple_of(start - shift, 4)
+    row = TABLE + h * stride_th + shift * stride_tk + aligned
+    return tl.load(
+        row[:, None] + (columns - start_column)[None, :], mask=rows[:, None] < num_rows, other=0.0
+    )
 
 
 @triton.jit
 def _scores(
-    q, k, offs_m, offs_n, start_n, b, h, scale2, TABLE, stride_th, stride_tk, table_shift, UNTIE,
+    q, k, offs_m, offs_n, start_column, b, h, scale2, TABLE, stride_th, stride_tk, table_shift,
+    UNTIE,
     untie_row, untie_column, KEYS, stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS,
     stride_sb,
     HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
     CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
+    KEY_MAJOR: tl.constexpr = False,
 ):  # fmt: skip
-    """log2(e) * s for one [BLOCK_M, BLOCK_N] tile, -inf where a key is hidden. The tables
-    come multiplied by log2(e), the offset table as `aligned_copies`."""
-    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale2
-    inside = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    """log2(e) * s for one [BLOCK_M, BLOCK_N] tile, -inf where a key is hidden; KEY_MAJOR: its
+    transpose [BLOCK_N, BLOCK_M], computed as k q^T, so that a product whose rows are the
+    keys (dK, dV) has BLOCK_N rows, as Hopper's warpgroup MMA needs at least 64 of. The tables
+    come multiplied by log2(e), the offset table as `aligned_copies`: bias[i, j] = T[j - i +
+    table_shift], and key-major the table reversed, bias[j, i] = R[i - j + table_shift], so
+    that both read increasing addresses along a row (TableBiasAttention.backward).
+    start_column: the first column's index (a key, or key-major a query)."""
+    if KEY_MAJOR:
+        s = tl.dot(k, tl.trans(q), input_precision=PRECISION) * scale2
+        qi, kj = offs_m[None, :], offs_n[:, None]
+    else:
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale2
+        qi, kj = offs_m[:, None], offs_n[None, :]
+    inside = (qi < M) & (kj < N)
     if HAS_TABLE:
-        # Row m reads the table from start = offs_n[0] - m + shift on, a run of BLOCK_N values,
-        # from the copy shifted by start % 4, where the run begins on a 16-byte boundary: the
-        # loads go 4 values at a time (the tables are padded past their end, so only the rows
-        # are masked; a score past N is hidden below).
-        start = start_n - offs_m + table_shift
-        shift = ((start % 4) + 4) % 4
-        aligned = tl.multiple_of(start - shift, 4)
-        row = TABLE + h * stride_th + shift * stride_tk + aligned
-        columns = offs_n - start_n
-        bias = tl.load(row[:, None] + columns[None, :], mask=offs_m[:, None] < M, other=0.0)
+        if KEY_MAJOR:
+            bias = _table_bias(
+                TABLE, h, stride_th, stride_tk, table_shift, offs_n, offs_m, start_column, N
+            )
+        else:
+            bias = _table_bias(
+                TABLE, h, stride_th, stride_tk, table_shift, offs_m, offs_n, start_column, M
+            )
         if HAS_UNTIE:
-            bias = _untied(bias, offs_m, offs_n, h, UNTIE, untie_row, untie_column)
+            bias = _untied(bias, qi, kj, h, UNTIE, untie_row, untie_column)
         s += bias
     elif HAS_UNTIE:  # the untie on zeros (TUPE-A: its absolute part folded into q and k)
-        s += _untied(0.0, offs_m, offs_n, h, UNTIE, untie_row, untie_column)
+        s += _untied(0.0, qi, kj, h, UNTIE, untie_row, untie_column)
     if NUM_SEGMENTS > 0:
-        pair = _segment_pairs(
-            offs_m, offs_n, b, SEGMENT_IDS, stride_sb, q_start, M, N, NUM_SEGMENTS
-        )
+        pair = _segment_pairs(qi, kj, b, SEGMENT_IDS, stride_sb, q_start, M, N, NUM_SEGMENTS)
         s += tl.load(SEGMENTS + h * NUM_SEGMENTS * NUM_SEGMENTS + pair, mask=inside, other=0.0)
     visible = inside
     if HAS_KEYS:
-        real = tl.load(KEYS + b * stride_kb + offs_n, mask=offs_n < N, other=0) != 0
-        visible = visible & real[None, :]
+        real = tl.load(KEYS + b * stride_kb + kj, mask=kj < N, other=0) != 0
+        visible = visible & real
     if CAUSAL:
-        rows = offs_m + q_start
+        rows = qi + q_start
         opened = rows < first
-        visible = (visible & (offs_n[None, :] <= rows[:, None])) | (inside & opened[:, None])
+        visible = (visible & (kj <= rows)) | (inside & opened)
     return tl.where(visible, s, float("-inf"))
 
 
@@ -343,24 +377,34 @@ def _dk_dv_step(
     HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
     CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
     BLOCK_M: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+    KEY_MAJOR: tl.constexpr,
 ):  # fmt: skip
-    """One query block's share of a key block's dK and dV."""
+    """One query block's share of a key block's dK and dV; KEY_MAJOR: with P and dS as
+    [BLOCK_N, BLOCK_M] tiles (dV += P^T dO, dK += dS^T Q without turning them)."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
     q = _load_tile(Q + b * sqb + h * sqh, offs_m, sqm, M, offs_d, D, EVEN_D)
     do = _load_tile(DO + b * sdob + h * sdoh, offs_m, sdom, M, offs_dv, DV, EVEN_DV)
     lse = tl.load(LSE + bh * M + offs_m, mask=offs_m < M, other=float("inf"))
     delta = tl.load(DELTA + bh * M + offs_m, mask=offs_m < M, other=0.0)
+    start_column = start_m if KEY_MAJOR else start_n
     s = _scores(
-        q, k, offs_m, offs_n, start_n, b, h, scale2, TABLE, stride_th, stride_tk, table_shift,
-        UNTIE, untie_row, untie_column, KEYS, stride_kb,
+        q, k, offs_m, offs_n, start_column, b, h, scale2, TABLE, stride_th, stride_tk,
+        table_shift, UNTIE, untie_row, untie_column, KEYS, stride_kb,
         first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
-        HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS,
+        HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, KEY_MAJOR,
     )  # fmt: skip
-    p = tl.exp2(s - lse[:, None])
-    dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
-    dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
-    ds = p * (dp - delta[:, None])
-    dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
+    if KEY_MAJOR:
+        p_t = tl.exp2(s - lse[None, :])
+        dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)
+        dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)
+    else:
+        p = tl.exp2(s - lse[:, None])
+        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        ds = p * (dp - delta[:, None])
+        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
     return dk, dv
 
 
@@ -374,9 +418,10 @@ def _backward_dk_dv(
     CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+    EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, KEY_MAJOR: tl.constexpr,
 ):  # fmt: skip
-    """dK, dV of one key block, over every query block that sees it."""
+    """dK, dV of one key block, over every query block that sees it. TABLE: the aligned
+    copies of the offset table, or key-major of the table reversed (`_scores`)."""
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
@@ -396,6 +441,7 @@ def _backward_dk_dv(
             table_shift, UNTIE, untie_row, untie_column, KEYS,
             stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb, HAS_TABLE,
             HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, BLOCK_M, EVEN_D, EVEN_DV,
+            KEY_MAJOR,
         )  # fmt: skip
     tl.store(
         DK + b * sdkb + h * sdkh + offs_n[:, None] * sdkn + offs_d[None, :],
@@ -439,7 +485,8 @@ def _dq_step(
     if TABLE_GRAD:
         ds_table = ds
         if HAS_UNTIE:  # the untie's scores do not read the table
-            ds_table = tl.where(_untied_positions(offs_m, offs_n, untie_row, untie_column), 0.0, ds)
+            untied = _untied_positions(offs_m[:, None], offs_n[None, :], untie_row, untie_column)
+            ds_table = tl.where(untied, 0.0, ds)
         _add_diagonal_sums(
             ds_table, start_m, start_n, h, DTABLE, stride_dth, table_shift, table_len,
             BLOCK_M, BLOCK_N, DIAGONALS,
@@ -454,7 +501,15 @@ def _dq_step(
     if SEGMENT_GRAD:
         # One sum of dS per (query segment, key segment) pair per tile.
         pair = _segment_pairs(
-            offs_m, offs_n, b, SEGMENT_IDS, stride_sb, q_start, M, N, NUM_SEGMENTS
+            offs_m[:, None],
+            offs_n[None, :],
+            b,
+            SEGMENT_IDS,
+            stride_sb,
+            q_start,
+            M,
+            N,
+            NUM_SEGMENTS,
         )
         for index in tl.static_range(NUM_SEGMENTS * NUM_SEGMENTS):
             picked = tl.where(pair == index, ds, 0.0)
@@ -516,7 +571,7 @@ def _backward_dq_dtable(
 
 
 def tiles(device: torch.device, kind: str) -> Tiles:
-    """The tiles of the `kind` ("forward" or "backward") pass: `GPU_TILES` or the environment's
+    """The tiles of the `kind` kernel (a key of `GPU_TILES`): `GPU_TILES` or the environment's
     override on a GPU, `INTERPRETER_TILES` under the CPU interpreter."""
     if device.type != "cuda":
         return INTERPRETER_TILES
@@ -580,6 +635,17 @@ def skew_choice() -> str:
     return environment_choice("POSATTN_TRITON_SKEW", SKEWS)
 
 
+# The orientation of the dK/dV kernel's score tiles: "key-major" ([keys, queries], every
+# product with the keys as its rows; the default, see GPU_TILES) or "query-major" ([queries,
+# keys] turned for those products, as before). Chosen by POSATTN_TRITON_DK_DV_ORDER; the tile
+# sweep times both.
+DK_DV_ORDERS = ("key-major", "query-major")
+
+
+def dk_dv_order() -> str:
+    return environment_choice("POSATTN_TRITON_DK_DV_ORDER", DK_DV_ORDERS)
+
+
 def diagonal_block(tile: Tiles, skew: str = "wide") -> int:
     """DIAGONALS of the dQ kernel, the width each half of a tile's rows is skewed to
     (`_add_diagonal_sums` skews two halves): circular where a half is square, else wide."""
@@ -610,6 +676,13 @@ def kernel_flags(
         EVEN_D=head_block(D) == D,
         EVEN_DV=head_block(DV) == DV,
     )
+
+
+def longest_table_run(device: torch.device) -> int:
+    """The longest run of the table one row of a tile reads: a tile's width (its block_n, or
+    key-major in dK/dV its block_m), so at most its larger side, over every kernel's tile."""
+    sides = [side for kind in GPU_TILES for side in astuple(tiles(device, kind))[:2]]
+    return max(sides)
 
 
 def aligned_copies(table: Tensor, longest_run: int, scale: float = 1.0) -> Tensor:
@@ -681,7 +754,7 @@ class TableBiasAttention(torch.autograd.Function):
             has_untie=untie is not None,
         )  # fmt: skip
         grid = (triton.cdiv(M, block_m), batch * heads)
-        longest_run = max(block_n, tiles(q.device, "backward").block_n)
+        longest_run = longest_table_run(q.device)
         copies = (
             absent(device, float32, 3)
             if table is None
@@ -710,8 +783,7 @@ class TableBiasAttention(torch.autograd.Function):
         grad_out = last_dim_contiguous(grad_out)
         batch, heads, M, D = q.shape
         N, DV = k.shape[-2], v.shape[-1]
-        tile = tiles(q.device, "backward")
-        block_m, block_n, launch = tile.block_m, tile.block_n, schedule(tile, q.device)
+        tile, keys_tile = tiles(q.device, "dq"), tiles(q.device, "dk_dv")
         # D_i = rowsum(dO * O), the term every row of dS subtracts: written by the dQ kernel,
         # read by dK/dV after it.
         delta = torch.empty(batch * heads, M, dtype=torch.float32, device=q.device)
@@ -728,7 +800,7 @@ class TableBiasAttention(torch.autograd.Function):
         dsegments = torch.zeros_like(segments32) if ctx.segment_grad else absent(device, float32)
         duntie = torch.zeros_like(untie32) if untie_grad else absent(device, float32)
         common = (heads, M, N, D, DV, q_start)
-        _backward_dq_dtable[(triton.cdiv(M, block_m), batch * heads)](
+        _backward_dq_dtable[(triton.cdiv(M, tile.block_m), batch * heads)](
             q, k, v, out, grad_out, lse, delta, dq, copies, dtable, untie32, duntie, keys_,
             first_, segments32, ids, dsegments,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
@@ -736,19 +808,27 @@ class TableBiasAttention(torch.autograd.Function):
             stride_dtb, stride_dth, keys_.stride(0), ids.stride(0),
             *common, M - 1, M + N - 1, untie_row, untie_column, scale, scale * LOG2E,
             TABLE_GRAD=table_grad, UNTIE_GRAD=untie_grad, SEGMENT_GRAD=ctx.segment_grad,
-            BLOCK_M=block_m,
-            BLOCK_N=block_n,
+            BLOCK_M=tile.block_m, BLOCK_N=tile.block_n,
             DIAGONALS=diagonal_block(tile, skew_choice() if table_grad else "wide"), **flags,
-            **launch,
+            **schedule(tile, q.device),
         )  # fmt: skip
-        _backward_dk_dv[(triton.cdiv(N, block_n), batch * heads)](
-            q, k, v, grad_out, lse, delta, dk, dv, copies, untie32, keys_, first_, segments32,
-            ids,
+        # Key-major, dK/dV reads bias[j, i] = R[i - j + N - 1] from the reversed table R (its
+        # rows run along the queries); `copies` holds the table, scaled, in its first copy.
+        key_major = dk_dv_order() == "key-major"
+        keys_copies, keys_shift = copies, M - 1
+        if key_major and flags["HAS_TABLE"]:
+            scaled_table = copies[:, 0, : M + N - 1]
+            keys_copies = aligned_copies(scaled_table.flip(-1), longest_table_run(q.device))
+            keys_shift = N - 1
+        _backward_dk_dv[(triton.cdiv(N, keys_tile.block_n), batch * heads)](
+            q, k, v, grad_out, lse, delta, dk, dv, keys_copies, untie32, keys_, first_,
+            segments32, ids,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
-            *dk.stride()[:3], *dv.stride()[:3], copies.stride(0), copies.stride(1),
+            *dk.stride()[:3], *dv.stride()[:3], keys_copies.stride(0), keys_copies.stride(1),
             keys_.stride(0), ids.stride(0),
-            *common, M - 1, untie_row, untie_column, scale, scale * LOG2E,
-            BLOCK_M=block_m, BLOCK_N=block_n, **flags, **launch,
+            *common, keys_shift, untie_row, untie_column, scale, scale * LOG2E,
+            BLOCK_M=keys_tile.block_m, BLOCK_N=keys_tile.block_n, KEY_MAJOR=key_major, **flags,
+            **schedule(keys_tile, q.device),
         )  # fmt: skip
         if per_batch:
             dtable = dtable.sum(0)
