@@ -151,20 +151,28 @@ def test_triton_kernel_agrees_with_eager_in_float32(encoding, options, causal):
 
 
 @pytest.mark.parametrize(
-    ("table_grad", "skew"), [("shared", "wide"), ("per-batch", "wide"), ("shared", "circular")]
+    ("table_grad", "skew", "order"),
+    [
+        ("shared", "wide", "key-major"),
+        ("per-batch", "wide", "key-major"),
+        ("shared", "circular", "key-major"),
+        ("shared", "wide", "query-major"),
+    ],
 )
 @pytest.mark.parametrize("causal", [False, True])
 def test_triton_kernel_in_bfloat16_is_as_close_to_float32_as_sdpa(
-    monkeypatch, causal, table_grad, skew
+    monkeypatch, causal, table_grad, skew, order
 ):
     """At a realistic size (n=333, d_h=64, bf16) the Triton kernel's output and gradients
     stay as close to the float32 eager reference as bf16 SDPA with the materialised bias,
     the table's gradient added to one table or to one per batch element
     (POSATTN_TRITON_TABLE_GRAD), each tile skewed zero-padded or rotated in place
-    (POSATTN_TRITON_SKEW)."""
+    (POSATTN_TRITON_SKEW), dK/dV's scores key-major or query-major
+    (POSATTN_TRITON_DK_DV_ORDER)."""
     pytest.importorskip("triton")
     monkeypatch.setenv("POSATTN_TRITON_TABLE_GRAD", table_grad)
     monkeypatch.setenv("POSATTN_TRITON_SKEW", skew)
+    monkeypatch.setenv("POSATTN_TRITON_DK_DV_ORDER", order)
     from posattn.kernels import build_attention_mask, eager_attention, get_kernel
     from posattn.kernels.table_bias import TableBias
 
