@@ -98,6 +98,21 @@ def test_the_default_tiles_do_not_spill_registers(aot, head, rules):
         assert products["wgmma"] > 0 and products["mma.sync"] == 0, (launch.name, products)
 
 
+def test_whole_key_blocks_compile_without_the_tail_mask(aot):
+    """A length that fills its key blocks (n = 1024, 4096, ...: MASK_TAIL off) and no padding
+    or causality: the forward and dQ hide no score, and still compile spill-free to warpgroup
+    MMA."""
+    from posattn.kernels.triton_bias import GPU_TILES
+
+    flags = aot.call_flags(torch.bfloat16, 64)
+    for launch in aot.launches(flags, GPU_TILES, True, mask_tail=False):
+        compiled = aot.compile_launch(launch, torch.bfloat16)
+        used = aot.resources(compiled)
+        assert used["spill_stores"] == used["spill_loads"] == 0, (launch.name, used)
+        products = aot.matrix_products(compiled)
+        assert products["wgmma"] > 0 and products["mma.sync"] == 0, (launch.name, products)
+
+
 def test_query_major_dk_dv_at_dqs_tile_falls_back_to_mma_sync(aot):
     """The measurement behind dK/dV's own key-major tile, kept true: at 64 x 32 query-major
     (the kernel before the split) most of its products are mma.sync."""

@@ -43,23 +43,25 @@ class Launch:
 
 def launches(
     flags: dict, tiles: dict[str, Tiles], table_grad: bool, skew: str = "wide",
-    key_major: bool = True,
+    key_major: bool = True, mask_tail: bool = True,
 ) -> list[Launch]:  # fmt: skip
     """The three kernels of a forward and backward with these flags and tiles (keyed as
     `GPU_TILES`; `skew`: the dQ kernel's, POSATTN_TRITON_SKEW; `key_major`: the dK/dV kernel's
-    orientation, POSATTN_TRITON_DK_DV_ORDER)."""
+    orientation, POSATTN_TRITON_DK_DV_ORDER; `mask_tail`: whether the length leaves a partial
+    last key block, as the forward's and dQ's MASK_TAIL)."""
     forward, dq, dk_dv = tiles["forward"], tiles["dq"], tiles["dk_dv"]
     segment_grad = flags["NUM_SEGMENTS"] > 0
     return [
         Launch("forward", triton_bias._forward,
-               {**flags, "BLOCK_M": forward.block_m, "BLOCK_N": forward.block_n}, forward),
+               {**flags, "BLOCK_M": forward.block_m, "BLOCK_N": forward.block_n,
+                "MASK_TAIL": mask_tail}, forward),
         Launch("dk_dv", triton_bias._backward_dk_dv,
                {**flags, "BLOCK_M": dk_dv.block_m, "BLOCK_N": dk_dv.block_n,
                 "KEY_MAJOR": key_major}, dk_dv),
         Launch("dq_dtable", triton_bias._backward_dq_dtable,
                {**flags, "BLOCK_M": dq.block_m, "BLOCK_N": dq.block_n, "TABLE_GRAD": table_grad,
                 "SEGMENT_GRAD": segment_grad, "UNTIE_GRAD": flags["HAS_UNTIE"],
-                "DIAGONALS": diagonal_block(dq, skew)},
+                "DIAGONALS": diagonal_block(dq, skew), "MASK_TAIL": mask_tail},
                dq),
     ]  # fmt: skip
 

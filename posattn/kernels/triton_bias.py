@@ -189,7 +189,7 @@ def _scores(
     stride_sb,
     HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
     CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
-    KEY_MAJOR: tl.constexpr = False,
+    MASK_TAIL: tl.constexpr, KEY_MAJOR: tl.constexpr = False,
 ):  # fmt: skip
     """log2(e) * s for one [BLOCK_M, BLOCK_N] tile, -inf where a key is hidden; KEY_MAJOR: its
     transpose [BLOCK_N, BLOCK_M], computed as k q^T, so that a product whose rows are the
@@ -197,14 +197,19 @@ def _scores(
     come multiplied by log2(e), the offset table as `aligned_copies`: bias[i, j] = T[j - i +
     table_shift], and key-major the table reversed, bias[j, i] = R[i - j + table_shift], so
     that both read increasing addresses along a row (TableBiasAttention.backward).
-    start_column: the first column's index (a key, or key-major a query)."""
+    start_column: the first column's index (a key, or key-major a query).
+
+    Only hidden keys are masked, and keys past N only where MASK_TAIL (N not a multiple of the
+    key block, in a kernel where such a key would reach a real one's result: the forward and
+    dQ; dK/dV's keys past N are never stored). Rows past M go unmasked: the forward stores
+    none of them, and the backward's P is 0 there, their lse being +inf. Each mask costs one
+    select per score, and a score takes some 16 instructions per thread (sm_90)."""
     if KEY_MAJOR:
         s = tl.dot(k, tl.trans(q), input_precision=PRECISION) * scale2
         qi, kj = offs_m[None, :], offs_n[:, None]
     else:
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale2
         qi, kj = offs_m[:, None], offs_n[None, :]
-    inside = (qi < M) & (kj < N)
     if HAS_TABLE:
         if KEY_MAJOR:
             bias = _table_bias(
@@ -220,17 +225,19 @@ def _scores(
     elif HAS_UNTIE:  # the untie on zeros (TUPE-A: its absolute part folded into q and k)
         s += _untied(0.0, qi, kj, h, UNTIE, untie_row, untie_column)
     if NUM_SEGMENTS > 0:
+        # Segment ids past M or N read as 0: every pair stays inside the table.
         pair = _segment_pairs(qi, kj, b, SEGMENT_IDS, stride_sb, q_start, M, N, NUM_SEGMENTS)
-        s += tl.load(SEGMENTS + h * NUM_SEGMENTS * NUM_SEGMENTS + pair, mask=inside, other=0.0)
-    visible = inside
-    if HAS_KEYS:
-        real = tl.load(KEYS + b * stride_kb + kj, mask=kj < N, other=0) != 0
-        visible = visible & real
-    if CAUSAL:
-        rows = qi + q_start
-        opened = rows < first
-        visible = (visible & (kj <= rows)) | (inside & opened)
-    return tl.where(visible, s, float("-inf"))
+        s += tl.load(SEGMENTS + h * NUM_SEGMENTS * NUM_SEGMENTS + pair)
+    if HAS_KEYS or CAUSAL or MASK_TAIL:
+        inside = kj < N
+        visible = inside
+        if HAS_KEYS:  # 0 past N
+            visible = tl.load(KEYS + b * stride_kb + kj, mask=inside, other=0) != 0
+        if CAUSAL:
+            rows = qi + q_start
+            visible = (visible & (kj <= rows)) | (inside & (rows < first))
+        s = tl.where(visible, s, float("-inf"))
+    return s
 
 
 @triton.jit
@@ -241,7 +248,7 @@ def _forward_step(
     first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
     HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
     CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
-    BLOCK_N: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+    BLOCK_N: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, MASK_TAIL: tl.constexpr,
 ):  # fmt: skip
     """One key block of the online softmax: (acc, l_i, m_i) updated."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -251,7 +258,7 @@ def _forward_step(
         q, k, offs_m, offs_n, start_n, b, h, scale2, TABLE, stride_th, stride_tk, table_shift,
         UNTIE, untie_row, untie_column, KEYS, stride_kb,
         first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
-        HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS,
+        HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, MASK_TAIL,
     )  # fmt: skip
     m_new = tl.maximum(m_i, tl.reduce(s, 1, _maximum))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw no key yet
@@ -272,7 +279,7 @@ def _forward(
     CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+    EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, MASK_TAIL: tl.constexpr,
 ):  # fmt: skip
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
@@ -292,7 +299,7 @@ def _forward(
             skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, stride_th, stride_tk, table_shift,
             UNTIE, untie_row, untie_column, KEYS, stride_kb, first, q_start, M, N, SEGMENTS,
             SEGMENT_IDS, stride_sb, HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION,
-            NUM_SEGMENTS, BLOCK_N, EVEN_D, EVEN_DV,
+            NUM_SEGMENTS, BLOCK_N, EVEN_D, EVEN_DV, MASK_TAIL,
         )  # fmt: skip
     # A row that sees no key (out of range, or every key hidden) gives 0, not 0 / 0.
     l_safe = tl.where(l_i > 0, l_i, 1.0)
@@ -391,7 +398,7 @@ def _dk_dv_step(
         q, k, offs_m, offs_n, start_column, b, h, scale2, TABLE, stride_th, stride_tk,
         table_shift, UNTIE, untie_row, untie_column, KEYS, stride_kb,
         first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
-        HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, KEY_MAJOR,
+        HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, False, KEY_MAJOR,
     )  # fmt: skip
     if KEY_MAJOR:
         p_t = tl.exp2(s - lse[None, :])
@@ -467,6 +474,7 @@ def _dq_step(
     CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
     SEGMENT_GRAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, DIAGONALS: tl.constexpr,
+    MASK_TAIL: tl.constexpr,
 ):  # fmt: skip
     """One key block's share of a query block's dQ, and of the tables' gradients."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -476,7 +484,7 @@ def _dq_step(
         q, k, offs_m, offs_n, start_n, b, h, scale2, TABLE, stride_th, stride_tk, table_shift,
         UNTIE, untie_row, untie_column, KEYS, stride_kb,
         first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
-        HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS,
+        HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, MASK_TAIL,
     )  # fmt: skip
     p = tl.exp2(s - lse[:, None])
     dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
@@ -532,6 +540,7 @@ def _backward_dq_dtable(
     SEGMENT_GRAD: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, DIAGONALS: tl.constexpr,
+    MASK_TAIL: tl.constexpr,
 ):  # fmt: skip
     """dQ of one query block over the keys it sees, and that block's share of dT (in the
     batch element's own copy of dT where stride_dtb is not 0). First D_i = sum_d dO_id O_id
@@ -561,7 +570,7 @@ def _backward_dq_dtable(
             table_len, KEYS, stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
             DSEGMENTS, HAS_TABLE, TABLE_GRAD, HAS_UNTIE, UNTIE_GRAD, HAS_KEYS, CAUSAL, PRECISION,
             NUM_SEGMENTS,
-            SEGMENT_GRAD, BLOCK_M, BLOCK_N, EVEN_D, EVEN_DV, DIAGONALS,
+            SEGMENT_GRAD, BLOCK_M, BLOCK_N, EVEN_D, EVEN_DV, DIAGONALS, MASK_TAIL,
         )  # fmt: skip
     tl.store(
         DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqm + offs_d[None, :],
@@ -765,7 +774,8 @@ class TableBiasAttention(torch.autograd.Function):
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
             copies.stride(0), copies.stride(1), keys_.stride(0), ids.stride(0),
             heads, M, N, D, DV, q_start, M - 1, untie_row, untie_column, scale * LOG2E,
-            BLOCK_M=block_m, BLOCK_N=block_n, **flags, **schedule(tile, q.device),
+            BLOCK_M=block_m, BLOCK_N=block_n, MASK_TAIL=N % block_n != 0, **flags,
+            **schedule(tile, q.device),
         )  # fmt: skip
         ctx.save_for_backward(q, k, v, out, lse, copies, untie32, keys_, first_, segments32, ids)
         ctx.table_shape = None if table is None else table.shape
@@ -808,7 +818,7 @@ class TableBiasAttention(torch.autograd.Function):
             stride_dtb, stride_dth, keys_.stride(0), ids.stride(0),
             *common, M - 1, M + N - 1, untie_row, untie_column, scale, scale * LOG2E,
             TABLE_GRAD=table_grad, UNTIE_GRAD=untie_grad, SEGMENT_GRAD=ctx.segment_grad,
-            BLOCK_M=tile.block_m, BLOCK_N=tile.block_n,
+            BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, MASK_TAIL=N % tile.block_n != 0,
             DIAGONALS=diagonal_block(tile, skew_choice() if table_grad else "wide"), **flags,
             **schedule(tile, q.device),
         )  # fmt: skip
