@@ -338,10 +338,10 @@ def _skewed_sums(
     if DIAGONALS == BLOCK_N:
         column = tl.arange(0, BLOCK_N)[None, :]
         skewed = tl.gather(ds, (column + rows) % BLOCK_N, axis=1)
+        # The sum of each column and of its wrapped part: one select per element, not two.
         wrapped = column + rows >= BLOCK_N
-        upper, lower = tl.reduce(
-            (tl.where(wrapped, 0.0, skewed), tl.where(wrapped, skewed, 0.0)), 0, _add_pairs
-        )
+        total, lower = tl.reduce((skewed, tl.where(wrapped, skewed, 0.0)), 0, _add_pairs)
+        upper = total - lower
         index = start_n - first_row + table_shift + tl.arange(0, BLOCK_N)
         _add_to_table(DTABLE + h * stride_dth, index, upper, table_len)
         _add_to_table(DTABLE + h * stride_dth, index - BLOCK_N, lower, table_len)
