@@ -412,6 +412,37 @@ def test_the_tables_gradient_is_the_same_by_every_mode(monkeypatch):
         ).sum().backward()
 
 
+def test_the_gpu_default_tiles_equal_eager_under_the_interpreter(monkeypatch):
+    """The GPU's own tile shapes, which the other tests' small interpreter tiles never take:
+    the forward's 128 x 32, dQ's 64 x 32 with its two 32 x 32 halves rotated in place, and
+    dK/dV's 128 keys key-major (the reversed table's copies padded for 128-long runs), at
+    d_h=64 and n=136: two blocks of each kind, the last partial. Causal with left padding and
+    TUPE's [CLS] untie, values and every gradient against eager."""
+    from posattn.kernels import triton_bias
+
+    monkeypatch.setattr(triton_bias, "tiles", lambda device, kind: triton_bias.GPU_TILES[kind])
+    monkeypatch.setenv("POSATTN_TRITON_SKEW", "circular")
+    torch.manual_seed(5)
+    n = 136
+    q, k, v = (torch.randn(1, 2, n, 64, requires_grad=True) for _ in range(3))
+    table = torch.randn(2, 2 * n - 1, requires_grad=True)
+    untie = ClsUntie(9, 9, torch.randn(2))
+    padding = torch.ones(1, n, dtype=torch.bool)
+    padding[0, :9] = False
+    mask = build_attention_mask(padding, n, True, torch.device("cpu"))
+    grad = torch.randn(1, 2, n, 64)
+    reference = eager_attention(
+        q, k, v, mask=mask, bias=untie.applied(toeplitz_rows(table, n, n)), scale=0.125
+    )
+    tables = TableBias(offset=table, cls_untie=untie)
+    out = get_kernel("triton")(q, k, v, mask=mask, bias=None, scale=0.125, tables=tables)
+    torch.testing.assert_close(out, reference, atol=2e-6, rtol=2e-5)
+    ours = torch.autograd.grad(out, (q, k, v, table), grad)
+    expected = torch.autograd.grad(reference, (q, k, v, table), grad)
+    for name, a, b in zip(["q", "k", "v", "table"], ours, expected, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=name)
+
+
 def test_auto_hands_a_table_to_triton_only_where_it_serves_it(monkeypatch):
     """`serves_table`: a Toeplitz table of the right shape, a head size that fills a block
     (a folded bias widens it: 64 + 2 would pad to 128), and a mask the kernel reads (padding,
