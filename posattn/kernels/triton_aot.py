@@ -42,7 +42,7 @@ class Launch:
 
 
 def launches(
-    flags: dict, tiles: dict[str, Tiles], table_grad: bool, skew: str = "wide",
+    flags: dict, tiles: dict[str, Tiles], table_grad: bool, skew: str = "circular",
     key_major: bool = True, mask_tail: bool = True,
 ) -> list[Launch]:  # fmt: skip
     """The three kernels of a forward and backward with these flags and tiles (keyed as

@@ -326,33 +326,17 @@ def _skewed_sums(
     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONALS: tl.constexpr,
 ):  # fmt: skip
     """DTABLE[h, j - i + shift] += the sums of ds [ROWS, BLOCK_N] (rows from first_row) along
-    its diagonals, one atomic per diagonal. DIAGONALS is the width of the skewed tile:
-
-    - a power of two >= ROWS + BLOCK_N - 1 ("wide"): row i shifted right by ROWS - 1 - i, so
-      that diagonal j - i is column j - i + ROWS - 1, zero-padded; summed over rows;
-    - BLOCK_N, where ROWS == BLOCK_N ("circular"): row i rotated left by i, so that column c
-      holds diagonal c on rows i < BLOCK_N - c and diagonal c - BLOCK_N on the rest; two
-      masked sums over rows. The gather is half the wide one's size, with nothing wasted.
-    """
+    its diagonals, one atomic per diagonal: each row i shifted right by ROWS - 1 - i into a
+    zero-padded tile DIAGONALS wide (a power of two >= ROWS + BLOCK_N - 1), so that diagonal
+    j - i is column j - i + ROWS - 1, and summed over rows ("wide")."""
     rows = tl.arange(0, ROWS)[:, None]
-    if DIAGONALS == BLOCK_N:
-        column = tl.arange(0, BLOCK_N)[None, :]
-        skewed = tl.gather(ds, (column + rows) % BLOCK_N, axis=1)
-        # The sum of each column and of its wrapped part: one select per element, not two.
-        wrapped = column + rows >= BLOCK_N
-        total, lower = tl.reduce((skewed, tl.where(wrapped, skewed, 0.0)), 0, _add_pairs)
-        upper = total - lower
-        index = start_n - first_row + table_shift + tl.arange(0, BLOCK_N)
-        _add_to_table(DTABLE + h * stride_dth, index, upper, table_len)
-        _add_to_table(DTABLE + h * stride_dth, index - BLOCK_N, lower, table_len)
-    else:
-        diagonal = tl.arange(0, DIAGONALS)[None, :]
-        column = diagonal - (ROWS - 1) + rows
-        inside = (column >= 0) & (column < BLOCK_N)
-        skewed = tl.gather(ds, tl.where(inside, column, 0), axis=1)
-        sums = tl.reduce(tl.where(inside, skewed, 0.0), 0, _add)
-        index = start_n - first_row - (ROWS - 1) + table_shift + tl.arange(0, DIAGONALS)
-        _add_to_table(DTABLE + h * stride_dth, index, sums, table_len)
+    diagonal = tl.arange(0, DIAGONALS)[None, :]
+    column = diagonal - (ROWS - 1) + rows
+    inside = (column >= 0) & (column < BLOCK_N)
+    skewed = tl.gather(ds, tl.where(inside, column, 0), axis=1)
+    sums = tl.reduce(tl.where(inside, skewed, 0.0), 0, _add)
+    index = start_n - first_row - (ROWS - 1) + table_shift + tl.arange(0, DIAGONALS)
+    _add_to_table(DTABLE + h * stride_dth, index, sums, table_len)
 
 
 @triton.jit
@@ -373,6 +357,42 @@ def _add_diagonal_sums(
         bottom, start_m + BLOCK_M // 2, start_n, h, DTABLE, stride_dth, table_shift, table_len,
         BLOCK_M // 2, BLOCK_N, DIAGONALS,
     )  # fmt: skip
+
+
+@triton.jit
+def _rotated_sums(square, BLOCK_N: tl.constexpr):
+    """The diagonal sums of a square [BLOCK_N, BLOCK_N] tile: row i rotated left by i, so
+    that column c holds diagonal c on rows i < BLOCK_N - c and diagonal c - BLOCK_N on the
+    rest; (upper, lower): the sums of diagonals c and c - BLOCK_N. The gather is half the
+    wide skew's size, with nothing wasted; each column's total minus its wrapped part: one
+    select per element, not two."""
+    rows = tl.arange(0, BLOCK_N)[:, None]
+    column = tl.arange(0, BLOCK_N)[None, :]
+    skewed = tl.gather(square, (column + rows) % BLOCK_N, axis=1)
+    wrapped = column + rows >= BLOCK_N
+    total, lower = tl.reduce((skewed, tl.where(wrapped, skewed, 0.0)), 0, _add_pairs)
+    return total - lower, lower
+
+
+@triton.jit
+def _carried_diagonal_sums(
+    ds, near, far, start_m, start_n, h, DTABLE, stride_dth, table_shift, table_len,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """The circular skew of a [2 BLOCK_N, BLOCK_N] dS tile, its sums carried from one key
+    block to the next. The tile's diagonals fall in three runs of BLOCK_N table entries from
+    base = start_n - start_m + shift: [base, +BLOCK_N) (the top half's upper sums), the run
+    below (top's lower plus bottom's upper) and the one below that (bottom's lower). The next
+    key block's runs sit BLOCK_N higher, so each run is complete after three blocks: `near`
+    carries the run at base, `far` the one below, and each block adds one run to the table -
+    one atomic per diagonal per block instead of four. Returns (near, far) for the next."""
+    halves = tl.permute(tl.reshape(ds, (2, BLOCK_M // 2, BLOCK_N)), (1, 2, 0))
+    top, bottom = tl.split(halves)
+    top_upper, top_lower = _rotated_sums(top, BLOCK_N)
+    bottom_upper, bottom_lower = _rotated_sums(bottom, BLOCK_N)
+    index = start_n - start_m + table_shift - 2 * BLOCK_N + tl.arange(0, BLOCK_N)
+    _add_to_table(DTABLE + h * stride_dth, index, far + bottom_lower, table_len)
+    return top_upper, near + top_lower + bottom_upper
 
 
 @triton.jit
@@ -476,7 +496,9 @@ def _dq_step(
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, DIAGONALS: tl.constexpr,
     MASK_TAIL: tl.constexpr,
 ):  # fmt: skip
-    """One key block's share of a query block's dQ, and of the tables' gradients."""
+    """One key block's share of a query block's dQ, and of the tables' gradients; returns dQ
+    and the tile's dS as the offset table sees it (the circular skew's sums are carried by the
+    caller, `_carried_diagonal_sums`)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k = _load_tile(K + b * skb + h * skh, offs_n, skn, N, offs_d, D, EVEN_D)
     v = _load_tile(V + b * svb + h * svh, offs_n, svn, N, offs_dv, DV, EVEN_DV)
@@ -490,11 +512,11 @@ def _dq_step(
     dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
     ds = p * (dp - delta[:, None])
     dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
-    if TABLE_GRAD:
-        ds_table = ds
-        if HAS_UNTIE:  # the untie's scores do not read the table
-            untied = _untied_positions(offs_m[:, None], offs_n[None, :], untie_row, untie_column)
-            ds_table = tl.where(untied, 0.0, ds)
+    ds_table = ds
+    if TABLE_GRAD & HAS_UNTIE:  # the untie's scores do not read the table
+        untied = _untied_positions(offs_m[:, None], offs_n[None, :], untie_row, untie_column)
+        ds_table = tl.where(untied, 0.0, ds)
+    if TABLE_GRAD & (DIAGONALS != BLOCK_N):  # wide: added here; circular: by the caller
         _add_diagonal_sums(
             ds_table, start_m, start_n, h, DTABLE, stride_dth, table_shift, table_len,
             BLOCK_M, BLOCK_N, DIAGONALS,
@@ -509,21 +531,14 @@ def _dq_step(
     if SEGMENT_GRAD:
         # One sum of dS per (query segment, key segment) pair per tile.
         pair = _segment_pairs(
-            offs_m[:, None],
-            offs_n[None, :],
-            b,
-            SEGMENT_IDS,
-            stride_sb,
-            q_start,
-            M,
-            N,
+            offs_m[:, None], offs_n[None, :], b, SEGMENT_IDS, stride_sb, q_start, M, N,
             NUM_SEGMENTS,
-        )
+        )  # fmt: skip
         for index in tl.static_range(NUM_SEGMENTS * NUM_SEGMENTS):
             picked = tl.where(pair == index, ds, 0.0)
             total = tl.reduce(tl.reduce(picked, 1, _add), 0, _add)
             tl.atomic_add(DSEGMENTS + h * NUM_SEGMENTS * NUM_SEGMENTS + index, total, sem="relaxed")
-    return dq
+    return dq, ds_table
 
 
 @triton.jit
@@ -562,8 +577,12 @@ def _backward_dq_dtable(
     if CAUSAL:
         first = tl.load(FIRST + b)
     dq = tl.full([BLOCK_M, BLOCK_D], 0.0, tl.float32)
-    for start_n in range(0, _key_end(start_m, q_start, first, N, BLOCK_M, CAUSAL), BLOCK_N):
-        dq = _dq_step(
+    CARRIED: tl.constexpr = TABLE_GRAD & (DIAGONALS == BLOCK_N)
+    near = tl.full([BLOCK_N], 0.0, tl.float32)
+    far = tl.full([BLOCK_N], 0.0, tl.float32)
+    key_end = _key_end(start_m, q_start, first, N, BLOCK_M, CAUSAL)
+    for start_n in range(0, key_end, BLOCK_N):
+        dq, ds_table = _dq_step(
             dq, q, do, lse, delta, start_m, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
             skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, DTABLE_B, stride_th, stride_tk,
             stride_dth, table_shift, UNTIE, DUNTIE, untie_row, untie_column,
@@ -572,6 +591,17 @@ def _backward_dq_dtable(
             NUM_SEGMENTS,
             SEGMENT_GRAD, BLOCK_M, BLOCK_N, EVEN_D, EVEN_DV, DIAGONALS, MASK_TAIL,
         )  # fmt: skip
+        if CARRIED:
+            near, far = _carried_diagonal_sums(
+                ds_table, near, far, start_m, start_n, h, DTABLE_B, stride_dth, table_shift,
+                table_len, BLOCK_M, BLOCK_N,
+            )  # fmt: skip
+    if CARRIED:
+        # The two runs still carried, where a block past the last would have added them.
+        end_n = (key_end + BLOCK_N - 1) // BLOCK_N * BLOCK_N
+        index = end_n - start_m + table_shift + tl.arange(0, BLOCK_N)
+        _add_to_table(DTABLE_B + h * stride_dth, index - 2 * BLOCK_N, far, table_len)
+        _add_to_table(DTABLE_B + h * stride_dth, index - BLOCK_N, near, table_len)
     tl.store(
         DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqm + offs_d[None, :],
         (dq * scale).to(DQ.dtype.element_ty),
@@ -633,11 +663,14 @@ def schedule(tile: Tiles, device: torch.device) -> dict:
     return dict(num_warps=tile.num_warps, num_stages=tile.num_stages)
 
 
-# How the dQ kernel skews each half of a dS tile for the table's diagonal sums: "wide" (zero-
-# padded to a power of two >= the diagonals it spans: 64 for 32 x 32) or "circular" (rotated
-# in place, 32 wide, where a half is square; else wide). Chosen by POSATTN_TRITON_SKEW; the
-# tile sweep times both. Circular: to be measured on a GPU.
-SKEWS = ("wide", "circular")
+# How the dQ kernel skews each half of a dS tile for the table's diagonal sums: "circular"
+# (rotated in place, 32 wide, where a half is square, its sums carried from one key block to
+# the next: one atomic per diagonal per block; else wide) or "wide" (zero-padded to a power of
+# two >= the diagonals it spans: 64 for 32 x 32, four atomics per diagonal per block). Chosen
+# by POSATTN_TRITON_SKEW; the tile sweep times both. Circular is the default on sm_90 builds'
+# counts (dQ's loop 409 instructions per warp and step against 638, T5-like table, 64 x 32),
+# not yet on a GPU's clock; wide was measured (2.71x flash SDPA, T5 training at n=4096).
+SKEWS = ("circular", "wide")
 
 
 def skew_choice() -> str:
@@ -655,7 +688,7 @@ def dk_dv_order() -> str:
     return environment_choice("POSATTN_TRITON_DK_DV_ORDER", DK_DV_ORDERS)
 
 
-def diagonal_block(tile: Tiles, skew: str = "wide") -> int:
+def diagonal_block(tile: Tiles, skew: str = "circular") -> int:
     """DIAGONALS of the dQ kernel, the width each half of a tile's rows is skewed to
     (`_add_diagonal_sums` skews two halves): circular where a half is square, else wide."""
     if skew == "circular" and tile.block_m // 2 == tile.block_n:
