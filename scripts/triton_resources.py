@@ -1,9 +1,12 @@
 """What each tile of kernel="triton" asks of a Hopper GPU, read on any machine: the kernels
 compiled for sm_90 (`posattn.kernels.triton_aot`) and ptxas's report of registers per thread,
-spills and shared memory per block, and how many of each kind of matrix instruction the PTX
-holds (warpgroup MMA, or the older mma.sync a product under 64 rows falls back to) - the
-questions to answer before spending GPU minutes. Each kernel at the candidates of
-scripts/triton_tiles.py's sweep.
+spills and shared memory per block, how many of each kind of matrix instruction the PTX
+holds (warpgroup MMA, or the older mma.sync a product under 64 rows falls back to), and the
+instructions each warp issues per step of the main loop, also per 1000 scores (the loop's
+body times the warps over one tile's scores: where the issue rate bounds a kernel, its time
+per score) - the questions to answer before spending GPU minutes. Each kernel at the
+candidates of scripts/triton_tiles.py's sweep; "full" is a length that fills its key blocks
+(no padding, no causality, no tail mask).
 
     PYTHONPATH=. python scripts/triton_resources.py [--dtype bfloat16] [--head 64]
 """
@@ -17,7 +20,9 @@ import torch
 from posattn.kernels.triton_aot import (
     call_flags,
     compile_launch,
+    instructions_per_score,
     launches,
+    loop_instructions,
     matrix_products,
     resources,
 )
@@ -34,7 +39,7 @@ def main() -> None:
     parser.add_argument("--head", type=int, default=64)
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
-    columns = "registers  spill st/ld  stack  shared  wgmma  mma.sync"
+    columns = "registers  spill st/ld  stack  shared  wgmma  mma.sync  loop  per 1k"
     print(f"rules    kernel  tile          order  {columns}")
     # Each kernel's candidates, and dK/dV as it ran before its own tile (query-major).
     runs = [(kind, text, True) for kind, texts in CANDIDATES.items() for text in texts]
@@ -43,7 +48,9 @@ def main() -> None:
         flags = call_flags(dtype, args.head, **options)
         for kind, text, key_major in runs:
             tile = Tiles(*(int(part) for part in text.split(",")))
-            built = launches(flags, {**GPU_TILES, kind: tile}, True, key_major=key_major)
+            built = launches(
+                flags, {**GPU_TILES, kind: tile}, True, key_major=key_major, mask_tail=False
+            )
             launch = next(launch for launch in built if launch.name == LAUNCH_OF[kind])
             compiled = compile_launch(launch, dtype)
             used, products = resources(compiled), matrix_products(compiled)
@@ -51,7 +58,8 @@ def main() -> None:
             print(
                 f"{rule:8} {kind:7} {text:13} {order:6} {used['registers']:9} "
                 f"{used['spill_stores']:6}/{used['spill_loads']:<6} {used['stack']:5} "
-                f"{used['shared']:7} {products['wgmma']:6} {products['mma.sync']:9}"
+                f"{used['shared']:7} {products['wgmma']:6} {products['mma.sync']:9} "
+                f"{loop_instructions(compiled):5} {instructions_per_score(launch, compiled):7.0f}"
             )
 
 

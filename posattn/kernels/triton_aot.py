@@ -142,6 +142,44 @@ def matrix_products(compiled) -> dict:
             "mma.sync": len(re.findall(r"\bmma\.sync", ptx))}  # fmt: skip
 
 
+def sass(compiled) -> list[tuple[int, str]]:
+    """The kernel's SASS as (address, instruction) pairs, read by Triton's bundled cuobjdump."""
+    from triton import knobs
+
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(compiled.asm["cubin"])
+        cubin.flush()
+        listing = subprocess.run(
+            [knobs.nvidia.cuobjdump.path, "-sass", cubin.name],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+    return [
+        (int(found.group(1), 16), found.group(2).strip())
+        for found in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", listing)
+    ]
+
+
+def loop_instructions(compiled) -> int:
+    """Instructions in the kernel's main loop (the last backward branch's body): what each
+    warp issues per step, one tile of scores. The kernels' work per score is in that loop;
+    the rest runs once per program."""
+    listing = sass(compiled)
+    body = 0
+    for address, instruction in listing:
+        target = re.search(r"BRA\s+(?:`\(\.L_x_\d+\)\s*)?0x([0-9a-f]+)", instruction)
+        if target and int(target.group(1), 16) < address:
+            start = int(target.group(1), 16)
+            body = sum(1 for other, _ in listing if start <= other <= address)
+    return body
+
+
+def instructions_per_score(launch: Launch, compiled) -> float:
+    """Warp instructions per 1000 scores in the main loop: its body times the program's
+    warps, over the scores of one step's tile."""
+    scores = launch.tile.block_m * launch.tile.block_n
+    return loop_instructions(compiled) * launch.tile.num_warps * 1000 / scores
+
+
 def call_flags(dtype: torch.dtype, head: int, value_head: int | None = None, **rules) -> dict:
     """`kernel_flags` for a call with a table and these masking rules (has_keys, causal,
     num_segments, has_untie); values as wide as q and k unless value_head says otherwise."""

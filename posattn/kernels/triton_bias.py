@@ -80,7 +80,7 @@ INTERPRETER_TILES = Tiles(32, 16)
 GPU_TILES = {
     "forward": Tiles(128, 32, 8, 3),
     "dq": Tiles(64, 32, 4, 3),
-    "dk_dv": Tiles(32, 128, 8, 3),
+    "dk_dv": Tiles(64, 128, 8, 2),
 }
 
 
