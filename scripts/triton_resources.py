@@ -4,7 +4,9 @@ spills and shared memory per block, how many of each kind of matrix instruction 
 holds (warpgroup MMA, or the older mma.sync a product under 64 rows falls back to), and the
 instructions each warp issues per step of the main loop, also per 1000 scores (the loop's
 body times the warps over one tile's scores: where the issue rate bounds a kernel, its time
-per score) - the questions to answer before spending GPU minutes. Each kernel at the
+per score), and how many warps an SM holds at once (registers and shared memory: what hides
+the latency; neither count alone ordered the earlier forward sweep's timings) - the
+questions to answer before spending GPU minutes. Each kernel at the
 candidates of scripts/triton_tiles.py's sweep; "full" is a length that fills its key blocks
 (no padding, no causality, no tail mask).
 
@@ -25,6 +27,7 @@ from posattn.kernels.triton_aot import (
     loop_instructions,
     matrix_products,
     resources,
+    warps_per_sm,
 )
 from posattn.kernels.triton_bias import GPU_TILES, Tiles
 from scripts.triton_tiles import CANDIDATES, DK_DV_BEFORE
@@ -39,7 +42,7 @@ def main() -> None:
     parser.add_argument("--head", type=int, default=64)
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
-    columns = "registers  spill st/ld  stack  shared  wgmma  mma.sync  loop  per 1k"
+    columns = "registers  spill st/ld  stack  shared  wgmma  mma.sync  loop  per 1k  warps/SM"
     print(f"rules    kernel  tile          order  {columns}")
     # Each kernel's candidates, and dK/dV as it ran before its own tile (query-major).
     runs = [(kind, text, True) for kind, texts in CANDIDATES.items() for text in texts]
@@ -59,7 +62,8 @@ def main() -> None:
                 f"{rule:8} {kind:7} {text:13} {order:6} {used['registers']:9} "
                 f"{used['spill_stores']:6}/{used['spill_loads']:<6} {used['stack']:5} "
                 f"{used['shared']:7} {products['wgmma']:6} {products['mma.sync']:9} "
-                f"{loop_instructions(compiled):5} {instructions_per_score(launch, compiled):7.0f}"
+                f"{loop_instructions(compiled):5} {instructions_per_score(launch, compiled):7.0f} "
+                f"{warps_per_sm(used, tile):9}"
             )
 
 

@@ -173,6 +173,24 @@ def loop_instructions(compiled) -> int:
     return body
 
 
+# One Hopper SM's shared memory (bytes; each block also reserves 1 KiB), registers, warps.
+SM_SHARED, SM_REGISTERS, SM_WARPS = 233472, 65536, 64
+
+
+def warps_per_sm(used: dict, tile: Tiles) -> int:
+    """How many warps of this launch one Hopper SM holds at once (`resources`' registers and
+    shared memory; registers are allocated 8 per thread at a time): what the SM can switch
+    between while one waits. The earlier forward sweep's fastest tile held 16, its slowest
+    (fewest instructions per score, 255 registers, 128 KiB of shared memory) 4."""
+    registers = -(-used["registers"] // 8) * 8 * 32 * tile.num_warps
+    blocks = min(
+        SM_REGISTERS // registers,
+        SM_SHARED // (used["shared"] + 1024),
+        SM_WARPS // tile.num_warps,
+    )
+    return blocks * tile.num_warps
+
+
 def instructions_per_score(launch: Launch, compiled) -> float:
     """Warp instructions per 1000 scores in the main loop: its body times the program's
     warps, over the scores of one step's tile."""
