@@ -131,3 +131,14 @@ def test_query_major_dk_dv_at_dqs_tile_falls_back_to_mma_sync(aot):
                  for launch, build in ((old, old_build), (new, new_build))]  # fmt: skip
     assert 0 < per_score[1] < 0.8 * per_score[0], per_score
     assert 0 < aot.loop_instructions(new_build) < len(aot.sass(new_build))
+
+
+def test_warps_per_sm_is_bounded_by_registers_shared_memory_and_the_warp_limit(aot):
+    """The earlier forward sweep's tiles: 111 registers and 72 KiB at 8 warps -> two blocks,
+    16 warps (registers bound: 112 x 256 x 3 > 65536); 255 registers and 128 KiB at 4 warps ->
+    one block (shared memory bound), 4 warps; a tiny block is bound by the 64 warps."""
+    from posattn.kernels.triton_bias import Tiles
+
+    assert aot.warps_per_sm({"registers": 111, "shared": 73728}, Tiles(128, 32, 8, 3)) == 16
+    assert aot.warps_per_sm({"registers": 255, "shared": 131072}, Tiles(128, 64, 4, 3)) == 4
+    assert aot.warps_per_sm({"registers": 32, "shared": 1024}, Tiles(16, 16, 4, 2)) == 64
