@@ -93,8 +93,8 @@ def _add(a, b):
 
 
 @triton.jit
-def _add_pairs(a, b, c, d):
-    return a + c, b + d
+def _add_triples(a, b, c, d, e, f):
+    return a + d, b + e, c + f
 
 
 @triton.jit
@@ -360,39 +360,33 @@ def _add_diagonal_sums(
 
 
 @triton.jit
-def _rotated_sums(square, BLOCK_N: tl.constexpr):
-    """The diagonal sums of a square [BLOCK_N, BLOCK_N] tile: row i rotated left by i, so
-    that column c holds diagonal c on rows i < BLOCK_N - c and diagonal c - BLOCK_N on the
-    rest; (upper, lower): the sums of diagonals c and c - BLOCK_N. The gather is half the
-    wide skew's size, with nothing wasted; each column's total minus its wrapped part: one
-    select per element, not two."""
-    rows = tl.arange(0, BLOCK_N)[:, None]
-    column = tl.arange(0, BLOCK_N)[None, :]
-    skewed = tl.gather(square, (column + rows) % BLOCK_N, axis=1)
-    wrapped = column + rows >= BLOCK_N
-    total, lower = tl.reduce((skewed, tl.where(wrapped, skewed, 0.0)), 0, _add_pairs)
-    return total - lower, lower
-
-
-@triton.jit
 def _carried_diagonal_sums(
     ds, near, far, start_m, start_n, h, DTABLE, stride_dth, table_shift, table_len,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     """The circular skew of a [2 BLOCK_N, BLOCK_N] dS tile, its sums carried from one key
-    block to the next. The tile's diagonals fall in three runs of BLOCK_N table entries from
-    base = start_n - start_m + shift: [base, +BLOCK_N) (the top half's upper sums), the run
-    below (top's lower plus bottom's upper) and the one below that (bottom's lower). The next
-    key block's runs sit BLOCK_N higher, so each run is complete after three blocks: `near`
-    carries the run at base, `far` the one below, and each block adds one run to the table -
-    one atomic per diagonal per block instead of four. Returns (near, far) for the next."""
-    halves = tl.permute(tl.reshape(ds, (2, BLOCK_M // 2, BLOCK_N)), (1, 2, 0))
-    top, bottom = tl.split(halves)
-    top_upper, top_lower = _rotated_sums(top, BLOCK_N)
-    bottom_upper, bottom_lower = _rotated_sums(bottom, BLOCK_N)
+    block to the next. Row i is rotated left by i % BLOCK_N, so that column c holds, on the top
+    half's rows, diagonal c (unwrapped) or c - BLOCK_N (wrapped), and on the bottom half's,
+    c - BLOCK_N or c - 2 BLOCK_N: the tile's diagonals fall in three runs of BLOCK_N table
+    entries from base = start_n - start_m + shift down. The next key block's runs sit
+    BLOCK_N higher, so each run is complete after three blocks: `near` carries the run at
+    base, `far` the one below, and each block adds one run to the table - one atomic per
+    diagonal per block. The whole tile is rotated where it lies (each row within one warp, a
+    gather by shuffles), not split into halves, which moved it through shared memory. Returns
+    (near, far) for the next block."""
+    rows = tl.arange(0, BLOCK_M)[:, None]
+    column = tl.arange(0, BLOCK_N)[None, :]
+    skewed = tl.gather(ds, (column + rows) % BLOCK_N, axis=1)
+    bottom = rows >= BLOCK_N
+    wrapped = column + rows % BLOCK_N >= BLOCK_N
+    total, top_upper, bottom_lower = tl.reduce(
+        (skewed, tl.where(bottom | wrapped, 0.0, skewed), tl.where(bottom & wrapped, skewed, 0.0)),
+        0,
+        _add_triples,
+    )
     index = start_n - start_m + table_shift - 2 * BLOCK_N + tl.arange(0, BLOCK_N)
     _add_to_table(DTABLE + h * stride_dth, index, far + bottom_lower, table_len)
-    return top_upper, near + top_lower + bottom_upper
+    return top_upper, near + total - top_upper - bottom_lower
 
 
 @triton.jit
@@ -668,7 +662,7 @@ def schedule(tile: Tiles, device: torch.device) -> dict:
 # the next: one atomic per diagonal per block; else wide) or "wide" (zero-padded to a power of
 # two >= the diagonals it spans: 64 for 32 x 32, four atomics per diagonal per block). Chosen
 # by POSATTN_TRITON_SKEW; the tile sweep times both. Circular is the default on sm_90 builds'
-# counts (dQ's loop 409 instructions per warp and step against 638, T5-like table, 64 x 32),
+# counts (dQ's loop 390 instructions per warp and step against 638, T5-like table, 64 x 32),
 # not yet on a GPU's clock; wide was measured (2.71x flash SDPA, T5 training at n=4096).
 SKEWS = ("circular", "wide")
 
