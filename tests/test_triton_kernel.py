@@ -392,23 +392,17 @@ def test_the_tables_gradient_is_the_same_by_every_mode(monkeypatch):
     assert set(triton_bias.TABLE_GRAD_MODES) == {"shared", "per-batch"}
     assert set(triton_bias.SKEWS) == {"wide", "circular"}
     assert set(triton_bias.DK_DV_ORDERS) == {"key-major", "query-major"}
-    monkeypatch.setenv("POSATTN_TRITON_DK_DV_ORDER", "rows")
-    with pytest.raises(PosAttnConfigError, match=r"POSATTN_TRITON_DK_DV_ORDER='rows'.*'key-major'"):
-        get_kernel("triton")(
-            q, k, v, mask=mask, bias=None, scale=0.3, tables=TableBias(offset=table)
-        ).sum().backward()
-    monkeypatch.setenv("POSATTN_TRITON_DK_DV_ORDER", "key-major")
-    monkeypatch.setenv("POSATTN_TRITON_SKEW", "diagonal")
-    with pytest.raises(PosAttnConfigError, match=r"POSATTN_TRITON_SKEW='diagonal'.*'wide'"):
-        get_kernel("triton")(
-            q, k, v, mask=mask, bias=None, scale=0.3, tables=TableBias(offset=table)
-        ).sum().backward()
-    monkeypatch.setenv("POSATTN_TRITON_SKEW", "wide")
-    monkeypatch.setenv("POSATTN_TRITON_TABLE_GRAD", "atomic")
-    with pytest.raises(PosAttnConfigError, match=r"POSATTN_TRITON_TABLE_GRAD='atomic'.*'shared'"):
-        get_kernel("triton")(
-            q, k, v, mask=mask, bias=None, scale=0.3, tables=TableBias(offset=table)
-        ).sum().backward()
+    good = {"DK_DV_ORDER": "key-major", "SKEW": "circular", "TABLE_GRAD": "shared"}
+    for name, bad in [("DK_DV_ORDER", "rows"), ("SKEW", "diagonal"), ("TABLE_GRAD", "atomic")]:
+        for other, value in good.items():
+            monkeypatch.setenv(f"POSATTN_TRITON_{other}", value)
+        monkeypatch.setenv(f"POSATTN_TRITON_{name}", bad)
+        refusal = rf"POSATTN_TRITON_{name}='{bad}'.*'{good[name]}'"
+        with pytest.raises(PosAttnConfigError, match=refusal):
+            out = get_kernel("triton")(
+                q, k, v, mask=mask, bias=None, scale=0.3, tables=TableBias(offset=table)
+            )
+            out.sum().backward()
 
 
 def test_the_gpu_default_tiles_equal_eager_under_the_interpreter(monkeypatch):
