@@ -14,6 +14,7 @@ import sys
 import pytest
 import torch
 from conftest import tiny_config, tiny_encoder
+from packaging.version import Version
 from test_kernels import padded_batch
 from transformers import DynamicCache
 
@@ -22,7 +23,17 @@ from posattn.kernels import build_attention_mask, eager_attention, get_kernel
 from posattn.kernels.table_bias import TableBias
 from posattn.toeplitz import ClsUntie
 
-pytest.importorskip("triton")
+triton = pytest.importorskip("triton")
+if Version(triton.__version__) < Version("3.7"):
+    # Its interpreter's scalars are one-element arrays, and `range(0, N, ...)` over a kernel
+    # argument calls int() on one, which recent numpy refuses (2.4: "only 0-dimensional arrays
+    # can be converted to Python scalars"; deprecated since 1.25); 3.7 squeezes them. Compiled
+    # on a GPU, 3.6 runs the kernels (tests/test_triton_compile.py builds them with it too).
+    pytest.skip(
+        f"Triton {triton.__version__}'s CPU interpreter cannot run these kernels under recent "
+        "numpy; 3.7 or later can",
+        allow_module_level=True,
+    )
 
 KERNEL_MODULE = "posattn.kernels.triton_bias"
 
