@@ -447,6 +447,31 @@ def test_the_gpu_default_tiles_equal_eager_under_the_interpreter(monkeypatch):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=name)
 
 
+def test_dk_dv_reads_filled_rows_where_its_query_blocks_outreach_the_forwards(monkeypatch):
+    """dK/dV reads LSE and D unmasked up to the end of its last query block. Where an override
+    makes those blocks longer than the forward's and dQ's (32 rows against 16), the rows they
+    never write are filled first (+inf, 0): values and gradients still equal eager's."""
+    from posattn.kernels import triton_bias
+
+    chosen = {"forward": triton_bias.Tiles(16, 16), "dq": triton_bias.Tiles(16, 16)}
+    chosen["dk_dv"] = triton_bias.Tiles(32, 16)
+    monkeypatch.setattr(triton_bias, "tiles", lambda device, kind: chosen[kind])
+    torch.manual_seed(6)
+    n = 40  # 48 rows written, 64 read
+    q, k, v = (torch.randn(2, 2, n, 16, requires_grad=True) for _ in range(3))
+    table = torch.randn(2, 2 * n - 1, requires_grad=True)
+    grad = torch.randn(2, 2, n, 16)
+    reference = eager_attention(q, k, v, mask=None, bias=toeplitz_rows(table, n, n), scale=0.25)
+    out = get_kernel("triton")(
+        q, k, v, mask=None, bias=None, scale=0.25, tables=TableBias(offset=table)
+    )
+    torch.testing.assert_close(out, reference, atol=2e-6, rtol=2e-5)
+    ours = torch.autograd.grad(out, (q, k, v, table), grad)
+    expected = torch.autograd.grad(reference, (q, k, v, table), grad)
+    for name, a, b in zip(["q", "k", "v", "table"], ours, expected, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=name)
+
+
 def test_auto_hands_a_table_to_triton_only_where_it_serves_it(monkeypatch):
     """`serves_table`: a Toeplitz table of the right shape, a head size that fills a block
     (a folded bias widens it: 64 + 2 would pad to 128), and a mask the kernel reads (padding,

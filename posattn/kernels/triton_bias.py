@@ -274,7 +274,7 @@ def _forward(
     Q, K, V, OUT, LSE, TABLE, UNTIE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, stride_th, stride_tk, stride_kb,
     stride_sb,
-    H, M, N, D, DV, q_start, table_shift, untie_row, untie_column, scale2,
+    H, M, N, D, DV, q_start, rows, table_shift, untie_row, untie_column, scale2,
     HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
     CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -309,9 +309,10 @@ def _forward(
         out.to(OUT.dtype.element_ty),
         mask=_tile_mask(offs_m, M, offs_dv, DV, EVEN_DV),
     )
-    # Such a row keeps LSE = +inf: its probabilities recompute to 0 in backward.
-    lse = tl.where(l_i > 0, m_i + tl.log2(l_safe), float("inf"))
-    tl.store(LSE + bh * M + offs_m, lse, mask=offs_m < M)
+    # Such a row keeps LSE = +inf: its probabilities recompute to 0 in backward. So do the
+    # rows past M up to `rows`, which dK/dV then reads without a mask (`_dk_dv_step`).
+    lse = tl.where((l_i > 0) & (offs_m < M), m_i + tl.log2(l_safe), float("inf"))
+    tl.store(LSE + bh * rows + offs_m, lse, mask=offs_m < rows)
 
 
 @triton.jit
@@ -391,7 +392,7 @@ def _carried_diagonal_sums(
 
 @triton.jit
 def _dk_dv_step(
-    dk, dv, k, v, start_m, offs_n, start_n, offs_d, offs_dv, b, h, bh, Q, DO, LSE, DELTA,
+    dk, dv, k, v, start_m, offs_n, start_n, offs_d, offs_dv, b, h, LSE_ROW, DELTA_ROW, Q, DO,
     sqb, sqh, sqm, sdob, sdoh, sdom, D, DV, scale2, TABLE, stride_th, stride_tk, table_shift, UNTIE,
     untie_row, untie_column, KEYS, stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS,
     stride_sb,
@@ -405,8 +406,10 @@ def _dk_dv_step(
     offs_m = start_m + tl.arange(0, BLOCK_M)
     q = _load_tile(Q + b * sqb + h * sqh, offs_m, sqm, M, offs_d, D, EVEN_D)
     do = _load_tile(DO + b * sdob + h * sdoh, offs_m, sdom, M, offs_dv, DV, EVEN_DV)
-    lse = tl.load(LSE + bh * M + offs_m, mask=offs_m < M, other=float("inf"))
-    delta = tl.load(DELTA + bh * M + offs_m, mask=offs_m < M, other=0.0)
+    # Unmasked: rows past M hold LSE = +inf and D = 0 up to the last query block's end (a mask
+    # here was a select per query per thread and step: 11% of this loop's instructions).
+    lse = tl.load(LSE_ROW + offs_m)
+    delta = tl.load(DELTA_ROW + offs_m)
     start_column = start_m if KEY_MAJOR else start_n
     s = _scores(
         q, k, offs_m, offs_n, start_column, b, h, scale2, TABLE, stride_th, stride_tk,
@@ -434,7 +437,7 @@ def _backward_dk_dv(
     Q, K, V, DO, LSE, DELTA, DK, DV_, TABLE, UNTIE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom,
     sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, stride_th, stride_tk, stride_kb, stride_sb,
-    H, M, N, D, DV, q_start, table_shift, untie_row, untie_column, scale, scale2,
+    H, M, N, D, DV, q_start, rows, table_shift, untie_row, untie_column, scale, scale2,
     HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
     CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -457,7 +460,8 @@ def _backward_dk_dv(
     dv = tl.full([BLOCK_N, BLOCK_DV], 0.0, tl.float32)
     for start_m in range(_query_begin(start_n, q_start, first, BLOCK_M, CAUSAL), M, BLOCK_M):
         dk, dv = _dk_dv_step(
-            dk, dv, k, v, start_m, offs_n, start_n, offs_d, offs_dv, b, h, bh, Q, DO, LSE, DELTA,
+            dk, dv, k, v, start_m, offs_n, start_n, offs_d, offs_dv, b, h, LSE + bh * rows,
+            DELTA + bh * rows, Q, DO,
             sqb, sqh, sqm, sdob, sdoh, sdom, D, DV, scale2, TABLE, stride_th, stride_tk,
             table_shift, UNTIE, untie_row, untie_column, KEYS,
             stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb, HAS_TABLE,
@@ -542,7 +546,8 @@ def _backward_dq_dtable(
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, sdob, sdoh, sdom,
     sdqb, sdqh, sdqm,
     stride_th, stride_tk, stride_dtb, stride_dth, stride_kb, stride_sb,
-    H, M, N, D, DV, q_start, table_shift, table_len, untie_row, untie_column, scale, scale2,
+    H, M, N, D, DV, q_start, rows, table_shift, table_len, untie_row, untie_column, scale,
+    scale2,
     HAS_TABLE: tl.constexpr, TABLE_GRAD: tl.constexpr, HAS_UNTIE: tl.constexpr,
     UNTIE_GRAD: tl.constexpr, HAS_KEYS: tl.constexpr,
     CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
@@ -565,8 +570,8 @@ def _backward_dq_dtable(
     do = _load_tile(DO + b * sdob + h * sdoh, offs_m, sdom, M, offs_dv, DV, EVEN_DV)
     out = _load_tile(OUT + b * sob + h * soh, offs_m, som, M, offs_dv, DV, EVEN_DV)
     delta = tl.reduce(out.to(tl.float32) * do.to(tl.float32), 1, _add)
-    tl.store(DELTA + bh * M + offs_m, delta, mask=offs_m < M)
-    lse = tl.load(LSE + bh * M + offs_m, mask=offs_m < M, other=float("inf"))
+    tl.store(DELTA + bh * rows + offs_m, delta, mask=offs_m < rows)  # 0 past M
+    lse = tl.load(LSE + bh * rows + offs_m, mask=offs_m < M, other=float("inf"))
     first = 0
     if CAUSAL:
         first = tl.load(FIRST + b)
@@ -714,6 +719,22 @@ def kernel_flags(
     )
 
 
+def _rounded(length: int, block: int) -> int:
+    """`length` rounded up to a whole number of blocks."""
+    return triton.cdiv(length, block) * block
+
+
+def _rows_past(
+    count: int, rows: int, written: int, value: float, device: torch.device
+) -> Tensor:  # fmt: skip
+    """[count, rows] float32 for a kernel that writes the first `written` of each row's
+    entries (its blocks' reach): left to it where that covers the rows, else `value`-filled
+    first (only where a tile override makes dK/dV's query blocks longer than its writer's)."""
+    if written >= rows:
+        return torch.empty(count, rows, dtype=torch.float32, device=device)
+    return torch.full((count, rows), value, dtype=torch.float32, device=device)
+
+
 def longest_table_run(device: torch.device) -> int:
     """The longest run of the table one row of a tile reads: a tile's width (its block_n, or
     key-major in dK/dV its block_m), so at most its larger side, over every kernel's tile."""
@@ -781,9 +802,12 @@ class TableBiasAttention(torch.autograd.Function):
         untie_row, untie_column = (-1, -1) if untie is None else untie
         untie32 = absent(device, float32) if untie is None else column_value.float() * LOG2E
         out = torch.empty(batch, heads, M, DV, dtype=q.dtype, device=q.device)
-        lse = torch.empty(batch * heads, M, dtype=torch.float32, device=q.device)
-        tile = tiles(q.device, "forward")
+        tile, keys_tile = tiles(q.device, "forward"), tiles(q.device, "dk_dv")
         block_m, block_n = tile.block_m, tile.block_n
+        # LSE per row, and +inf past M up to the end of dK/dV's last query block, which it
+        # reads unmasked; the forward writes them where its own blocks reach that far.
+        rows = _rounded(M, keys_tile.block_m)
+        lse = _rows_past(batch * heads, rows, _rounded(M, block_m), float("inf"), q.device)
         flags = kernel_flags(
             q.dtype, D, DV, has_table=table is not None, has_keys=keys is not None,
             causal=causal, num_segments=0 if segments is None else math.isqrt(segments.shape[-1]),
@@ -800,12 +824,13 @@ class TableBiasAttention(torch.autograd.Function):
             q, k, v, out, lse, copies, untie32, keys_, first_, segments32, ids,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
             copies.stride(0), copies.stride(1), keys_.stride(0), ids.stride(0),
-            heads, M, N, D, DV, q_start, M - 1, untie_row, untie_column, scale * LOG2E,
+            heads, M, N, D, DV, q_start, rows, M - 1, untie_row, untie_column, scale * LOG2E,
             BLOCK_M=block_m, BLOCK_N=block_n, MASK_TAIL=N % block_n != 0, **flags,
             **schedule(tile, q.device),
         )  # fmt: skip
         ctx.save_for_backward(q, k, v, out, lse, copies, untie32, keys_, first_, segments32, ids)
         ctx.table_shape = None if table is None else table.shape
+        ctx.keys_tile, ctx.rows = keys_tile, rows
         ctx.settings = (scale, q_start, flags, table is not None and table.requires_grad)
         ctx.untie = (untie_row, untie_column, untie is not None and column_value.requires_grad)
         ctx.segment_grad = segments is not None and segments.requires_grad
@@ -820,10 +845,11 @@ class TableBiasAttention(torch.autograd.Function):
         grad_out = last_dim_contiguous(grad_out)
         batch, heads, M, D = q.shape
         N, DV = k.shape[-2], v.shape[-1]
-        tile, keys_tile = tiles(q.device, "dq"), tiles(q.device, "dk_dv")
-        # D_i = rowsum(dO * O), the term every row of dS subtracts: written by the dQ kernel,
-        # read by dK/dV after it.
-        delta = torch.empty(batch * heads, M, dtype=torch.float32, device=q.device)
+        # dK/dV's tile as the forward sized LSE's rows for it.
+        tile, keys_tile, rows = tiles(q.device, "dq"), ctx.keys_tile, ctx.rows
+        # D_i = rowsum(dO * O), the term every row of dS subtracts: written by the dQ kernel
+        # (0 past M), read by dK/dV after it, unmasked like LSE.
+        delta = _rows_past(batch * heads, rows, _rounded(M, tile.block_m), 0.0, q.device)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         # dT's atomics go to one table or to one per batch element (summed after): fewer
         # programs add to each address, at B tables of memory (`table_grad_mode`).
@@ -836,7 +862,7 @@ class TableBiasAttention(torch.autograd.Function):
         stride_dth = dtable.stride(-2) if table_grad else 0
         dsegments = torch.zeros_like(segments32) if ctx.segment_grad else absent(device, float32)
         duntie = torch.zeros_like(untie32) if untie_grad else absent(device, float32)
-        common = (heads, M, N, D, DV, q_start)
+        common = (heads, M, N, D, DV, q_start, rows)
         _backward_dq_dtable[(triton.cdiv(M, tile.block_m), batch * heads)](
             q, k, v, out, grad_out, lse, delta, dq, copies, dtable, untie32, duntie, keys_,
             first_, segments32, ids, dsegments,
