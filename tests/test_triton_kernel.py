@@ -440,11 +440,7 @@ def test_the_gpu_default_tiles_equal_eager_under_the_interpreter(monkeypatch):
     )
     tables = TableBias(offset=table, cls_untie=untie)
     out = get_kernel("triton")(q, k, v, mask=mask, bias=None, scale=0.125, tables=tables)
-    torch.testing.assert_close(out, reference, atol=2e-6, rtol=2e-5)
-    ours = torch.autograd.grad(out, (q, k, v, table), grad)
-    expected = torch.autograd.grad(reference, (q, k, v, table), grad)
-    for name, a, b in zip(["q", "k", "v", "table"], ours, expected, strict=True):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=name)
+    assert_values_and_gradients_equal(out, reference, (q, k, v, table), grad)
 
 
 def test_dk_dv_reads_filled_rows_where_its_query_blocks_outreach_the_forwards(monkeypatch):
@@ -465,9 +461,14 @@ def test_dk_dv_reads_filled_rows_where_its_query_blocks_outreach_the_forwards(mo
     out = get_kernel("triton")(
         q, k, v, mask=None, bias=None, scale=0.25, tables=TableBias(offset=table)
     )
+    assert_values_and_gradients_equal(out, reference, (q, k, v, table), grad)
+
+
+def assert_values_and_gradients_equal(out, reference, leaves, grad) -> None:
+    """The kernel's output and the gradients of q, k, v and the table equal eager's."""
     torch.testing.assert_close(out, reference, atol=2e-6, rtol=2e-5)
-    ours = torch.autograd.grad(out, (q, k, v, table), grad)
-    expected = torch.autograd.grad(reference, (q, k, v, table), grad)
+    ours = torch.autograd.grad(out, leaves, grad)
+    expected = torch.autograd.grad(reference, leaves, grad)
     for name, a, b in zip(["q", "k", "v", "table"], ours, expected, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=name)
 
