@@ -116,7 +116,7 @@ def test_whole_key_blocks_compile_without_the_tail_mask(aot):
 def test_query_major_dk_dv_at_dqs_tile_falls_back_to_mma_sync(aot):
     """The measurements behind dK/dV's own key-major tile, kept true: at 64 x 32 query-major
     (the kernel before the split) most of its products are mma.sync, and its main loop issues
-    more warp instructions per score than the key-major default's (705 against 472 per 1000
+    more warp instructions per score than the key-major default's (684 against 420 per 1000
     when this was written, T5-like table)."""
     from posattn.kernels.triton_bias import GPU_TILES, Tiles
 
