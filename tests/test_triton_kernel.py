@@ -705,3 +705,18 @@ def test_aligned_copies_hold_the_table_from_each_shift_and_zeros_past_its_end():
     assert scaled.dtype == torch.float32 and scaled.is_contiguous()
     expected = aligned_copies(table.to(torch.bfloat16).float(), longest_run=16) * 1.5
     assert torch.equal(scaled, expected)
+
+
+def test_reversed_copies_are_the_reversed_tables_aligned_copies_by_one_gather():
+    """dK/dV's copies of the table reversed, gathered from the table's own copies, equal
+    `aligned_copies` of the flipped table entry for entry, zeros included; the gather's index
+    is made once per shape."""
+    from posattn.kernels.triton_bias import _reversed_index, aligned_copies, reversed_copies
+
+    table = torch.randn(3, 9)
+    copies = aligned_copies(table, longest_run=16, scale=1.5)
+    flipped = aligned_copies(table.flip(-1), longest_run=16, scale=1.5)
+    reversed_ = reversed_copies(copies, 9)
+    assert reversed_.is_contiguous() and torch.equal(reversed_, flipped)
+    device = torch.device("cpu")
+    assert _reversed_index(9, 32, device) is _reversed_index(9, 32, device)

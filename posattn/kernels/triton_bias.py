@@ -757,6 +757,34 @@ def aligned_copies(table: Tensor, longest_run: int, scale: float = 1.0) -> Tenso
     return torch.mul(padded.unfold(-1, width, 1), scale, out=copies)
 
 
+def reversed_copies(copies: Tensor, length: int) -> Tensor:
+    """`aligned_copies` of the table reversed, R[x] = T[length - 1 - x], from the table's own
+    copies [H, 4, W] (copy 0 holds the scaled table and zeros from `length` on): one gather
+    with an index made once per shape, where flipping and copying again took three kernels
+    per backward."""
+    width = copies.shape[-1]
+    return copies[:, 0, _reversed_index(length, width, copies.device)]
+
+
+def _reversed_index(length: int, width: int, device: torch.device) -> Tensor:
+    """[4, width]: copy c's entry x is R[c + x] = T[length - 1 - c - x], read from copy 0 at
+    length - 1 - c - x, or at `length` (a zero) past R's end."""
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return _made_reversed_index(length, width, device)
+    return _kept_reversed_index(length, width, device)
+
+
+def _made_reversed_index(length: int, width: int, device: torch.device) -> Tensor:
+    position = length - 1 - torch.arange(4)[:, None] - torch.arange(width)[None, :]
+    return torch.where(position >= 0, position, length).to(device)
+
+
+@functools.lru_cache(maxsize=32)
+def _kept_reversed_index(length: int, width: int, device: torch.device) -> Tensor:
+    with torch.inference_mode(False):
+        return _made_reversed_index(length, width, device)
+
+
 def absent(device: torch.device, dtype: torch.dtype, dims: int = 1) -> Tensor:
     """A one-element stand-in for a tensor argument whose flag is off (the kernels neither read
     nor write it), made once per device and dtype: made per call, each was a fill kernel
@@ -877,13 +905,11 @@ class TableBiasAttention(torch.autograd.Function):
             **schedule(tile, q.device),
         )  # fmt: skip
         # Key-major, dK/dV reads bias[j, i] = R[i - j + N - 1] from the reversed table R (its
-        # rows run along the queries); `copies` holds the table, scaled, in its first copy.
+        # rows run along the queries).
         key_major = dk_dv_order() == "key-major"
         keys_copies, keys_shift = copies, M - 1
         if key_major and flags["HAS_TABLE"]:
-            scaled_table = copies[:, 0, : M + N - 1]
-            keys_copies = aligned_copies(scaled_table.flip(-1), longest_table_run(q.device))
-            keys_shift = N - 1
+            keys_copies, keys_shift = reversed_copies(copies, M + N - 1), N - 1
         _backward_dk_dv[(triton.cdiv(N, keys_tile.block_n), batch * heads)](
             q, k, v, grad_out, lse, delta, dk, dv, keys_copies, untie32, keys_, first_,
             segments32, ids,
