@@ -160,17 +160,31 @@ def sass(compiled) -> list[tuple[int, str]]:
 
 
 def loop_instructions(compiled) -> int:
-    """Instructions in the kernel's main loop (the last backward branch's body): what each
-    warp issues per step, one tile of scores. The kernels' work per score is in that loop;
-    the rest runs once per program."""
+    """Instructions a warp issues per step of the kernel's main loop (the last backward
+    branch's body) on its common path: without the regions forward branches inside the loop
+    skip, which hold what only a few tiles run (TUPE's untie where a tile holds the [CLS] row
+    or column, its column sum) or a predicated atomic's guard. The kernels' work per score is
+    in that loop; the rest runs once per program."""
     listing = sass(compiled)
-    body = 0
+    start = end = None
     for address, instruction in listing:
-        target = re.search(r"BRA\s+(?:`\(\.L_x_\d+\)\s*)?0x([0-9a-f]+)", instruction)
-        if target and int(target.group(1), 16) < address:
-            start = int(target.group(1), 16)
-            body = sum(1 for other, _ in listing if start <= other <= address)
-    return body
+        target = _branch_target(instruction)
+        if target is not None and target < address:
+            start, end = target, address
+    if start is None:
+        return 0
+    body = [address for address, _ in listing if start <= address <= end]
+    skipped = set()
+    for address, instruction in listing:
+        target = _branch_target(instruction)
+        if start <= address <= end and target is not None and target > address:
+            skipped.update(other for other in body if address < other < target)
+    return len(body) - len(skipped)
+
+
+def _branch_target(instruction: str) -> int | None:
+    found = re.search(r"BRA\s+(?:`\(\.L_x_\d+\)\s*)?0x([0-9a-f]+)", instruction)
+    return int(found.group(1), 16) if found else None
 
 
 # One Hopper SM's shared memory (bytes; each block also reserves 1 KiB), registers, warps.
