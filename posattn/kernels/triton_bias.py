@@ -791,8 +791,10 @@ def _reversed_index(length: int, width: int, device: torch.device) -> Tensor:
 
 
 def _made_reversed_index(length: int, width: int, device: torch.device) -> Tensor:
-    position = length - 1 - torch.arange(4)[:, None] - torch.arange(width)[None, :]
-    return torch.where(position >= 0, position, length).to(device)
+    """Made on the device itself: a copy from the host could not run inside a capture."""
+    shifts = torch.arange(4, device=device)[:, None]
+    position = length - 1 - shifts - torch.arange(width, device=device)[None, :]
+    return torch.where(position >= 0, position, length)
 
 
 @functools.lru_cache(maxsize=32)
