@@ -752,11 +752,16 @@ def _rows_past(
     return torch.full((count, rows), value, dtype=torch.float32, device=device)
 
 
-def longest_table_run(device: torch.device) -> int:
+def call_tiles(device: torch.device) -> dict[str, Tiles]:
+    """Every kernel's tiles for one call, chosen once in its forward and kept for its backward
+    (the table's copies and LSE's rows are sized for them)."""
+    return {kind: tiles(device, kind) for kind in GPU_TILES}
+
+
+def longest_table_run(chosen: dict[str, Tiles]) -> int:
     """The longest run of the table one row of a tile reads: a tile's width (its block_n, or
     key-major in dK/dV its block_m), so at most its larger side, over every kernel's tile."""
-    sides = [side for kind in GPU_TILES for side in astuple(tiles(device, kind))[:2]]
-    return max(sides)
+    return max(side for tile in chosen.values() for side in astuple(tile)[:2])
 
 
 def aligned_copies(table: Tensor, longest_run: int, scale: float = 1.0) -> Tensor:
@@ -849,7 +854,8 @@ class TableBiasAttention(torch.autograd.Function):
         untie_row, untie_column = (-1, -1) if untie is None else untie
         untie32 = absent(device, float32) if untie is None else column_value.float() * LOG2E
         out = torch.empty(batch, heads, M, DV, dtype=q.dtype, device=q.device)
-        tile, keys_tile = tiles(q.device, "forward"), tiles(q.device, "dk_dv")
+        chosen = call_tiles(q.device)
+        tile, keys_tile = chosen["forward"], chosen["dk_dv"]
         block_m, block_n = tile.block_m, tile.block_n
         # LSE per row, and +inf past M up to the end of dK/dV's last query block, which it
         # reads unmasked; the forward writes them where its own blocks reach that far.
@@ -861,11 +867,10 @@ class TableBiasAttention(torch.autograd.Function):
             has_untie=untie is not None,
         )  # fmt: skip
         grid = (triton.cdiv(M, block_m), batch * heads)
-        longest_run = longest_table_run(q.device)
         copies = (
             absent(device, float32, 3)
             if table is None
-            else aligned_copies(table, longest_run, LOG2E)
+            else aligned_copies(table, longest_table_run(chosen), LOG2E)
         )
         _forward[grid](
             q, k, v, out, lse, copies, untie32, keys_, first_, segments32, ids,
@@ -877,7 +882,7 @@ class TableBiasAttention(torch.autograd.Function):
         )  # fmt: skip
         ctx.save_for_backward(q, k, v, out, lse, copies, untie32, keys_, first_, segments32, ids)
         ctx.table_shape = None if table is None else table.shape
-        ctx.keys_tile, ctx.rows = keys_tile, rows
+        ctx.tiles, ctx.rows = chosen, rows
         ctx.settings = (scale, q_start, flags, table is not None and table.requires_grad)
         ctx.untie = (untie_row, untie_column, untie is not None and column_value.requires_grad)
         ctx.segment_grad = segments is not None and segments.requires_grad
@@ -892,8 +897,8 @@ class TableBiasAttention(torch.autograd.Function):
         grad_out = last_dim_contiguous(grad_out)
         batch, heads, M, D = q.shape
         N, DV = k.shape[-2], v.shape[-1]
-        # dK/dV's tile as the forward sized LSE's rows for it.
-        tile, keys_tile, rows = tiles(q.device, "dq"), ctx.keys_tile, ctx.rows
+        # The forward's tiles: it sized the table's copies and LSE's rows for them.
+        tile, keys_tile, rows = ctx.tiles["dq"], ctx.tiles["dk_dv"], ctx.rows
         # D_i = rowsum(dO * O), the term every row of dS subtracts: written by the dQ kernel
         # (0 past M), read by dK/dV after it, unmasked like LSE.
         delta = _rows_past(batch * heads, rows, _rounded(M, tile.block_m), 0.0, q.device)
