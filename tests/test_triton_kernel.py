@@ -133,7 +133,7 @@ def test_absent_arguments_are_made_once_and_outlive_inference_mode():
     tensors that a later training call saves for backward, with eager's gradients."""
     from posattn.kernels import triton_bias
 
-    triton_bias._kept_absent.cache_clear()
+    triton_bias.absent.cache_clear()
     torch.manual_seed(2)
     q, k, v = (torch.randn(1, 2, 19, 16) for _ in range(3))
     with torch.inference_mode():
@@ -708,7 +708,7 @@ def test_reversed_copies_are_the_reversed_tables_aligned_copies_by_one_gather():
     """dK/dV's copies of the table reversed, gathered from the table's own copies, equal
     `aligned_copies` of the flipped table entry for entry, zeros included; the gather's index
     is made once per shape."""
-    from posattn.kernels.triton_bias import _reversed_index, aligned_copies, reversed_copies
+    from posattn.kernels.triton_bias import aligned_copies, reversed_copies, reversed_index
 
     table = torch.randn(3, 9)
     copies = aligned_copies(table, longest_run=16, scale=1.5)
@@ -716,4 +716,4 @@ def test_reversed_copies_are_the_reversed_tables_aligned_copies_by_one_gather():
     reversed_ = reversed_copies(copies, 9)
     assert reversed_.is_contiguous() and torch.equal(reversed_, flipped)
     device = torch.device("cpu")
-    assert _reversed_index(9, 32, device) is _reversed_index(9, 32, device)
+    assert reversed_index(device, 9, 32) is reversed_index(device, 9, 32)

@@ -778,52 +778,57 @@ def aligned_copies(table: Tensor, longest_run: int, scale: float = 1.0) -> Tenso
     return torch.mul(padded.unfold(-1, width, 1), scale, out=copies)
 
 
+def kept_per_device(make):
+    """`make(device, *key)` made once per arguments and kept, outside inference mode (so that a
+    training call may save it for backward); inside a CUDA graph's capture made fresh, since
+    memory allocated there belongs to the graph's pool. For the small tensors a call would
+    otherwise make on every launch (at n=1024 a GPU call waits on the host)."""
+    kept = functools.lru_cache(maxsize=64)(_outside_inference_mode(make))
+
+    @functools.wraps(make)
+    def once(device: torch.device, *key):
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return make(device, *key)
+        return kept(device, *key)
+
+    once.cache_clear = kept.cache_clear
+    return once
+
+
+def _outside_inference_mode(make):
+    @functools.wraps(make)
+    def made(*arguments):
+        with torch.inference_mode(False):
+            return make(*arguments)
+
+    return made
+
+
 def reversed_copies(copies: Tensor, length: int) -> Tensor:
     """`aligned_copies` of the table reversed, R[x] = T[length - 1 - x], from the table's own
     copies [H, 4, W] (copy 0 holds the scaled table and zeros from `length` on): one gather
     with an index made once per shape, where flipping and copying again took three kernels
     per backward."""
     width = copies.shape[-1]
-    return copies[:, 0, _reversed_index(length, width, copies.device)]
+    return copies[:, 0, reversed_index(copies.device, length, width)]
 
 
-def _reversed_index(length: int, width: int, device: torch.device) -> Tensor:
+@kept_per_device
+def reversed_index(device: torch.device, length: int, width: int) -> Tensor:
     """[4, width]: copy c's entry x is R[c + x] = T[length - 1 - c - x], read from copy 0 at
-    length - 1 - c - x, or at `length` (a zero) past R's end."""
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        return _made_reversed_index(length, width, device)
-    return _kept_reversed_index(length, width, device)
-
-
-def _made_reversed_index(length: int, width: int, device: torch.device) -> Tensor:
-    """Made on the device itself: a copy from the host could not run inside a capture."""
+    length - 1 - c - x, or at `length` (a zero) past R's end. Made on the device itself: a
+    copy from the host could not run inside a capture."""
     shifts = torch.arange(4, device=device)[:, None]
     position = length - 1 - shifts - torch.arange(width, device=device)[None, :]
     return torch.where(position >= 0, position, length)
 
 
-@functools.lru_cache(maxsize=32)
-def _kept_reversed_index(length: int, width: int, device: torch.device) -> Tensor:
-    with torch.inference_mode(False):
-        return _made_reversed_index(length, width, device)
-
-
+@kept_per_device
 def absent(device: torch.device, dtype: torch.dtype, dims: int = 1) -> Tensor:
     """A one-element stand-in for a tensor argument whose flag is off (the kernels neither read
     nor write it), made once per device and dtype: made per call, each was a fill kernel
-    launched from the host (10 of a training call without a table, on the H100 profile; at
-    n=1024 such a call waits on the host). Inside a CUDA graph's capture a fresh one, since
-    memory allocated there belongs to the graph's pool."""
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        return torch.zeros((1,) * dims, dtype=dtype, device=device)
-    return _kept_absent(device, dtype, dims)
-
-
-@functools.cache
-def _kept_absent(device: torch.device, dtype: torch.dtype, dims: int) -> Tensor:
-    """Made outside inference mode, so that a training call may save it for backward."""
-    with torch.inference_mode(False):
-        return torch.zeros((1,) * dims, dtype=dtype, device=device)
+    launched from the host (10 of a training call without a table, on the H100 profile)."""
+    return torch.zeros((1,) * dims, dtype=dtype, device=device)
 
 
 def last_dim_contiguous(x: Tensor) -> Tensor:
