@@ -18,10 +18,14 @@ D_i = sum_d dO_id O_id,
     dV = P^T dO,   dP = dO V^T,   dS = P * (dP - D),   dQ = scale dS K,   dK = scale dS^T Q,
     dT[h, c] = sum_b sum_{j - i + M - 1 = c} dS_bhij    (the table's gradient: diagonal sums)
 
-Each [BLOCK_M, BLOCK_N] tile of dS covers BLOCK_M + BLOCK_N - 1 diagonals: the tile is skewed in
-registers (row m shifted by m, one gather), summed over its rows, and added to the table's
-gradient with one atomic add per diagonal (into one shared table, or one per batch element
-summed afterwards: `table_grad_mode`); no [B, H, M, N] gradient is ever written.
+Each [BLOCK_M, BLOCK_N] tile of dS covers BLOCK_M + BLOCK_N - 1 diagonals: the dQ kernel skews
+the tile in registers (row m rotated by m, one gather), sums it over its rows, and adds the
+sums to the table's gradient, carrying them from one key block to the next so that each
+diagonal takes one atomic add per block (into one shared table, or one per batch element
+summed afterwards: `table_grad_mode`; `skew_choice`); no [B, H, M, N] gradient is ever
+written. dK/dV computes its tiles key-major, S^T = K Q^T, reading the table reversed
+(`reversed_copies`), so that its products with the keys as rows are as tall as its key
+block.
 
 Masks are computed in registers from a key vector and the causal rule (`MaskLayout`); blocks
 that no row of a query block can see are skipped. The scores run in base 2 (exp2) with the
@@ -160,13 +164,18 @@ def _untied(bias, qi, kj, h, UNTIE, untie_row, untie_column):
 
 
 @triton.jit
+def _in_block(index, start, SIZE: tl.constexpr):
+    """Whether `index` falls in the block [start, start + SIZE)."""
+    return (index >= start) & (index < start + SIZE)
+
+
+@triton.jit
 def _holds_untie(start_m, start_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, untie_row,
                  untie_column):  # fmt: skip
     """Whether the tile of rows [start_m, +BLOCK_M) and keys [start_n, +BLOCK_N) holds the
     untied row or column: the untie's selects run in those tiles only (a scalar test per tile
     instead of two selects per score; TUPE-R's dQ loop issued 38% more for them)."""
-    row = (untie_row >= start_m) & (untie_row < start_m + BLOCK_M)
-    return row | ((untie_column >= start_n) & (untie_column < start_n + BLOCK_N))
+    return _in_block(untie_row, start_m, BLOCK_M) | _in_block(untie_column, start_n, BLOCK_N)
 
 
 @triton.jit
@@ -539,7 +548,7 @@ def _dq_step(
     if UNTIE_GRAD:  # noqa: SIM102 (compiled in or out; the test inside runs per block)
         # The untied column's value: the sum of dS down that column off the untied row, in
         # the one key block that holds the column.
-        if (untie_column >= start_n) & (untie_column < start_n + BLOCK_N):
+        if _in_block(untie_column, start_n, BLOCK_N):
             column = (offs_n[None, :] == untie_column) & (offs_m[:, None] != untie_row)
             total = tl.reduce(tl.reduce(tl.where(column, ds, 0.0), 1, _add), 0, _add)
             tl.atomic_add(DUNTIE + h, total, sem="relaxed")
@@ -705,8 +714,9 @@ def dk_dv_order() -> str:
 
 
 def diagonal_block(tile: Tiles, skew: str = "circular") -> int:
-    """DIAGONALS of the dQ kernel, the width each half of a tile's rows is skewed to
-    (`_add_diagonal_sums` skews two halves): circular where a half is square, else wide."""
+    """DIAGONALS of the dQ kernel: BLOCK_N for the circular skew, where the tile is two squares
+    (`_carried_diagonal_sums`), else the wide skew's width for each half of the tile's rows
+    (`_add_diagonal_sums`)."""
     if skew == "circular" and tile.block_m // 2 == tile.block_n:
         return tile.block_n
     return triton.next_power_of_2(tile.block_m // 2 + tile.block_n - 1)
