@@ -79,6 +79,16 @@ def cases(n: int) -> dict[str, Callable[[], None]]:
     return built
 
 
+def wall_ms(call: Callable[[], None], steps: int) -> float:
+    """Wall time per call over `steps` calls, the GPU drained before and after."""
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    for _ in range(steps):
+        call()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - started) * 1e3 / steps
+
+
 def host_profile(out: Path, n: int, steps: int) -> None:
     """Where the host's time goes in a call too small for the GPU to matter: wall time per
     training call, then Python's profile of `steps` calls (the functions with the most time of
@@ -87,12 +97,7 @@ def host_profile(out: Path, n: int, steps: int) -> None:
     for name, call in cases(n).items():
         for _ in range(3):
             call()
-        torch.cuda.synchronize()
-        started = time.perf_counter()
-        for _ in range(steps):
-            call()
-        torch.cuda.synchronize()
-        wall = (time.perf_counter() - started) * 1e3 / steps
+        wall = wall_ms(call, steps)
         profiler = cProfile.Profile()
         profiler.enable()
         for _ in range(steps):
@@ -133,11 +138,7 @@ def main() -> None:
         rows = per_call(prof.key_averages(), args.steps)
         # Wall time per call beside the GPU's: where it is larger, the call waits on the host
         # (launches, the small torch ops around the kernels), not on the kernels.
-        started = time.perf_counter()
-        for _ in range(args.steps):
-            call()
-        torch.cuda.synchronize()
-        wall = (time.perf_counter() - started) * 1e3 / args.steps
+        wall = wall_ms(call, args.steps)
         results[name] = dict(wall_ms=wall, kernels=rows)
         total = sum(row["ms"] for row in rows)
         print(

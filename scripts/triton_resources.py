@@ -57,12 +57,13 @@ def main() -> None:
             launch = next(launch for launch in built if launch.name == LAUNCH_OF[kind])
             compiled = compile_launch(launch, dtype)
             used, products = resources(compiled), matrix_products(compiled)
+            loop = loop_instructions(compiled)
             order = "" if kind != "dk_dv" else "key" if key_major else "query"
             print(
                 f"{rule:8} {kind:7} {text:13} {order:6} {used['registers']:9} "
                 f"{used['spill_stores']:6}/{used['spill_loads']:<6} {used['stack']:5} "
                 f"{used['shared']:7} {products['wgmma']:6} {products['mma.sync']:9} "
-                f"{loop_instructions(compiled):5} {instructions_per_score(launch, compiled):7.0f} "
+                f"{loop:5} {instructions_per_score(launch, loop):7.0f} "
                 f"{warps_per_sm(used, tile):9}"
             )
 

@@ -30,10 +30,10 @@ from posattn.kernels.triton_bias import (
 
 # Candidates per kernel (the earlier sweeps' losers by 10% or more left out: forward 128 x 64
 # and 64 x 64 with 4 warps, 128 x 16; dQ 32 x 32, 32 x 16, 64 x 32 with 8 warps). The
-# forward's wider key blocks with 8 warps, never timed: fewer instructions per score in its
-# loop (sm_90, T5-like table: 0.64 at 128 x 32, 0.50 at 128 x 64, 0.44 at 128 x 128), no
-# spills. dK/dV's: key-major tiles that compile to warpgroup MMA only, without spills
-# (scripts/triton_resources.py).
+# forward's wider key blocks with 8 warps, never timed: fewer loop instructions per 1000
+# scores (sm_90, T5-like table, scripts/triton_resources.py: 541 at 128 x 32, 396 at 128 x 64
+# with 2 stages, 350 at 128 x 128), no spills. dK/dV's: key-major tiles that compile to
+# warpgroup MMA only, without spills.
 CANDIDATES = {
     "forward": ["128,32,8,3", "128,64,8,3", "128,64,8,2", "128,128,8,2", "64,32,4,3"],
     "dq": ["64,32,4,3", "64,32,4,2", "64,64,4,3", "128,32,8,2"],

@@ -90,12 +90,17 @@ def test_the_default_tiles_do_not_spill_registers(aot, head, rules):
     flags = aot.call_flags(torch.bfloat16, head, **rules)
     dq_wide = aot.launches(flags, GPU_TILES, True, skew="wide")[-1]
     for launch in [*aot.launches(flags, GPU_TILES, True), dq_wide]:
-        compiled = aot.compile_launch(launch, torch.bfloat16)
-        used = aot.resources(compiled)
-        assert used["spill_stores"] == used["spill_loads"] == 0, (launch.name, used)
-        assert 0 < used["registers"] <= 255
-        products = aot.matrix_products(compiled)
-        assert products["wgmma"] > 0 and products["mma.sync"] == 0, (launch.name, products)
+        assert_spill_free_warpgroup_mma(aot, launch)
+
+
+def assert_spill_free_warpgroup_mma(aot, launch) -> None:
+    """ptxas reports no spill and at most 255 registers; every product is a wgmma."""
+    compiled = aot.compile_launch(launch, torch.bfloat16)
+    used = aot.resources(compiled)
+    assert used["spill_stores"] == used["spill_loads"] == 0, (launch.name, used)
+    assert 0 < used["registers"] <= 255
+    products = aot.matrix_products(compiled)
+    assert products["wgmma"] > 0 and products["mma.sync"] == 0, (launch.name, products)
 
 
 def test_whole_key_blocks_compile_without_the_tail_mask(aot):
@@ -106,11 +111,7 @@ def test_whole_key_blocks_compile_without_the_tail_mask(aot):
 
     flags = aot.call_flags(torch.bfloat16, 64)
     for launch in aot.launches(flags, GPU_TILES, True, mask_tail=False):
-        compiled = aot.compile_launch(launch, torch.bfloat16)
-        used = aot.resources(compiled)
-        assert used["spill_stores"] == used["spill_loads"] == 0, (launch.name, used)
-        products = aot.matrix_products(compiled)
-        assert products["wgmma"] > 0 and products["mma.sync"] == 0, (launch.name, products)
+        assert_spill_free_warpgroup_mma(aot, launch)
 
 
 def test_query_major_dk_dv_at_dqs_tile_falls_back_to_mma_sync(aot):
@@ -127,10 +128,11 @@ def test_query_major_dk_dv_at_dqs_tile_falls_back_to_mma_sync(aot):
     old_build, new_build = (aot.compile_launch(launch, torch.bfloat16) for launch in (old, new))
     products = aot.matrix_products(old_build)
     assert products["mma.sync"] > products["wgmma"] > 0, products
-    per_score = [aot.instructions_per_score(launch, build)
-                 for launch, build in ((old, old_build), (new, new_build))]  # fmt: skip
+    loops = [aot.loop_instructions(build) for build in (old_build, new_build)]
+    per_score = [aot.instructions_per_score(launch, loop)
+                 for launch, loop in zip((old, new), loops, strict=True)]  # fmt: skip
     assert 0 < per_score[1] < 0.8 * per_score[0], per_score
-    assert 0 < aot.loop_instructions(new_build) < len(aot.sass(new_build))
+    assert 0 < loops[1] < len(aot.sass(new_build))
 
 
 def test_warps_per_sm_is_bounded_by_registers_shared_memory_and_the_warp_limit(aot):

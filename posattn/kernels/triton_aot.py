@@ -205,11 +205,11 @@ def warps_per_sm(used: dict, tile: Tiles) -> int:
     return blocks * tile.num_warps
 
 
-def instructions_per_score(launch: Launch, compiled) -> float:
-    """Warp instructions per 1000 scores in the main loop: its body times the program's
-    warps, over the scores of one step's tile."""
+def instructions_per_score(launch: Launch, loop: int) -> float:
+    """Warp instructions per 1000 scores in the main loop: its `loop_instructions` times the
+    program's warps, over the scores of one step's tile."""
     scores = launch.tile.block_m * launch.tile.block_n
-    return loop_instructions(compiled) * launch.tile.num_warps * 1000 / scores
+    return loop * launch.tile.num_warps * 1000 / scores
 
 
 def call_flags(dtype: torch.dtype, head: int, value_head: int | None = None, **rules) -> dict:
