@@ -127,6 +127,16 @@ def test_values_and_every_gradient_equal_eager(n_q, n_k, padded, causal, query_s
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
+def assert_values_and_gradients_equal(out, reference, leaves, grad) -> None:
+    """The kernel's output and its gradients for every leaf (q, k, v, then the tables) equal
+    eager's."""
+    torch.testing.assert_close(out, reference, atol=2e-6, rtol=2e-5)
+    ours = torch.autograd.grad(out, leaves, grad)
+    expected = torch.autograd.grad(reference, leaves, grad)
+    for index, (a, b) in enumerate(zip(ours, expected, strict=True)):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=f"leaf {index}")
+
+
 def test_absent_arguments_are_made_once_and_outlive_inference_mode():
     """Stand-ins for absent tensors (no table, no mask, no segments) are made once per device
     and dtype, not per call; made first under inference mode, they are still ordinary
@@ -143,11 +153,7 @@ def test_absent_arguments_are_made_once_and_outlive_inference_mode():
     inputs = [t.clone().requires_grad_() for t in (q, k, v)]
     out = triton_bias.table_bias_attention(*inputs, scale=0.25)
     reference = eager_attention(*inputs, mask=None, bias=None, scale=0.25)
-    torch.testing.assert_close(out, reference, atol=2e-6, rtol=2e-5)
-    grad = torch.randn_like(out)
-    ours = torch.autograd.grad(out, inputs, grad)
-    for a, b in zip(ours, torch.autograd.grad(reference, inputs, grad), strict=True):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    assert_values_and_gradients_equal(out, reference, inputs, torch.randn_like(out))
     assert triton_bias.absent(q.device, torch.float32) is stand_in
     assert stand_in.item() == 0.0  # never written
 
@@ -189,10 +195,7 @@ def test_cls_untie_equals_its_bias_in_values_and_every_gradient(
     ours = get_kernel("triton")(q, k, v, mask=mask, bias=None, scale=0.3, tables=tables)
     matrix = toeplitz_rows(table, n_q, n_k) if with_table else torch.zeros(heads, n_q, n_k)
     reference = eager_attention(q, k, v, mask=mask, bias=untie.applied(matrix), scale=0.3)
-    torch.testing.assert_close(ours, reference, atol=2e-6, rtol=2e-5)
-    grads = torch.autograd.grad(ours, inputs, grad)
-    for a, b in zip(grads, torch.autograd.grad(reference, inputs, grad), strict=True):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    assert_values_and_gradients_equal(ours, reference, inputs, grad)
 
 
 # Every table-described encoding, the low-rank ones (folded), TUPE-R (T5's table plus folded
@@ -459,15 +462,6 @@ def test_dk_dv_reads_filled_rows_where_its_query_blocks_outreach_the_forwards(mo
         q, k, v, mask=None, bias=None, scale=0.25, tables=TableBias(offset=table)
     )
     assert_values_and_gradients_equal(out, reference, (q, k, v, table), grad)
-
-
-def assert_values_and_gradients_equal(out, reference, leaves, grad) -> None:
-    """The kernel's output and the gradients of q, k, v and the table equal eager's."""
-    torch.testing.assert_close(out, reference, atol=2e-6, rtol=2e-5)
-    ours = torch.autograd.grad(out, leaves, grad)
-    expected = torch.autograd.grad(reference, leaves, grad)
-    for name, a, b in zip(["q", "k", "v", "table"], ours, expected, strict=True):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=name)
 
 
 def test_auto_hands_a_table_to_triton_only_where_it_serves_it(monkeypatch):
