@@ -603,6 +603,7 @@ def _backward_dq_dtable(
         first = tl.load(FIRST + b)
     dq = tl.full([BLOCK_M, BLOCK_D], 0.0, tl.float32)
     # The circular skew's sums are carried across key blocks (`_carried_diagonal_sums`).
+    CARRIED: tl.constexpr = TABLE_GRAD & (DIAGONALS == BLOCK_N)
     near = tl.full([BLOCK_N], 0.0, tl.float32)
     far = tl.full([BLOCK_N], 0.0, tl.float32)
     key_end = _key_end(start_m, q_start, first, N, BLOCK_M, CAUSAL)
@@ -616,12 +617,12 @@ def _backward_dq_dtable(
             NUM_SEGMENTS,
             SEGMENT_GRAD, BLOCK_M, BLOCK_N, EVEN_D, EVEN_DV, DIAGONALS, MASK_TAIL,
         )  # fmt: skip
-        if TABLE_GRAD & (DIAGONALS == BLOCK_N):
+        if CARRIED:
             near, far = _carried_diagonal_sums(
                 ds_table, near, far, start_m, start_n, h, DTABLE_B, stride_dth, table_shift,
                 table_len, BLOCK_M, BLOCK_N,
             )  # fmt: skip
-    if TABLE_GRAD & (DIAGONALS == BLOCK_N):
+    if CARRIED:
         # The two runs still carried, where a block past the last would have added them.
         end_n = (key_end + BLOCK_N - 1) // BLOCK_N * BLOCK_N
         index = end_n - start_m + table_shift + tl.arange(0, BLOCK_N)
