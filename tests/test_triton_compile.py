@@ -144,3 +144,32 @@ def test_warps_per_sm_is_bounded_by_registers_shared_memory_and_the_warp_limit(a
     assert aot.warps_per_sm({"registers": 111, "shared": 73728}, Tiles(128, 32, 8, 3)) == 16
     assert aot.warps_per_sm({"registers": 255, "shared": 131072}, Tiles(128, 64, 4, 3)) == 4
     assert aot.warps_per_sm({"registers": 32, "shared": 1024}, Tiles(16, 16, 4, 2)) == 64
+
+
+def test_a_training_call_goes_through_tritons_own_launch_path_as_on_the_gpu(aot):
+    """Under the stand-in GPU (scripts/triton_host.py times the host's side with it) a T5-like
+    training call on CPU tensors binds, specialises and compiles its kernels for sm_90 at the
+    GPU's tiles and schedules, as a launch on the GPU does - the path the CPU interpreter
+    never takes (an unknown launch option or a constexpr given as an argument fails here) -
+    and launches the forward, dQ and dK/dV once each over their GPU grids, every argument
+    passed; afterwards Triton's driver and the tile choosers are as they were."""
+    from triton.runtime.driver import driver
+
+    from posattn.kernels import triton_bias
+
+    before = (driver._active, triton_bias.tiles, triton_bias.schedule)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 70, 64, dtype=torch.bfloat16, requires_grad=True) for _ in "qkv")
+    table = torch.randn(3, 139, requires_grad=True)
+    with aot.stand_in_gpu() as launches:
+        out = triton_bias.table_bias_attention(q, k, v, scale=0.125, table=table)
+        out.backward(torch.ones_like(out))
+    assert (driver._active, triton_bias.tiles, triton_bias.schedule) == before
+    tiles = triton_bias.GPU_TILES
+    kernels = (triton_bias._forward, triton_bias._backward_dq_dtable, triton_bias._backward_dk_dv)
+    grids = [(1, 6, 1), (-(-70 // tiles["dq"].block_m), 6, 1), (1, 6, 1)]  # 70 rows, B * H = 6
+    assert [(launch.name, launch.grid, launch.arguments) for launch in launches] == [
+        (kernel.__name__, grid, len(kernel.arg_names))
+        for kernel, grid in zip(kernels, grids, strict=True)
+    ]
+    assert table.grad is not None and q.grad.shape == q.shape  # the backward ran through

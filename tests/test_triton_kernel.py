@@ -683,31 +683,28 @@ def test_unmasked_models_equal_eager(encoding, options, segments):
     assert_triton_equals_eager(model, ids, None, segment_ids)
 
 
-def test_aligned_copies_hold_the_table_from_each_shift_and_zeros_past_its_end():
-    from posattn.kernels.triton_bias import aligned_copies
+@pytest.mark.parametrize("with_reversed", [False, True])
+def test_table_copies_hold_the_table_and_its_reverse_from_each_shift_and_zeros_past_the_end(
+    with_reversed,
+):
+    """Copy c holds scale * table[:, c + x] and copy 4 + c scale * table[:, L - 1 - c - x]
+    (the table reversed), each 0 where that index leaves the table, written entry by entry
+    from the definition; float32 whatever the table's dtype, contiguous, its index made once
+    per shape."""
+    from posattn.kernels.triton_bias import copies_index, table_copies
 
     table = torch.randn(3, 9).t().contiguous().t()  # heads not contiguous, as T5's table
-    copies = aligned_copies(table, longest_run=16)
-    assert copies.shape == (3, 4, 32) and copies.is_contiguous()  # 9 + 16 rounded up to 16
-    for shift in range(4):
-        assert torch.equal(copies[:, shift, : 9 - shift], table[:, shift:])
-        assert (copies[:, shift, 9 - shift :] == 0).all()
-    scaled = aligned_copies(table.to(torch.bfloat16), longest_run=16, scale=1.5)
-    assert scaled.dtype == torch.float32 and scaled.is_contiguous()
-    expected = aligned_copies(table.to(torch.bfloat16).float(), longest_run=16) * 1.5
-    assert torch.equal(scaled, expected)
-
-
-def test_reversed_copies_are_the_reversed_tables_aligned_copies_by_one_gather():
-    """dK/dV's copies of the table reversed, gathered from the table's own copies, equal
-    `aligned_copies` of the flipped table entry for entry, zeros included; the gather's index
-    is made once per shape."""
-    from posattn.kernels.triton_bias import aligned_copies, reversed_copies, reversed_index
-
-    table = torch.randn(3, 9)
-    copies = aligned_copies(table, longest_run=16, scale=1.5)
-    flipped = aligned_copies(table.flip(-1), longest_run=16, scale=1.5)
-    reversed_ = reversed_copies(copies, 9)
-    assert reversed_.is_contiguous() and torch.equal(reversed_, flipped)
+    for source in (table, table.to(torch.bfloat16)):
+        copies = table_copies(source, longest_run=16, scale=1.5, with_reversed=with_reversed)
+        assert copies.dtype == torch.float32 and copies.is_contiguous()
+        assert copies.shape == (3, 8 if with_reversed else 4, 32)  # 9 + 16 rounded up to 16
+        expected = torch.zeros_like(copies)
+        for shift in range(4):
+            for x in range(32):
+                if shift + x < 9:
+                    expected[:, shift, x] = 1.5 * source[:, shift + x].float()
+                    if with_reversed:
+                        expected[:, 4 + shift, x] = 1.5 * source[:, 8 - shift - x].float()
+        assert torch.equal(copies, expected)
     device = torch.device("cpu")
-    assert reversed_index(device, 9, 32) is reversed_index(device, 9, 32)
+    assert copies_index(device, 9, 32, True) is copies_index(device, 9, 32, True)

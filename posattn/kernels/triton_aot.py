@@ -8,6 +8,7 @@ spill (scripts/triton_resources.py).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import tempfile
@@ -217,3 +218,97 @@ def call_flags(dtype: torch.dtype, head: int, value_head: int | None = None, **r
     num_segments, has_untie); values as wide as q and k unless value_head says otherwise."""
     defaults = dict(has_table=True, has_keys=False, causal=False, num_segments=0)
     return kernel_flags(dtype, head, value_head or head, **{**defaults, **rules})
+
+
+@dataclass(frozen=True)
+class RecordedLaunch:
+    """One launch the stand-in GPU took: the kernel's name, its grid, its arguments' count."""
+
+    name: str
+    grid: tuple[int, int, int]
+    arguments: int
+
+
+class _StandInLauncher:
+    """Takes the place of Triton's compiled CUDA launcher: records the launch, runs nothing."""
+
+    def __init__(self, source, metadata):
+        self.name = metadata.name
+
+    def __call__(self, grid_0, grid_1, grid_2, stream, function, packed, meta, enter, exit_, *args):
+        if _STAND_IN.launches is not None:
+            grid = (grid_0, grid_1, grid_2)
+            _STAND_IN.launches.append(RecordedLaunch(self.name, grid, len(args)))
+
+
+class _StandInUtils:
+    def load_binary(self, name, kernel, shared, device):
+        # (module, function, registers, spills, threads a block may have)
+        return object(), 0, 0, 0, 1024
+
+    def unload_module(self, module):
+        pass
+
+    def get_device_properties(self, device):
+        return {"max_shared_mem": SHARED_LIMIT[90], "multiprocessor_count": 132,
+                "max_num_regs": SM_REGISTERS, "warpSize": 32}  # fmt: skip
+
+
+class _StandInDriver:
+    """Triton's active driver for an sm_90 GPU that is not there."""
+
+    utils = _StandInUtils()
+    launcher_cls = _StandInLauncher
+    launches: list[RecordedLaunch] | None = None
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_current_target(self):
+        return GPUTarget("cuda", 90, 32)
+
+    def is_active(self):
+        return True
+
+
+_STAND_IN = _StandInDriver()
+
+
+@contextlib.contextmanager
+def stand_in_gpu(*modules):
+    """kernel="triton" on CPU tensors through Triton's own launch path for an sm_90 GPU:
+    binding and specialising the arguments, compiling (once per specialisation) and caching
+    as a launch on the GPU does, at the GPU's tiles and schedules; the launch itself runs
+    nothing and is recorded in the list this yields. Outputs hold garbage. What it is for:
+    the host's side of a call - the part a GPU call waits on at n <= 1024 - timed and
+    profiled on a machine without a GPU (scripts/triton_host.py), and the launch path tested
+    where only the interpreter runs otherwise. The kernels must be built for the compiler
+    (TRITON_INTERPRET unset when posattn.kernels.triton_bias was imported). `modules`: other
+    versions of triton_bias to run the same way (the script's --against)."""
+    from triton.runtime.driver import driver
+
+    if not isinstance(triton_bias._forward, triton.runtime.JITFunction):
+        raise RuntimeError(
+            "stand_in_gpu: the kernels were built for the interpreter (TRITON_INTERPRET=1 "
+            "when posattn.kernels.triton_bias was imported); it needs them compiled"
+        )
+    modules = (triton_bias, *modules)
+    chosen = {module: (module.tiles, module.schedule) for module in modules}
+    cuda = torch.device("cuda")
+    previous = driver._active  # None where no driver was made yet (a machine without a GPU)
+    recorded: list[RecordedLaunch] = []
+    driver.set_active(_STAND_IN)
+    _STAND_IN.launches = recorded
+    for module, (tiles, schedule) in chosen.items():
+        module.tiles = lambda device, kind, tiles=tiles: tiles(cuda, kind)
+        module.schedule = lambda tile, device, schedule=schedule: schedule(tile, cuda)
+    try:
+        yield recorded
+    finally:
+        for module, (tiles, schedule) in chosen.items():
+            module.tiles, module.schedule = tiles, schedule
+        _STAND_IN.launches = None
+        driver.set_active(previous)

@@ -24,13 +24,13 @@ sums to the table's gradient, carrying them from one key block to the next so th
 diagonal takes one atomic add per block (into one shared table, or one per batch element
 summed afterwards: `table_grad_mode`; `skew_choice`); no [B, H, M, N] gradient is ever
 written. dK/dV computes its tiles key-major, S^T = K Q^T, reading the table reversed
-(`reversed_copies`), so that its products with the keys as rows are as tall as its key
+(`table_copies`), so that its products with the keys as rows are as tall as its key
 block.
 
 Masks are computed in registers from a key vector and the causal rule (`MaskLayout`); blocks
 that no row of a query block can see are skipped. The scores run in base 2 (exp2) with the
 scale and the tables multiplied by log2(e), the tables once per call. Each row of a tile reads
-a run of the offset table; four shifted copies of it (`aligned_copies`) let every run start on
+a run of the offset table; four shifted copies of it (`table_copies`) let every run start on
 a 16-byte boundary, so the runs load four values at a time (compiled for sm_90: the forward's
 96 four-byte copy instructions become 24 of 16 bytes, each backward kernel's 48 become 12;
 `posattn.kernels.triton_aot`). Float32 inputs
@@ -43,13 +43,12 @@ from __future__ import annotations
 import functools
 import math
 import os
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
-from torch.nn import functional as F
 
 from ..errors import PosAttnConfigError
 
@@ -213,7 +212,7 @@ def _scores(
     """log2(e) * s for one [BLOCK_M, BLOCK_N] tile, -inf where a key is hidden; KEY_MAJOR: its
     transpose [BLOCK_N, BLOCK_M], computed as k q^T, so that a product whose rows are the
     keys (dK, dV) has BLOCK_N rows, as Hopper's warpgroup MMA needs at least 64 of. The tables
-    come multiplied by log2(e), the offset table as `aligned_copies`: bias[i, j] = T[j - i +
+    come multiplied by log2(e), the offset table as `table_copies`: bias[i, j] = T[j - i +
     table_shift], and key-major the table reversed, bias[j, i] = R[i - j + table_shift], so
     that both read increasing addresses along a row (TableBiasAttention.backward).
     start_m, start_n: the tile's first query and key.
@@ -720,12 +719,19 @@ def diagonal_block(tile: Tiles, skew: str = "circular") -> int:
     (`_add_diagonal_sums`)."""
     if skew == "circular" and tile.block_m // 2 == tile.block_n:
         return tile.block_n
-    return triton.next_power_of_2(tile.block_m // 2 + tile.block_n - 1)
+    return power_of_two_at_least(tile.block_m // 2 + tile.block_n - 1)
+
+
+# Host-side integer helpers instead of triton.cdiv / triton.next_power_of_2: since Triton 3.9
+# those are constexpr functions whose call wrapper cost a call some 50 us of host time (ten
+# calls; scripts/triton_host.py), at n=1024 a GPU call waits on the host.
+def power_of_two_at_least(size: int) -> int:
+    return 1 << max(0, size - 1).bit_length()
 
 
 def head_block(size: int) -> int:
     """A power of two >= the head size (tl.arange), at least 16 (tl.dot)."""
-    return max(16, triton.next_power_of_2(size))
+    return max(16, power_of_two_at_least(size))
 
 
 def kernel_flags(
@@ -747,9 +753,14 @@ def kernel_flags(
     )
 
 
+def blocks(length: int, block: int) -> int:
+    """How many blocks of `block` cover `length`."""
+    return -(-length // block)
+
+
 def _rounded(length: int, block: int) -> int:
     """`length` rounded up to a whole number of blocks."""
-    return triton.cdiv(length, block) * block
+    return blocks(length, block) * block
 
 
 def _rows_past(
@@ -772,21 +783,7 @@ def call_tiles(device: torch.device) -> dict[str, Tiles]:
 def longest_table_run(chosen: dict[str, Tiles]) -> int:
     """The longest run of the table one row of a tile reads: a tile's width (its block_n, or
     key-major in dK/dV its block_m), so at most its larger side, over every kernel's tile."""
-    return max(side for tile in chosen.values() for side in astuple(tile)[:2])
-
-
-def aligned_copies(table: Tensor, longest_run: int, scale: float = 1.0) -> Tensor:
-    """[H, L] -> [H, 4, W] float32: copy c holds scale * table[:, c:], zero-padded to W (a
-    multiple of 16, at least L + longest_run), so that a run of the table starting at any
-    index s begins on a 16-byte boundary in copy s % 4 (at s - s % 4) and a run of up to
-    `longest_run` values past the end stays inside (its scores are hidden anyway). One pad
-    and one scaling copy of the four overlapping windows (two kernels): at n=1024 a GPU call
-    is bound by launches, not by these bytes."""
-    heads, length = table.shape
-    width = -(-(length + longest_run) // 16) * 16
-    padded = F.pad(table.float(), (0, width + 3 - length))
-    copies = torch.empty(heads, 4, width, dtype=torch.float32, device=table.device)
-    return torch.mul(padded.unfold(-1, width, 1), scale, out=copies)
+    return max(max(tile.block_m, tile.block_n) for tile in chosen.values())
 
 
 def kept_per_device(make):
@@ -815,23 +812,42 @@ def _outside_inference_mode(make):
     return made
 
 
-def reversed_copies(copies: Tensor, length: int) -> Tensor:
-    """`aligned_copies` of the table reversed, R[x] = T[length - 1 - x], from the table's own
-    copies [H, 4, W] (copy 0 holds the scaled table and zeros from `length` on): one gather
-    with an index made once per shape, where flipping and copying again took three kernels
-    per backward."""
-    width = copies.shape[-1]
-    return copies[:, 0, reversed_index(copies.device, length, width)]
+def table_copies(
+    table: Tensor, longest_run: int, scale: float = 1.0, with_reversed: bool = False
+) -> Tensor:  # fmt: skip
+    """[H, L] -> [H, C, W] float32, C = 4, or 8 `with_reversed`: copy c < 4 holds
+    scale * table[:, c:], copy 4 + c the same of the table reversed (R[x] = table[:, L-1-x],
+    which dK/dV reads key-major), each zero past its end and W (a multiple of 16) at least
+    L + longest_run, so that a run of either starting at any index s begins on a 16-byte
+    boundary in copy s % 4 (at s - s % 4) and a run of up to `longest_run` values past the end
+    stays inside (its scores are hidden anyway). One gather from the table followed by a zero,
+    by an index kept per shape, then the scale in place: three ops a call, where a pad, a
+    scaling copy of four windows and a second gather for the reversed copies took five (at
+    n=1024 a GPU call is bound by the host, not by these bytes)."""
+    heads, length = table.shape
+    width = -(-(length + longest_run) // 16) * 16
+    index = copies_index(table.device, length, width, with_reversed)
+    extended = torch.cat((table.float(), zero_column(table.device, heads)), dim=1)
+    return torch.index_select(extended, 1, index).mul_(scale).view(heads, -1, width)
 
 
 @kept_per_device
-def reversed_index(device: torch.device, length: int, width: int) -> Tensor:
-    """[4, width]: copy c's entry x is R[c + x] = T[length - 1 - c - x], read from copy 0 at
-    length - 1 - c - x, or at `length` (a zero) past R's end. Made on the device itself: a
-    copy from the host could not run inside a capture."""
+def copies_index(device: torch.device, length: int, width: int, with_reversed: bool) -> Tensor:
+    """[C * width] int64 into the table followed by one zero (index `length`): copy c's entry x
+    is table[c + x], copy 4 + c's is table[length - 1 - c - x], or the zero past either's end.
+    Made on the device itself: a copy from the host could not run inside a capture."""
     shifts = torch.arange(4, device=device)[:, None]
-    position = length - 1 - shifts - torch.arange(width, device=device)[None, :]
-    return torch.where(position >= 0, position, length)
+    position = shifts + torch.arange(width, device=device)[None, :]
+    if with_reversed:
+        position = torch.cat((position, length - 1 - position))
+    inside = (position >= 0) & (position < length)
+    return torch.where(inside, position, length).flatten()
+
+
+@kept_per_device
+def zero_column(device: torch.device, heads: int) -> Tensor:
+    """[heads, 1] float32 zeros: the entry past the table's end that `table_copies` reads."""
+    return torch.zeros(heads, 1, dtype=torch.float32, device=device)
 
 
 @kept_per_device
@@ -882,11 +898,15 @@ class TableBiasAttention(torch.autograd.Function):
             causal=causal, num_segments=0 if segments is None else math.isqrt(segments.shape[-1]),
             has_untie=untie is not None,
         )  # fmt: skip
-        grid = (triton.cdiv(M, block_m), batch * heads)
+        grid = (blocks(M, block_m), batch * heads)
+        # The backward's settings, chosen with the tiles: dK/dV key-major reads the table
+        # reversed, whose copies are made here with the forward's.
+        choices = (dk_dv_order() == "key-major", skew_choice(), table_grad_mode())
+        with_reversed = choices[0] and any(ctx.needs_input_grad)
         copies = (
             absent(device, float32, 3)
             if table is None
-            else aligned_copies(table, longest_table_run(chosen), LOG2E)
+            else table_copies(table, longest_table_run(chosen), LOG2E, with_reversed)
         )
         _forward[grid](
             q, k, v, out, lse, copies, untie32, keys_, first_, segments32, ids,
@@ -898,7 +918,7 @@ class TableBiasAttention(torch.autograd.Function):
         )  # fmt: skip
         ctx.save_for_backward(q, k, v, out, lse, copies, untie32, keys_, first_, segments32, ids)
         ctx.table_shape = None if table is None else table.shape
-        ctx.tiles, ctx.rows = chosen, rows
+        ctx.tiles, ctx.rows, ctx.choices = chosen, rows, choices
         ctx.settings = (scale, q_start, flags, table is not None and table.requires_grad)
         ctx.untie = (untie_row, untie_column, untie is not None and column_value.requires_grad)
         ctx.segment_grad = segments is not None and segments.requires_grad
@@ -919,9 +939,10 @@ class TableBiasAttention(torch.autograd.Function):
         # (0 past M), read by dK/dV after it, unmasked like LSE.
         delta = _rows_past(batch * heads, rows, _rounded(M, tile.block_m), 0.0, q.device)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        key_major, skew, grad_mode = ctx.choices
         # dT's atomics go to one table or to one per batch element (summed after): fewer
         # programs add to each address, at B tables of memory (`table_grad_mode`).
-        per_batch = table_grad and table_grad_mode() == "per-batch"
+        per_batch = table_grad and grad_mode == "per-batch"
         device, float32 = q.device, torch.float32
         dtable = absent(device, float32)
         if table_grad:
@@ -931,7 +952,7 @@ class TableBiasAttention(torch.autograd.Function):
         dsegments = torch.zeros_like(segments32) if ctx.segment_grad else absent(device, float32)
         duntie = torch.zeros_like(untie32) if untie_grad else absent(device, float32)
         common = (heads, M, N, D, DV, q_start, rows)
-        _backward_dq_dtable[(triton.cdiv(M, tile.block_m), batch * heads)](
+        _backward_dq_dtable[(blocks(M, tile.block_m), batch * heads)](
             q, k, v, out, grad_out, lse, delta, dq, copies, dtable, untie32, duntie, keys_,
             first_, segments32, ids, dsegments,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
@@ -940,16 +961,15 @@ class TableBiasAttention(torch.autograd.Function):
             *common, M - 1, M + N - 1, untie_row, untie_column, scale, scale * LOG2E,
             TABLE_GRAD=table_grad, UNTIE_GRAD=untie_grad, SEGMENT_GRAD=ctx.segment_grad,
             BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, MASK_TAIL=N % tile.block_n != 0,
-            DIAGONALS=diagonal_block(tile, skew_choice() if table_grad else "wide"), **flags,
+            DIAGONALS=diagonal_block(tile, skew if table_grad else "wide"), **flags,
             **schedule(tile, q.device),
         )  # fmt: skip
         # Key-major, dK/dV reads bias[j, i] = R[i - j + N - 1] from the reversed table R (its
         # rows run along the queries).
-        key_major = dk_dv_order() == "key-major"
         keys_copies, keys_shift = copies, M - 1
         if key_major and flags["HAS_TABLE"]:
-            keys_copies, keys_shift = reversed_copies(copies, M + N - 1), N - 1
-        _backward_dk_dv[(triton.cdiv(N, keys_tile.block_n), batch * heads)](
+            keys_copies, keys_shift = copies[:, 4:], N - 1
+        _backward_dk_dv[(blocks(N, keys_tile.block_n), batch * heads)](
             q, k, v, grad_out, lse, delta, dk, dv, keys_copies, untie32, keys_, first_,
             segments32, ids,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
