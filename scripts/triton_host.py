@@ -16,11 +16,14 @@ by 1.5x from one invocation to the next.
 REV:posattn/kernels/triton_bias.py > FILE`), its calls alternated with this one's in the same
 process: the median ratio of alternated runs, this over that, and each version's least.
 --profile CASE: Python's profile of that case, the functions with the most time of their own.
+--split: each case again with its launches replaced by no-ops (the difference is Triton's
+launch path), beside autograd's floor, a Function that computes nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import gc
 import importlib.util
@@ -98,12 +101,73 @@ def run_us(call, calls: int) -> float:
         gc.enable()
 
 
+class _NoLaunch:
+    """A kernel whose launch does nothing at all: not even Triton's launch path."""
+
+    def __getitem__(self, grid):
+        return lambda *args, **options: None
+
+
+KERNELS = ("_forward", "_backward_dq_dtable", "_backward_dk_dv")
+
+
+@contextlib.contextmanager
+def without_launch_path():
+    """Each kernel's launch replaced by a no-op: what is left is posattn's Python, torch's ops
+    and autograd, so the difference from a stand-in call is Triton's launch path."""
+    kept = {name: getattr(triton_bias, name) for name in KERNELS}
+    for name in KERNELS:
+        setattr(triton_bias, name, _NoLaunch())
+    try:
+        yield
+    finally:
+        for name, kernel in kept.items():
+            setattr(triton_bias, name, kernel)
+
+
+class _AutogradFloor(torch.autograd.Function):
+    """What any custom attention pays the host for autograd: q, k, v saved, an output and
+    three gradients allocated, nothing computed."""
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        ctx.save_for_backward(q, k, v)
+        return torch.empty_like(v)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return tuple(torch.empty_like(x) for x in ctx.saved_tensors)
+
+
+def split(ours: dict, repeats: int, calls: int) -> None:
+    """Each training case with and without Triton's launch path, beside autograd's floor."""
+    q, k, v = (torch.randn(BATCH, HEADS, LENGTH, 64, requires_grad=True) for _ in "qkv")
+    grad = torch.randn(BATCH, HEADS, LENGTH, 64)
+
+    def floor():
+        _AutogradFloor.apply(q, k, v).backward(grad)
+
+    floor_us = min(run_us(floor, calls) for _ in range(repeats))
+    print(f"autograd's floor (a Function that computes nothing): {floor_us:.1f} us per call")
+    for name, call in ours.items():
+        with_path = min(run_us(call, calls) for _ in range(repeats))
+        with without_launch_path():
+            without = min(run_us(call, calls) for _ in range(repeats))
+        print(
+            f"{name:16s} {with_path:7.1f} us: Triton's launch path {with_path - without:6.1f}, "
+            f"the rest {without:6.1f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=41)
     parser.add_argument("--against", type=Path)
     parser.add_argument("--profile", help="a case's name, e.g. 't5 train'")
+    parser.add_argument(
+        "--split", action="store_true", help="Triton's launch path apart from the rest"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     versions = (load_version(args.against),) if args.against else ()
@@ -127,6 +191,8 @@ def main() -> None:
                 ratio = statistics.median(a / b for a, b in zip(times, others, strict=True))
                 line += f"  against {min(others):7.1f}: x{ratio:.3f} (median of pairs)"
             print(line)
+        if args.split:
+            split(ours, args.repeats, args.calls)
         if args.profile:
             profiler = cProfile.Profile()
             profiler.enable()
