@@ -173,3 +173,51 @@ def test_a_training_call_goes_through_tritons_own_launch_path_as_on_the_gpu(aot)
         for kernel, grid in zip(kernels, grids, strict=True)
     ]
     assert table.grad is not None and q.grad.shape == q.shape  # the backward ran through
+
+
+# Each encoding the kernel serves, as its model hands it over: tables, folded factors, TUPE's
+# untie, DIET's segment pairs, padding and causality.
+STAND_IN_MODELS = [
+    ("t5", {}, False, "input"),
+    ("kerple", {"kernel": "log"}, True, "input"),
+    ("diet-rel", {"sharing": "none", "max_distance": 5}, False, "attention"),
+    ("alibi", {}, True, "attention"),
+    ("diet-abs", {"sharing": "none", "rank": 5}, False, "input"),
+    ("tupe-a", {"cls_index": 3}, False, "input"),
+    ("tupe-r", {"cls_index": 3}, False, "input"),
+]
+
+
+@pytest.mark.parametrize(("encoding", "options", "causal", "segments"), STAND_IN_MODELS)
+def test_models_in_bf16_compile_and_launch_through_the_stand_in_gpu(
+    aot, encoding, options, causal, segments
+):
+    """A one-layer bf16 model with kernel="triton", trained a step and run in inference on
+    the stand-in GPU: what the model hands the kernel compiles for sm_90 as the GPU would
+    specialise it (the interpreter tests run float64 models, which a GPU never compiles), and
+    each call launches the forward, then dQ and dK/dV, with every argument."""
+    from conftest import tiny_encoder
+    from test_kernels import padded_batch
+
+    from posattn.kernels import triton_bias
+
+    ids, mask, segment_ids = padded_batch()
+    model = tiny_encoder(
+        encoding, causal=causal, encoding_options=options, segments=segments, num_layers=1
+    ).to(torch.bfloat16)
+    model.set_kernel("triton")
+    kernels = {
+        kernel.__name__: len(kernel.arg_names)
+        for kernel in (triton_bias._forward, triton_bias._backward_dq_dtable,
+                       triton_bias._backward_dk_dv)
+    }  # fmt: skip
+    with aot.stand_in_gpu() as launches:
+        model(ids, mask, segment_ids).float().sum().backward()
+        trained = [(launch.name, launch.arguments) for launch in launches]
+        launches.clear()
+        with torch.no_grad():
+            model(ids, mask, segment_ids)
+    assert trained == list(kernels.items())
+    assert [(launch.name, launch.arguments) for launch in launches] == [
+        ("_forward", kernels["_forward"])
+    ]

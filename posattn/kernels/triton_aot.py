@@ -19,7 +19,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from . import triton_bias
+from . import table_bias, triton_bias
 from .triton_bias import Tiles, diagonal_block, kernel_flags
 
 # Pointer arguments of the kernels by name (q, k, v and their gradients in the inputs' dtype).
@@ -305,10 +305,14 @@ def stand_in_gpu(*modules):
     for module, (tiles, schedule) in chosen.items():
         module.tiles = lambda device, kind, tiles=tiles: tiles(cuda, kind)
         module.schedule = lambda tile, device, schedule=schedule: schedule(tile, cuda)
+    # The kernel's own refusal of CPU tensors outside the interpreter, lifted for the stand-in.
+    unavailable = table_bias.unavailable
+    table_bias.unavailable = lambda device: unavailable(cuda)
     try:
         yield recorded
     finally:
         for module, (tiles, schedule) in chosen.items():
             module.tiles, module.schedule = tiles, schedule
+        table_bias.unavailable = unavailable
         _STAND_IN.launches = None
         driver.set_active(previous)
