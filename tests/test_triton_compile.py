@@ -168,7 +168,7 @@ def test_a_training_call_goes_through_tritons_own_launch_path_as_on_the_gpu(aot)
     tiles = triton_bias.GPU_TILES
     kernels = (triton_bias._forward, triton_bias._backward_dq_dtable, triton_bias._backward_dk_dv)
     grids = [(1, 6, 1), (-(-70 // tiles["dq"].block_m), 6, 1), (1, 6, 1)]  # 70 rows, B * H = 6
-    assert [(launch.name, launch.grid, launch.arguments) for launch in launches] == [
+    assert [(launch.name, launch.grid, len(launch.arguments)) for launch in launches] == [
         (kernel.__name__, grid, len(kernel.arg_names))
         for kernel, grid in zip(kernels, grids, strict=True)
     ]
@@ -213,11 +213,89 @@ def test_models_in_bf16_compile_and_launch_through_the_stand_in_gpu(
     }  # fmt: skip
     with aot.stand_in_gpu() as launches:
         model(ids, mask, segment_ids).float().sum().backward()
-        trained = [(launch.name, launch.arguments) for launch in launches]
+        trained = [(launch.name, len(launch.arguments)) for launch in launches]
         launches.clear()
         with torch.no_grad():
             model(ids, mask, segment_ids)
     assert trained == list(kernels.items())
-    assert [(launch.name, launch.arguments) for launch in launches] == [
+    assert [(launch.name, len(launch.arguments)) for launch in launches] == [
         ("_forward", kernels["_forward"])
     ]
+
+
+def launched_argument(value):
+    """A launcher argument as two launches of one call can share it: a tensor by its kind
+    (each call allocates its own outputs), anything else by value."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", value.dtype, tuple(value.shape), value.data_ptr() % 16 == 0)
+    return value
+
+
+def training_call_launches(aot, monkeypatch, mode: str, q, k, v, table) -> list:
+    """The stand-in's launches of one T5-like training call with POSATTN_TRITON_LAUNCH=mode."""
+    from posattn.kernels import triton_bias
+
+    monkeypatch.setenv("POSATTN_TRITON_LAUNCH", mode)
+    with aot.stand_in_gpu() as launches:
+        out = triton_bias.table_bias_attention(q, k, v, scale=0.125, table=table)
+        out.backward(torch.ones_like(out))
+    return launches
+
+
+def test_direct_launches_give_the_launcher_what_tritons_own_path_gives_it(aot, monkeypatch):
+    """POSATTN_TRITON_LAUNCH=direct (the default): a call's first launch of each kernel goes
+    through Triton's path (compiled, launch metadata given), the next calls straight to the
+    same compiled kernel's launcher with the same grid and the same arguments, argument for
+    argument, that Triton's own path (POSATTN_TRITON_LAUNCH=triton) gives it, and no launch
+    metadata. A misaligned input (q one element into its storage: Triton specialises pointers
+    on 16-byte alignment) is a key not seen yet: it goes through Triton's path and gets the
+    kernel Triton's path gets for it, never the aligned one. A launch hook sends every launch
+    through Triton's path, which hands it to the launcher."""
+    from triton import knobs
+
+    from posattn.kernels import triton_bias
+
+    triton_bias._DIRECT.clear()
+    torch.manual_seed(0)
+    storage = torch.randn(2 * 3 * 37 * 64 + 1, dtype=torch.bfloat16)
+    leaves = [
+        torch.randn(2, 3, 37, 64, dtype=torch.bfloat16, requires_grad=True) for _ in "qkv"
+    ] + [torch.randn(3, 73, dtype=torch.float32, requires_grad=True)]
+
+    def summary(launches):
+        return [
+            (
+                launch.name,
+                launch.grid,
+                launch.kernel,
+                list(map(launched_argument, launch.arguments)),
+            )
+            for launch in launches
+        ]
+
+    tritons = training_call_launches(aot, monkeypatch, "triton", *leaves)
+    first = training_call_launches(aot, monkeypatch, "direct", *leaves)
+    direct = training_call_launches(aot, monkeypatch, "direct", *leaves)
+    assert len(tritons) == 3 and all(launch.with_metadata for launch in tritons + first)
+    assert not any(launch.with_metadata for launch in direct)
+    assert summary(direct) == summary(first) == summary(tritons)
+
+    misaligned_q = storage[1:].view(2, 3, 37, 64).requires_grad_()
+    assert misaligned_q.data_ptr() % 16 != 0
+    inputs = [misaligned_q, *leaves[1:]]
+    tritons_misaligned = training_call_launches(aot, monkeypatch, "triton", *inputs)
+    direct_misaligned = training_call_launches(aot, monkeypatch, "direct", *inputs)
+    assert all(launch.with_metadata for launch in direct_misaligned)  # a new key: Triton's path
+    again = training_call_launches(aot, monkeypatch, "direct", *inputs)
+    assert not any(launch.with_metadata for launch in again)
+    assert summary(again) == summary(direct_misaligned) == summary(tritons_misaligned)
+    assert again[0].kernel != direct[0].kernel  # the forward compiled for it
+
+    calls = []
+    knobs.runtime.launch_enter_hook.add(calls.append)
+    try:
+        hooked = training_call_launches(aot, monkeypatch, "direct", *leaves)
+    finally:
+        knobs.runtime.launch_enter_hook.remove(calls.append)
+    assert all(launch.with_metadata for launch in hooked)
+    assert summary(hooked) == summary(direct)

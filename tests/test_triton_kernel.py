@@ -407,10 +407,14 @@ def test_the_tables_gradient_is_the_same_by_every_mode(monkeypatch):
     assert set(triton_bias.TABLE_GRAD_MODES) == {"shared", "per-batch"}
     assert set(triton_bias.SKEWS) == {"wide", "circular"}
     assert set(triton_bias.DK_DV_ORDERS) == {"key-major", "query-major"}
+    assert set(triton_bias.LAUNCHES) == {"direct", "triton"}
     # Refused by name where the backward reads them (the kernels' own choosers).
     choosers = {"DK_DV_ORDER": triton_bias.dk_dv_order, "SKEW": triton_bias.skew_choice,
-                "TABLE_GRAD": triton_bias.table_grad_mode}  # fmt: skip
-    for name, bad in [("DK_DV_ORDER", "rows"), ("SKEW", "diagonal"), ("TABLE_GRAD", "atomic")]:
+                "TABLE_GRAD": triton_bias.table_grad_mode,
+                "LAUNCH": triton_bias.launch_choice}  # fmt: skip
+    bad_values = [("DK_DV_ORDER", "rows"), ("SKEW", "diagonal"), ("TABLE_GRAD", "atomic"),
+                  ("LAUNCH", "fast")]  # fmt: skip
+    for name, bad in bad_values:
         monkeypatch.setenv(f"POSATTN_TRITON_{name}", bad)
         with pytest.raises(PosAttnConfigError, match=rf"POSATTN_TRITON_{name}='{bad}'.*'"):
             choosers[name]()

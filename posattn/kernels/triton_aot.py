@@ -222,23 +222,28 @@ def call_flags(dtype: torch.dtype, head: int, value_head: int | None = None, **r
 
 @dataclass(frozen=True)
 class RecordedLaunch:
-    """One launch the stand-in GPU took: the kernel's name, its grid, its arguments' count."""
+    """One launch the stand-in GPU took: the kernel's name, its grid, the arguments given to
+    its launcher, the compiled kernel (its hash: one per specialisation) and whether launch
+    metadata came with it (Triton's own path gives it; `DirectLaunch` gives none)."""
 
     name: str
     grid: tuple[int, int, int]
-    arguments: int
+    arguments: tuple
+    kernel: str
+    with_metadata: bool
 
 
 class _StandInLauncher:
     """Takes the place of Triton's compiled CUDA launcher: records the launch, runs nothing."""
 
     def __init__(self, source, metadata):
-        self.name = metadata.name
+        self.name, self.kernel = metadata.name, metadata.hash
 
     def __call__(self, grid_0, grid_1, grid_2, stream, function, packed, meta, enter, exit_, *args):
         if _STAND_IN.launches is not None:
             grid = (grid_0, grid_1, grid_2)
-            _STAND_IN.launches.append(RecordedLaunch(self.name, grid, len(args)))
+            launch = RecordedLaunch(self.name, grid, args, self.kernel, meta is not None)
+            _STAND_IN.launches.append(launch)
 
 
 class _StandInUtils:

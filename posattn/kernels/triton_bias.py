@@ -51,6 +51,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ..errors import PosAttnConfigError
+from .triton_launch import DirectLaunch
 
 LOG2E = 1.4426950408889634
 
@@ -713,6 +714,36 @@ def dk_dv_order() -> str:
     return environment_choice("POSATTN_TRITON_DK_DV_ORDER", DK_DV_ORDERS)
 
 
+# How a kernel is launched: "direct", Triton's compiled launcher called with the kernel
+# kept per key (`triton_launch.DirectLaunch`: a third of a T5 training call's host time went
+# to Triton's launch path), or "triton", through `kernel[grid](...)` each time. Chosen by
+# POSATTN_TRITON_LAUNCH; the interpreter always takes Triton's path.
+LAUNCHES = ("direct", "triton")
+
+
+def launch_choice() -> str:
+    return environment_choice("POSATTN_TRITON_LAUNCH", LAUNCHES)
+
+
+_DIRECT: dict[object, DirectLaunch] = {}
+
+
+def launch(
+    kernel, grid: tuple[int, int], mode: str, tensors: tuple, scalars: tuple, constexprs: dict
+) -> None:  # fmt: skip
+    """`kernel[grid](*tensors, *scalars, **constexprs)`, directly where `mode` says so and
+    the kernel is compiled (not interpreted), and not while torch.compile traces the call
+    (which knows Triton's own launches, not a launcher called by hand)."""
+    interpreted = not isinstance(kernel, triton.runtime.JITFunction)
+    if mode == "triton" or interpreted or torch.compiler.is_compiling():
+        kernel[grid](*tensors, *scalars, **constexprs)
+        return
+    direct = _DIRECT.get(kernel)
+    if direct is None:
+        direct = _DIRECT[kernel] = DirectLaunch(kernel)
+    direct(grid, tensors, scalars, constexprs)
+
+
 def diagonal_block(tile: Tiles, skew: str = "circular") -> int:
     """DIAGONALS of the dQ kernel: BLOCK_N for the circular skew, where the tile is two squares
     (`_carried_diagonal_sums`), else the wide skew's width for each half of the tile's rows
@@ -901,20 +932,21 @@ class TableBiasAttention(torch.autograd.Function):
         grid = (blocks(M, block_m), batch * heads)
         # The backward's settings, chosen with the tiles: dK/dV key-major reads the table
         # reversed, whose copies are made here with the forward's.
-        choices = (dk_dv_order() == "key-major", skew_choice(), table_grad_mode())
+        choices = (dk_dv_order() == "key-major", skew_choice(), table_grad_mode(), launch_choice())
         with_reversed = choices[0] and any(ctx.needs_input_grad)
         copies = (
             absent(device, float32, 3)
             if table is None
             else table_copies(table, longest_table_run(chosen), LOG2E, with_reversed)
         )
-        _forward[grid](
-            q, k, v, out, lse, copies, untie32, keys_, first_, segments32, ids,
-            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
-            copies.stride(0), copies.stride(1), keys_.stride(0), ids.stride(0),
-            heads, M, N, D, DV, q_start, rows, M - 1, untie_row, untie_column, scale * LOG2E,
-            BLOCK_M=block_m, BLOCK_N=block_n, MASK_TAIL=N % block_n != 0, **flags,
-            **schedule(tile, q.device),
+        launch(
+            _forward, grid, choices[3],
+            (q, k, v, out, lse, copies, untie32, keys_, first_, segments32, ids),
+            (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+             copies.stride(0), copies.stride(1), keys_.stride(0), ids.stride(0),
+             heads, M, N, D, DV, q_start, rows, M - 1, untie_row, untie_column, scale * LOG2E),
+            dict(BLOCK_M=block_m, BLOCK_N=block_n, MASK_TAIL=N % block_n != 0, **flags,
+                 **schedule(tile, q.device)),
         )  # fmt: skip
         ctx.save_for_backward(q, k, v, out, lse, copies, untie32, keys_, first_, segments32, ids)
         ctx.table_shape = None if table is None else table.shape
@@ -939,7 +971,7 @@ class TableBiasAttention(torch.autograd.Function):
         # (0 past M), read by dK/dV after it, unmasked like LSE.
         delta = _rows_past(batch * heads, rows, _rounded(M, tile.block_m), 0.0, q.device)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        key_major, skew, grad_mode = ctx.choices
+        key_major, skew, grad_mode, launch_mode = ctx.choices
         # dT's atomics go to one table or to one per batch element (summed after): fewer
         # programs add to each address, at B tables of memory (`table_grad_mode`).
         per_batch = table_grad and grad_mode == "per-batch"
@@ -952,32 +984,34 @@ class TableBiasAttention(torch.autograd.Function):
         dsegments = torch.zeros_like(segments32) if ctx.segment_grad else absent(device, float32)
         duntie = torch.zeros_like(untie32) if untie_grad else absent(device, float32)
         common = (heads, M, N, D, DV, q_start, rows)
-        _backward_dq_dtable[(blocks(M, tile.block_m), batch * heads)](
-            q, k, v, out, grad_out, lse, delta, dq, copies, dtable, untie32, duntie, keys_,
-            first_, segments32, ids, dsegments,
-            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
-            *grad_out.stride()[:3], *dq.stride()[:3], copies.stride(0), copies.stride(1),
-            stride_dtb, stride_dth, keys_.stride(0), ids.stride(0),
-            *common, M - 1, M + N - 1, untie_row, untie_column, scale, scale * LOG2E,
-            TABLE_GRAD=table_grad, UNTIE_GRAD=untie_grad, SEGMENT_GRAD=ctx.segment_grad,
-            BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, MASK_TAIL=N % tile.block_n != 0,
-            DIAGONALS=diagonal_block(tile, skew if table_grad else "wide"), **flags,
-            **schedule(tile, q.device),
+        launch(
+            _backward_dq_dtable, (blocks(M, tile.block_m), batch * heads), launch_mode,
+            (q, k, v, out, grad_out, lse, delta, dq, copies, dtable, untie32, duntie, keys_,
+             first_, segments32, ids, dsegments),
+            (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+             *grad_out.stride()[:3], *dq.stride()[:3], copies.stride(0), copies.stride(1),
+             stride_dtb, stride_dth, keys_.stride(0), ids.stride(0),
+             *common, M - 1, M + N - 1, untie_row, untie_column, scale, scale * LOG2E),
+            dict(TABLE_GRAD=table_grad, UNTIE_GRAD=untie_grad, SEGMENT_GRAD=ctx.segment_grad,
+                 BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, MASK_TAIL=N % tile.block_n != 0,
+                 DIAGONALS=diagonal_block(tile, skew if table_grad else "wide"), **flags,
+                 **schedule(tile, q.device)),
         )  # fmt: skip
         # Key-major, dK/dV reads bias[j, i] = R[i - j + N - 1] from the reversed table R (its
         # rows run along the queries).
         keys_copies, keys_shift = copies, M - 1
         if key_major and flags["HAS_TABLE"]:
             keys_copies, keys_shift = copies[:, 4:], N - 1
-        _backward_dk_dv[(blocks(N, keys_tile.block_n), batch * heads)](
-            q, k, v, grad_out, lse, delta, dk, dv, keys_copies, untie32, keys_, first_,
-            segments32, ids,
-            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
-            *dk.stride()[:3], *dv.stride()[:3], keys_copies.stride(0), keys_copies.stride(1),
-            keys_.stride(0), ids.stride(0),
-            *common, keys_shift, untie_row, untie_column, scale, scale * LOG2E,
-            BLOCK_M=keys_tile.block_m, BLOCK_N=keys_tile.block_n, KEY_MAJOR=key_major, **flags,
-            **schedule(keys_tile, q.device),
+        launch(
+            _backward_dk_dv, (blocks(N, keys_tile.block_n), batch * heads), launch_mode,
+            (q, k, v, grad_out, lse, delta, dk, dv, keys_copies, untie32, keys_, first_,
+             segments32, ids),
+            (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
+             *dk.stride()[:3], *dv.stride()[:3], keys_copies.stride(0), keys_copies.stride(1),
+             keys_.stride(0), ids.stride(0),
+             *common, keys_shift, untie_row, untie_column, scale, scale * LOG2E),
+            dict(BLOCK_M=keys_tile.block_m, BLOCK_N=keys_tile.block_n, KEY_MAJOR=key_major,
+                 **flags, **schedule(keys_tile, q.device)),
         )  # fmt: skip
         if per_batch:
             dtable = dtable.sum(0)
