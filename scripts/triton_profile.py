@@ -8,7 +8,8 @@ benchmark says how far the kernel is from flash attention; this says which part 
 
 Writes profile-LENGTH.json and prints a table per case (GPU and wall ms per call; per kernel,
 ms per call and share of the call). With --host (and a small --length, where the GPU's time
-does not matter): wall time per call and Python's profile of the host side, host-LENGTH.txt.
+does not matter): wall time per call, launched directly and through Triton's own path
+(POSATTN_TRITON_LAUNCH), and Python's profile of the host side, host-LENGTH.txt.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import argparse
 import cProfile
 import io
 import json
+import os
 import pstats
+import statistics
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -97,6 +100,19 @@ def host_profile(out: Path, n: int, steps: int) -> None:
     for name, call in cases(n).items():
         for _ in range(3):
             call()
+        # Triton's own launch path beside the direct one (the default), alternated.
+        walls = {"direct": [], "triton": []}
+        for _ in range(5):
+            for mode, times in walls.items():
+                os.environ["POSATTN_TRITON_LAUNCH"] = mode
+                call()
+                times.append(wall_ms(call, steps))
+        os.environ.pop("POSATTN_TRITON_LAUNCH")
+        print(
+            f"== {name}: launched directly {statistics.median(walls['direct']):.3f} ms, "
+            f"through Triton's path {statistics.median(walls['triton']):.3f} ms per call",
+            file=report,
+        )
         wall = wall_ms(call, steps)
         profiler = cProfile.Profile()
         profiler.enable()
