@@ -753,9 +753,9 @@ def diagonal_block(tile: Tiles, skew: str = "circular") -> int:
     return power_of_two_at_least(tile.block_m // 2 + tile.block_n - 1)
 
 
-# Host-side integer helpers instead of triton.cdiv / triton.next_power_of_2: since Triton 3.9
-# those are constexpr functions whose call wrapper cost a call some 50 us of host time (ten
-# calls; scripts/triton_host.py), at n=1024 a GPU call waits on the host.
+# Host-side integer helpers instead of triton.cdiv / triton.next_power_of_2: Triton 3.9 makes
+# those constexpr functions with a call wrapper (ten calls cost a call about 50 us under the
+# profiler; scripts/triton_host.py --profile), and at n=1024 a GPU call waits on the host.
 def power_of_two_at_least(size: int) -> int:
     return 1 << max(0, size - 1).bit_length()
 
