@@ -299,3 +299,33 @@ def test_direct_launches_give_the_launcher_what_tritons_own_path_gives_it(aot, m
         knobs.runtime.launch_enter_hook.remove(calls.append)
     assert all(launch.with_metadata for launch in hooked)
     assert summary(hooked) == summary(direct)
+
+
+def test_an_integer_scale_reaches_the_kernels_as_a_float(aot):
+    """scale=1 and scale=1.0 train through the same compiled kernels with the same scale
+    arguments (Triton would compile an integer 1 as a constant; a direct launch's key tells
+    them apart by value only)."""
+    from posattn.kernels import triton_bias
+
+    kernels = {
+        kernel.__name__: kernel.arg_names
+        for kernel in (triton_bias._forward, triton_bias._backward_dq_dtable,
+                       triton_bias._backward_dk_dv)
+    }  # fmt: skip
+    runs = []
+    for scale in (1, 1.0):
+        torch.manual_seed(0)
+        q, k, v = (
+            torch.randn(1, 2, 20, 64, dtype=torch.bfloat16, requires_grad=True) for _ in "qkv"
+        )
+        table = torch.randn(2, 39, requires_grad=True)
+        with aot.stand_in_gpu() as launches:
+            out = triton_bias.table_bias_attention(q, k, v, scale=scale, table=table)
+            out.backward(torch.ones_like(out))
+        runs.append([
+            (launch.kernel, name, launch.arguments[kernels[launch.name].index(name)])
+            for launch in launches for name in ("scale", "scale2")
+            if name in kernels[launch.name]
+        ])  # fmt: skip
+    assert runs[0] == runs[1] and len(runs[0]) == 5  # scale2 in each, scale in the backward's
+    assert all(type(value) is float for _, _, value in runs[0])

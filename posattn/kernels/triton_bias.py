@@ -1052,7 +1052,9 @@ def table_bias_attention(
         i != row (`posattn.toeplitz.ClsUntie`), or None.
     """
     rule, column_value = (None, None) if untie is None else (untie[:2], untie[2])
+    # A float whatever it was given as: Triton compiles an integer 1 as a constant and a float
+    # as an fp32 argument, and a direct launch's key tells 1 from 1.0 by value only.
     return TableBiasAttention.apply(
-        q, k, v, table, keys, first_real, causal, query_start, scale, segments, segment_ids,
-        rule, column_value,
+        q, k, v, table, keys, first_real, causal, int(query_start), float(scale), segments,
+        segment_ids, rule, column_value,
     )  # fmt: skip
