@@ -42,7 +42,9 @@ class DirectLaunch:
     """`launch(grid, tensors, scalars, constexprs)` = `fn[grid](*tensors, *scalars,
     **constexprs)` for a kernel whose runtime parameters (tensors first, then scalars) all
     precede its compile-time ones; `constexprs` also holds the launch options (num_warps,
-    num_stages)."""
+    num_stages). Scalars are keyed by value, so each position must always hold one type
+    (1, 1.0 and True are one key; Triton compiles each differently): the caller's to ensure,
+    as `table_bias_attention` does for its scale."""
 
     def __init__(self, fn: triton.runtime.JITFunction) -> None:
         self.fn = fn
