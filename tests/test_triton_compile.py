@@ -152,7 +152,8 @@ def test_a_training_call_goes_through_tritons_own_launch_path_as_on_the_gpu(aot)
     GPU's tiles and schedules, as a launch on the GPU does - the path the CPU interpreter
     never takes (an unknown launch option or a constexpr given as an argument fails here) -
     and launches the forward, dQ and dK/dV once each over their GPU grids, every argument
-    passed; afterwards Triton's driver and the tile choosers are as they were."""
+    passed; afterwards Triton's driver and the tile choosers are as they were, and Triton's
+    caches and the direct launches hold none of the stand-in's kernels."""
     from triton.runtime.driver import driver
 
     from posattn.kernels import triton_bias
@@ -165,6 +166,8 @@ def test_a_training_call_goes_through_tritons_own_launch_path_as_on_the_gpu(aot)
         out = triton_bias.table_bias_attention(q, k, v, scale=0.125, table=table)
         out.backward(torch.ones_like(out))
     assert (driver._active, triton_bias.tiles, triton_bias.schedule) == before
+    # No stand-in kernel is left where a real launch would find it.
+    assert not triton_bias._forward.device_caches and not triton_bias._DIRECT
     tiles = triton_bias.GPU_TILES
     kernels = (triton_bias._forward, triton_bias._backward_dq_dtable, triton_bias._backward_dk_dv)
     grids = [(1, 6, 1), (-(-70 // tiles["dq"].block_m), 6, 1), (1, 6, 1)]  # 70 rows, B * H = 6
@@ -231,15 +234,35 @@ def launched_argument(value):
     return value
 
 
-def training_call_launches(aot, monkeypatch, mode: str, q, k, v, table) -> list:
+def training_call_launches(launches, monkeypatch, mode: str, q, k, v, table) -> list:
     """The stand-in's launches of one T5-like training call with POSATTN_TRITON_LAUNCH=mode."""
     from posattn.kernels import triton_bias
 
     monkeypatch.setenv("POSATTN_TRITON_LAUNCH", mode)
-    with aot.stand_in_gpu() as launches:
-        out = triton_bias.table_bias_attention(q, k, v, scale=0.125, table=table)
-        out.backward(torch.ones_like(out))
-    return launches
+    launches.clear()
+    out = triton_bias.table_bias_attention(q, k, v, scale=0.125, table=table)
+    out.backward(torch.ones_like(out))
+    return list(launches)
+
+
+def training_leaves(n: int, misaligned: bool = False) -> list:
+    """q, k, v [2, 3, n, 64] bf16 and a table; q one element into its storage if misaligned
+    (Triton specialises a pointer on 16-byte alignment)."""
+    torch.manual_seed(0)
+    shape = (2, 3, n, 64)
+    q, k, v = (torch.randn(*shape, dtype=torch.bfloat16) for _ in "qkv")
+    if misaligned:
+        q = torch.randn(q.numel() + 1, dtype=torch.bfloat16)[1:].view(shape)
+        assert q.data_ptr() % 16 != 0
+    table = torch.randn(3, 2 * n - 1, dtype=torch.float32)
+    return [leaf.requires_grad_() for leaf in (q, k, v, table)]
+
+
+def launch_summary(launches) -> list:
+    return [
+        (launch.name, launch.grid, launch.kernel, list(map(launched_argument, launch.arguments)))
+        for launch in launches
+    ]
 
 
 def test_direct_launches_give_the_launcher_what_tritons_own_path_gives_it(aot, monkeypatch):
@@ -247,58 +270,70 @@ def test_direct_launches_give_the_launcher_what_tritons_own_path_gives_it(aot, m
     through Triton's path (compiled, launch metadata given), the next calls straight to the
     same compiled kernel's launcher with the same grid and the same arguments, argument for
     argument, that Triton's own path (POSATTN_TRITON_LAUNCH=triton) gives it, and no launch
-    metadata. A misaligned input (q one element into its storage: Triton specialises pointers
-    on 16-byte alignment) is a key not seen yet: it goes through Triton's path and gets the
-    kernel Triton's path gets for it, never the aligned one. A launch hook sends every launch
-    through Triton's path, which hands it to the launcher."""
+    metadata. A misaligned input is a key not seen yet: it goes through Triton's path and gets
+    the kernel Triton's path gets for it, never the aligned one. A new length whose scalars
+    Triton specialises alike (37 -> 38: none is 1 or a new multiple of 16) launches directly
+    at once, with Triton's kernel for it. A launch hook sends every launch through Triton's
+    path, which hands it to the launcher, and keeps nothing."""
     from triton import knobs
 
-    from posattn.kernels import triton_bias
+    with aot.stand_in_gpu() as launches:
 
-    triton_bias._DIRECT.clear()
-    torch.manual_seed(0)
-    storage = torch.randn(2 * 3 * 37 * 64 + 1, dtype=torch.bfloat16)
-    leaves = [
-        torch.randn(2, 3, 37, 64, dtype=torch.bfloat16, requires_grad=True) for _ in "qkv"
-    ] + [torch.randn(3, 73, dtype=torch.float32, requires_grad=True)]
+        def run(mode, leaves):
+            return training_call_launches(launches, monkeypatch, mode, *leaves)
 
-    def summary(launches):
-        return [
-            (
-                launch.name,
-                launch.grid,
-                launch.kernel,
-                list(map(launched_argument, launch.arguments)),
-            )
-            for launch in launches
-        ]
+        leaves = training_leaves(37)
+        tritons, first, direct = (run(mode, leaves) for mode in ("triton", "direct", "direct"))
+        assert len(tritons) == 3 and all(launch.with_metadata for launch in tritons + first)
+        assert not any(launch.with_metadata for launch in direct)
+        assert launch_summary(direct) == launch_summary(first) == launch_summary(tritons)
 
-    tritons = training_call_launches(aot, monkeypatch, "triton", *leaves)
-    first = training_call_launches(aot, monkeypatch, "direct", *leaves)
-    direct = training_call_launches(aot, monkeypatch, "direct", *leaves)
-    assert len(tritons) == 3 and all(launch.with_metadata for launch in tritons + first)
-    assert not any(launch.with_metadata for launch in direct)
-    assert summary(direct) == summary(first) == summary(tritons)
+        misaligned = training_leaves(37, misaligned=True)
+        tritons_misaligned, new_key, again = (
+            run(mode, misaligned) for mode in ("triton", "direct", "direct")
+        )
+        assert all(launch.with_metadata for launch in new_key)  # Triton's path
+        assert not any(launch.with_metadata for launch in again)
+        assert launch_summary(again) == launch_summary(tritons_misaligned)
+        assert again[0].kernel != direct[0].kernel  # the forward compiled for it
 
-    misaligned_q = storage[1:].view(2, 3, 37, 64).requires_grad_()
-    assert misaligned_q.data_ptr() % 16 != 0
-    inputs = [misaligned_q, *leaves[1:]]
-    tritons_misaligned = training_call_launches(aot, monkeypatch, "triton", *inputs)
-    direct_misaligned = training_call_launches(aot, monkeypatch, "direct", *inputs)
-    assert all(launch.with_metadata for launch in direct_misaligned)  # a new key: Triton's path
-    again = training_call_launches(aot, monkeypatch, "direct", *inputs)
-    assert not any(launch.with_metadata for launch in again)
-    assert summary(again) == summary(direct_misaligned) == summary(tritons_misaligned)
-    assert again[0].kernel != direct[0].kernel  # the forward compiled for it
+        longer = training_leaves(38)
+        longer_direct = run("direct", longer)
+        assert not any(launch.with_metadata for launch in longer_direct)
+        assert launch_summary(longer_direct) == launch_summary(run("triton", longer))
 
-    calls = []
-    knobs.runtime.launch_enter_hook.add(calls.append)
-    try:
-        hooked = training_call_launches(aot, monkeypatch, "direct", *leaves)
-    finally:
-        knobs.runtime.launch_enter_hook.remove(calls.append)
-    assert all(launch.with_metadata for launch in hooked)
-    assert summary(hooked) == summary(direct)
+        calls = []
+        knobs.runtime.launch_enter_hook.add(calls.append)
+        try:
+            hooked = run("direct", leaves)
+            hooked_again = run("direct", training_leaves(48))
+        finally:
+            knobs.runtime.launch_enter_hook.remove(calls.append)
+        assert all(launch.with_metadata for launch in hooked + hooked_again)
+        assert launch_summary(hooked) == launch_summary(direct)
+        # Nothing obtained under the hook was kept: n=48 (a multiple of 16, unlike 37 and 38:
+        # another class) is new to the direct launches.
+        assert all(launch.with_metadata for launch in run("direct", training_leaves(48)))
+
+
+def test_scalar_classes_are_at_least_as_fine_as_tritons_specialisation(aot):
+    """Two scalars of one class get the same specialisation from Triton's own rule (ints on
+    being 1, divisibility by 16, width; floats and bools by type), so a kernel found by class
+    is the one Triton would compile."""
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+
+    from posattn.kernels.triton_launch import scalar_class
+
+    backend = make_backend(GPUTarget("cuda", 90, 32))
+    values = [0, 1, 2, 15, 16, 17, 32, -1, -16, -(2**31), 2**31 - 16, 2**31, 2**40, 2**63,
+              2**64 - 16, 0.5, 1.0, 1e30, True, False]  # fmt: skip
+    specialisation = {}
+    for value in values:
+        found = native_specialize_impl(backend, value, False, True, True)
+        assert specialisation.setdefault(scalar_class(value), found) == found, value
+    assert scalar_class(1) != scalar_class(True) != scalar_class(1.0)
 
 
 def test_an_integer_scale_reaches_the_kernels_as_a_float(aot):
@@ -329,3 +364,23 @@ def test_an_integer_scale_reaches_the_kernels_as_a_float(aot):
         ])  # fmt: skip
     assert runs[0] == runs[1] and len(runs[0]) == 5  # scale2 in each, scale in the backward's
     assert all(type(value) is float for _, _, value in runs[0])
+
+
+def test_the_reversed_copies_are_made_only_where_a_backward_can_follow(aot):
+    """The forward hands its kernel the table's four aligned copies, plus dK/dV's four
+    reversed ones where a backward can follow: not under no_grad or inference mode, though
+    the table is a parameter that requires grad."""
+    from posattn.kernels import triton_bias
+
+    position = triton_bias._forward.arg_names.index("TABLE")
+    q, k, v = (torch.randn(1, 2, 20, 64, dtype=torch.bfloat16) for _ in "qkv")
+    table = torch.nn.Parameter(torch.randn(2, 39, dtype=torch.float32))
+    copies = {}
+    with aot.stand_in_gpu() as launches:
+        for name, mode in [("train", torch.enable_grad), ("no_grad", torch.no_grad),
+                           ("inference", torch.inference_mode)]:  # fmt: skip
+            launches.clear()
+            with mode():
+                triton_bias.table_bias_attention(q, k, v, scale=0.125, table=table)
+            copies[name] = launches[0].arguments[position].shape[1]
+    assert copies == {"train": 8, "no_grad": 4, "inference": 4}

@@ -137,6 +137,19 @@ def assert_values_and_gradients_equal(out, reference, leaves, grad) -> None:
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=f"leaf {index}")
 
 
+def test_a_table_of_another_length_is_refused_by_name():
+    """bias[h, i, j] = table[h, j - i + n_q - 1] needs n_q + n_k - 1 entries per head: the
+    reversed copies dK/dV reads run from the last one, so a longer table would shift its
+    bias. Refused, naming the shape and what it must be."""
+    from posattn.kernels.triton_bias import table_bias_attention
+
+    q, k, v = (torch.randn(1, 2, 7, 16) for _ in range(3))
+    for length in (12, 14):
+        pattern = rf"table.shape=\(2, {length}\).*\(2, 13\)"
+        with pytest.raises(PosAttnConfigError, match=pattern):
+            table_bias_attention(q, k, v, scale=0.25, table=torch.randn(2, length))
+
+
 def test_absent_arguments_are_made_once_and_outlive_inference_mode():
     """Stand-ins for absent tensors (no table, no mask, no segments) are made once per device
     and dtype, not per call; made first under inference mode, they are still ordinary

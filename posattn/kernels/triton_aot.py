@@ -305,6 +305,11 @@ def stand_in_gpu(*modules):
     cuda = torch.device("cuda")
     previous = driver._active  # None where no driver was made yet (a machine without a GPU)
     recorded: list[RecordedLaunch] = []
+    # Triton keys its compiled kernels by device index, the stand-in's 0 as a real GPU's: a
+    # real kernel found inside would be handed CPU pointers, a stand-in one found after would
+    # launch nothing. Both caches are emptied on the way in and, with the stand-in still
+    # active (whose unload a dropped kernel calls), on the way out.
+    _forget_compiled(modules)
     driver.set_active(_STAND_IN)
     _STAND_IN.launches = recorded
     for module, (tiles, schedule) in chosen.items():
@@ -320,4 +325,17 @@ def stand_in_gpu(*modules):
             module.tiles, module.schedule = tiles, schedule
         table_bias.unavailable = unavailable
         _STAND_IN.launches = None
+        _forget_compiled(modules)
         driver.set_active(previous)
+
+
+KERNEL_NAMES = ("_forward", "_backward_dq_dtable", "_backward_dk_dv")
+
+
+def _forget_compiled(modules) -> None:
+    """Every compiled kernel of these versions of triton_bias dropped from Triton's caches and
+    from their direct launches (the next launch finds or compiles them again)."""
+    for module in modules:
+        for name in KERNEL_NAMES:
+            getattr(module, name).device_caches.clear()
+        getattr(module, "_DIRECT", {}).clear()

@@ -50,7 +50,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ..errors import PosAttnConfigError
+from ..errors import PosAttnConfigError, require
 from .triton_launch import DirectLaunch
 
 LOG2E = 1.4426950408889634
@@ -900,7 +900,7 @@ class TableBiasAttention(torch.autograd.Function):
     @staticmethod
     def forward(
         ctx, q, k, v, table, keys, first, causal, q_start, scale, segments, segment_ids, untie,
-        column_value,
+        column_value, grad_enabled,
     ):  # fmt: skip
         q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
         batch, heads, M, D = q.shape
@@ -933,7 +933,7 @@ class TableBiasAttention(torch.autograd.Function):
         # The backward's settings, chosen with the tiles: dK/dV key-major reads the table
         # reversed, whose copies are made here with the forward's.
         choices = (dk_dv_order() == "key-major", skew_choice(), table_grad_mode(), launch_choice())
-        with_reversed = choices[0] and any(ctx.needs_input_grad)
+        with_reversed = choices[0] and grad_enabled and any(ctx.needs_input_grad)
         copies = (
             absent(device, float32, 3)
             if table is None
@@ -1020,7 +1020,7 @@ class TableBiasAttention(torch.autograd.Function):
         grad_untie = duntie.to(ctx.dtypes[2]) if untie_grad else None
         return (
             dq, dk, dv, grad_table, None, None, None, None, None, grad_segments, None, None,
-            grad_untie,
+            grad_untie, None,
         )  # fmt: skip
 
 
@@ -1051,10 +1051,19 @@ def table_bias_attention(
         without a table): bias[h, row, :] = 0 and bias[h, i, column] = values[h] for
         i != row (`posattn.toeplitz.ClsUntie`), or None.
     """
+    if table is not None:
+        # The table's reversed copies run from its last entry: one of another length would
+        # shift dK/dV's bias (the forward's would still read right).
+        expected = (q.shape[1], q.shape[-2] + k.shape[-2] - 1)
+        require(
+            tuple(table.shape) == expected, "table.shape", tuple(table.shape),
+            f"{expected} ([H, n_q + n_k - 1])",
+        )  # fmt: skip
     rule, column_value = (None, None) if untie is None else (untie[:2], untie[2])
     # A float whatever it was given as: Triton compiles an integer 1 as a constant and a float
-    # as an fp32 argument, and a direct launch's key tells 1 from 1.0 by value only.
+    # as an fp32 argument, and a direct launch's key tells 1 from 1.0 by value only. Whether
+    # grad is on is read here: inside the forward it is always off.
     return TableBiasAttention.apply(
         q, k, v, table, keys, first_real, causal, int(query_start), float(scale), segments,
-        segment_ids, rule, column_value,
+        segment_ids, rule, column_value, torch.is_grad_enabled(),
     )  # fmt: skip
