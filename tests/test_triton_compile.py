@@ -384,3 +384,39 @@ def test_the_reversed_copies_are_made_only_where_a_backward_can_follow(aot):
                 triton_bias.table_bias_attention(q, k, v, scale=0.125, table=table)
             copies[name] = launches[0].arguments[position].shape[1]
     assert copies == {"train": 8, "no_grad": 4, "inference": 4}
+
+
+@pytest.mark.parametrize(("encoding", "options"), [("alibi", {}), ("tupe-r", {"cls_index": 2})])
+def test_cached_decoding_in_bf16_launches_through_the_stand_in_gpu(aot, encoding, options):
+    """A bf16 causal LM decoding with a cache (rows [start, end) over every key, left
+    padding; one-token steps among them) compiles for sm_90 and launches one forward per
+    layer and step, each with every argument, every layer after the first directly (the
+    first's launch met the key). Here each step's first launch is new to the direct
+    launches: with a head of 8 the keys' stride 8N changes its divisibility by 16 with N,
+    which Triton specialises on too."""
+    from conftest import tiny_config
+    from transformers import DynamicCache
+
+    from posattn import PosAttnForCausalLM
+    from posattn.kernels import triton_bias
+
+    torch.manual_seed(0)
+    config = tiny_config(encoding, causal=True, kernel="triton", encoding_options=options)
+    model = PosAttnForCausalLM(config).eval().to(torch.bfloat16)
+    ids = torch.randint(1, 40, (2, 9))
+    attention_mask = torch.ones(2, 9, dtype=torch.long)
+    attention_mask[1, :3] = 0
+    arguments = len(triton_bias._forward.arg_names)
+    steps = []
+    with aot.stand_in_gpu() as launches, torch.no_grad():
+        cache, start = DynamicCache(config=model.config), 0
+        for end in (4, 5, 6, 9):
+            launches.clear()
+            model(ids[:, start:end], attention_mask=attention_mask[:, :end],
+                  past_key_values=cache, use_cache=True)  # fmt: skip
+            steps.append([(launch.name, len(launch.arguments)) for launch in launches])
+            # The first layer's launch of a step met the key its later layers then find.
+            assert not any(launch.with_metadata for launch in launches[1:]), end
+            start = end
+    layers = config.num_hidden_layers
+    assert steps == [[("_forward", arguments)] * layers] * 4
