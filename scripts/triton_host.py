@@ -108,15 +108,12 @@ class _NoLaunch:
         return lambda *args, **options: None
 
 
-KERNELS = ("_forward", "_backward_dq_dtable", "_backward_dk_dv")
-
-
 @contextlib.contextmanager
 def without_launch_path():
     """Each kernel's launch replaced by a no-op: what is left is posattn's Python, torch's ops
     and autograd, so the difference from a stand-in call is Triton's launch path."""
-    kept = {name: getattr(triton_bias, name) for name in KERNELS}
-    for name in KERNELS:
+    kept = {name: getattr(triton_bias, name) for name in triton_aot.KERNEL_NAMES}
+    for name in triton_aot.KERNEL_NAMES:
         setattr(triton_bias, name, _NoLaunch())
     try:
         yield

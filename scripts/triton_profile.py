@@ -102,12 +102,15 @@ def host_profile(out: Path, n: int, steps: int) -> None:
             call()
         # Triton's own launch path beside the direct one (the default), alternated.
         walls = {"direct": [], "triton": []}
+        chosen = os.environ.get("POSATTN_TRITON_LAUNCH")
         for _ in range(5):
             for mode, times in walls.items():
                 os.environ["POSATTN_TRITON_LAUNCH"] = mode
                 call()
                 times.append(wall_ms(call, steps))
         os.environ.pop("POSATTN_TRITON_LAUNCH")
+        if chosen is not None:  # the caller's choice for the rest of the profile
+            os.environ["POSATTN_TRITON_LAUNCH"] = chosen
         print(
             f"== {name}: launched directly {statistics.median(walls['direct']):.3f} ms, "
             f"through Triton's path {statistics.median(walls['triton']):.3f} ms per call",

@@ -169,7 +169,7 @@ def test_a_training_call_goes_through_tritons_own_launch_path_as_on_the_gpu(aot)
     # No stand-in kernel is left where a real launch would find it.
     assert not triton_bias._forward.device_caches and not triton_bias._DIRECT
     tiles = triton_bias.GPU_TILES
-    kernels = (triton_bias._forward, triton_bias._backward_dq_dtable, triton_bias._backward_dk_dv)
+    kernels = [getattr(triton_bias, name) for name in aot.KERNEL_NAMES]
     grids = [(1, 6, 1), (-(-70 // tiles["dq"].block_m), 6, 1), (1, 6, 1)]  # 70 rows, B * H = 6
     assert [(launch.name, launch.grid, len(launch.arguments)) for launch in launches] == [
         (kernel.__name__, grid, len(kernel.arg_names))
@@ -209,11 +209,7 @@ def test_models_in_bf16_compile_and_launch_through_the_stand_in_gpu(
         encoding, causal=causal, encoding_options=options, segments=segments, num_layers=1
     ).to(torch.bfloat16)
     model.set_kernel("triton")
-    kernels = {
-        kernel.__name__: len(kernel.arg_names)
-        for kernel in (triton_bias._forward, triton_bias._backward_dq_dtable,
-                       triton_bias._backward_dk_dv)
-    }  # fmt: skip
+    kernels = {name: len(getattr(triton_bias, name).arg_names) for name in aot.KERNEL_NAMES}
     with aot.stand_in_gpu() as launches:
         model(ids, mask, segment_ids).float().sum().backward()
         trained = [(launch.name, len(launch.arguments)) for launch in launches]
@@ -342,11 +338,7 @@ def test_an_integer_scale_reaches_the_kernels_as_a_float(aot):
     them apart by value only)."""
     from posattn.kernels import triton_bias
 
-    kernels = {
-        kernel.__name__: kernel.arg_names
-        for kernel in (triton_bias._forward, triton_bias._backward_dq_dtable,
-                       triton_bias._backward_dk_dv)
-    }  # fmt: skip
+    kernels = {name: getattr(triton_bias, name).arg_names for name in aot.KERNEL_NAMES}
     runs = []
     for scale in (1, 1.0):
         torch.manual_seed(0)

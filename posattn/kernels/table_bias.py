@@ -147,6 +147,15 @@ def key_rules(mask: Tensor | None, batch: int, n_k: int):
     return keys.to(torch.int8).contiguous(), True, first, layout.query_start
 
 
+def require_table_shape(parameter: str, table: Tensor, q: Tensor, k: Tensor) -> None:
+    """An offset table holds one value per head and offset j - i: [H, n_q + n_k - 1]. One of
+    another length would be read shifted (the kernel's reversed copies run from its last
+    entry)."""
+    expected = (q.shape[1], q.shape[-2] + k.shape[-2] - 1)
+    if tuple(table.shape) != expected:
+        raise invalid(parameter, tuple(table.shape), f"{expected} ([H, n_q + n_k - 1])")
+
+
 def triton_attention(
     q: Tensor,
     k: Tensor,
@@ -171,11 +180,7 @@ def triton_attention(
 
     table = None if tables is None else tables.offset
     if table is not None:
-        expected = (q.shape[1], q.shape[-2] + k.shape[-2] - 1)
-        if tuple(table.shape) != expected:
-            raise invalid(
-                "tables.offset.shape", tuple(table.shape), f"{expected} ([H, n_q + n_k - 1])"
-            )
+        require_table_shape("tables.offset.shape", table, q, k)
     untie = None if tables is None else tables.cls_untie
     keys, causal, first, query_start = key_rules(mask, q.shape[0], k.shape[-2])
     pairs = None if tables is None else tables.segments

@@ -329,6 +329,7 @@ def stand_in_gpu(*modules):
         driver.set_active(previous)
 
 
+# The three kernels of a call, as triton_bias names them.
 KERNEL_NAMES = ("_forward", "_backward_dq_dtable", "_backward_dk_dv")
 
 

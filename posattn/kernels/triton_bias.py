@@ -50,7 +50,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ..errors import PosAttnConfigError, require
+from ..errors import PosAttnConfigError
+from .table_bias import require_table_shape
 from .triton_launch import DirectLaunch
 
 LOG2E = 1.4426950408889634
@@ -856,7 +857,7 @@ def table_copies(
     scaling copy of four windows and a second gather for the reversed copies took five (at
     n=1024 a GPU call is bound by the host, not by these bytes)."""
     heads, length = table.shape
-    width = -(-(length + longest_run) // 16) * 16
+    width = _rounded(length + longest_run, 16)
     index = copies_index(table.device, length, width, with_reversed)
     extended = torch.cat((table.float(), zero_column(table.device, heads)), dim=1)
     return torch.index_select(extended, 1, index).mul_(scale).view(heads, -1, width)
@@ -1052,13 +1053,7 @@ def table_bias_attention(
         i != row (`posattn.toeplitz.ClsUntie`), or None.
     """
     if table is not None:
-        # The table's reversed copies run from its last entry: one of another length would
-        # shift dK/dV's bias (the forward's would still read right).
-        expected = (q.shape[1], q.shape[-2] + k.shape[-2] - 1)
-        require(
-            tuple(table.shape) == expected, "table.shape", tuple(table.shape),
-            f"{expected} ([H, n_q + n_k - 1])",
-        )  # fmt: skip
+        require_table_shape("table.shape", table, q, k)
     rule, column_value = (None, None) if untie is None else (untie[:2], untie[2])
     # A float whatever it was given as: Triton compiles an integer 1 as a constant and a float
     # as an fp32 argument, and a direct launch's key tells 1 from 1.0 by value only. Whether

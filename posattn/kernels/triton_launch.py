@@ -99,6 +99,13 @@ class DirectLaunch:
         self, grid: tuple[int, int], tensors: tuple[Tensor, ...], scalars: tuple,
         constexprs: dict,
     ) -> None:  # fmt: skip
+        runtime = knobs.runtime
+        hooked = _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook)
+        if hooked or self.fn.pre_run_hooks:
+            # Triton's path for every launch; nothing kept (a profiler's kernel may be
+            # instrumented, and its hooks need the launch metadata).
+            self.fn[grid](*tensors, *scalars, **constexprs)
+            return
         active = driver.active
         device = active.get_current_device()
         common = (
@@ -108,13 +115,6 @@ class DirectLaunch:
             tuple(tensor.data_ptr() % 16 == 0 for tensor in tensors),
             tuple(constexprs.items()),
         )
-        runtime = knobs.runtime
-        hooked = _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook)
-        if hooked or self.fn.pre_run_hooks:
-            # Triton's path for every launch; nothing kept (a profiler's kernel may be
-            # instrumented, and its hooks need the launch metadata).
-            self.fn[grid](*tensors, *scalars, **constexprs)
-            return
         exact = (common, scalars)
         found = self.exact.get(exact)
         if found is None:
