@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .errors import invalid
+
 
 def toeplitz(by_offset: Tensor, n_k: int | None = None) -> Tensor:
     """[..., n_q + n_k - 1] values of the offsets j - i -> [..., n_q, n_k] with
@@ -69,3 +71,12 @@ class ClsUntie:
     def from_row(self, start: int) -> ClsUntie:
         """The untie of the query rows [start, n_q) of the matrix."""
         return ClsUntie(self.row - start, self.column, self.column_value)
+
+
+def require_table_shape(parameter: str, table: Tensor, q: Tensor, k: Tensor) -> None:
+    """An offset table holds one value per head and offset j - i: [H, n_q + n_k - 1]. One of
+    another length would be read shifted (the Triton kernel's reversed copies run from its last
+    entry)."""
+    expected = (q.shape[1], q.shape[-2] + k.shape[-2] - 1)
+    if tuple(table.shape) != expected:
+        raise invalid(parameter, tuple(table.shape), f"{expected} ([H, n_q + n_k - 1])")

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from ..errors import PosAttnConfigError, invalid
-from ..toeplitz import ClsUntie
+from ..toeplitz import ClsUntie, require_table_shape
 from .masks import mask_layout
 
 # The built-in kernels that serve every configuration (flex trains on GPU only).
@@ -145,15 +145,6 @@ def key_rules(mask: Tensor | None, batch: int, n_k: int):
     has_real = keys.any(-1)
     first = torch.where(has_real, keys.int().argmax(-1), n_k).to(torch.int32)
     return keys.to(torch.int8).contiguous(), True, first, layout.query_start
-
-
-def require_table_shape(parameter: str, table: Tensor, q: Tensor, k: Tensor) -> None:
-    """An offset table holds one value per head and offset j - i: [H, n_q + n_k - 1]. One of
-    another length would be read shifted (the kernel's reversed copies run from its last
-    entry)."""
-    expected = (q.shape[1], q.shape[-2] + k.shape[-2] - 1)
-    if tuple(table.shape) != expected:
-        raise invalid(parameter, tuple(table.shape), f"{expected} ([H, n_q + n_k - 1])")
 
 
 def triton_attention(

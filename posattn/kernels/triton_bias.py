@@ -51,7 +51,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ..errors import PosAttnConfigError
-from .table_bias import require_table_shape
+from ..toeplitz import require_table_shape
 from .triton_launch import DirectLaunch
 
 LOG2E = 1.4426950408889634
