@@ -168,15 +168,15 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     versions = (load_version(args.against),) if args.against else ()
-    with triton_aot.stand_in_gpu(*versions) as launches:
+    with triton_aot.stand_in_gpu(*versions, record=False):
         ours = cases(triton_bias)
         other = cases(versions[0]) if versions else {}
         for call in [*ours.values(), *other.values()]:
             for _ in range(20):
                 call()  # compile (once per specialisation) and warm up
         for name, call in ours.items():
-            launches.clear()
-            call()
+            with triton_aot.recording() as launches:
+                call()
             kernels = ", ".join(launch.name.removeprefix("_") for launch in launches)
             times, others = [], []
             for _ in range(args.repeats):

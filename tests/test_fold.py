@@ -26,3 +26,40 @@ def test_folded_logits_and_outputs_equal_the_bias_and_widths_are_multiples_of_8(
     folded = torch.softmax(scale * q2 @ k2.mT, -1) @ v2
     torch.testing.assert_close(folded[..., :head], out)
     assert (folded[..., head:] == 0).all()
+
+
+@pytest.mark.parametrize(
+    ("encoding", "options"),
+    [("tupe-r", {}), ("tupe-a", {}), ("diet-abs", {"sharing": "none"}), ("diet-abs", {})],
+)
+def test_a_folded_bias_is_never_built_and_trains_as_the_built_one(encoding, options):
+    """The [H, n, n] bias of an encoding described by factors (TUPE-A, TUPE-R with its table,
+    DIET-ABS) is deferred: a model that folds the factors into q and k (GPU training; forced
+    here) never builds it - at H=8, n=8192 it was 2 GiB of float32 written every forward and
+    never read - and its loss and every gradient equal those of the model that adds it."""
+    from conftest import tiny_encoder
+
+    from posattn import execution
+    from posattn.encodings.base import DeferredBias
+
+    results = []
+    for fold in (True, False):
+        model = tiny_encoder(encoding, encoding_options=options).train()
+        made = []
+        layer_terms = model.encoding.layer_terms
+
+        def kept(*arguments, layer_terms=layer_terms, made=made):
+            terms = layer_terms(*arguments)
+            made.extend(terms)
+            return terms
+
+        model.encoding.layer_terms = kept
+        torch.manual_seed(1)
+        x = torch.randn(2, 9, model.config.d_model, dtype=torch.float64)
+        with torch.enable_grad(), execution.choose(fold=fold):
+            loss = model(None, inputs_embeds=x).square().sum()
+            loss.backward()
+        assert made and all(DeferredBias.is_built(terms) != fold for terms in made)
+        results.append([loss.detach(), *(p.grad for p in model.encoding.parameters())])
+    for folded, added in zip(*results, strict=True):
+        torch.testing.assert_close(folded, added)

@@ -433,6 +433,43 @@ def test_the_tables_gradient_is_the_same_by_every_mode(monkeypatch):
             choosers[name]()
 
 
+def test_a_calls_settings_follow_the_environment_and_the_tile_chooser(monkeypatch):
+    """`call_settings` keeps what it built per distinct environment (built per call, it cost
+    host time), yet a changed variable or a replaced tile chooser applies from the next call,
+    and a refused value is refused at every call, not kept."""
+    from posattn.kernels import triton_bias
+
+    for variable in triton_bias.SETTING_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    first = triton_bias.call_settings(cpu)
+    assert triton_bias.call_settings(cpu) is first
+    chosen = (first.key_major, first.skew, first.grad_mode, first.launch_mode)
+    assert chosen == (True, "circular", "shared", "direct")
+    assert first.tiles == dict.fromkeys(triton_bias.GPU_TILES, triton_bias.INTERPRETER_TILES)
+    assert first.schedules == {kind: {} for kind in triton_bias.GPU_TILES}
+    assert first.longest_run == 32
+    monkeypatch.setenv("POSATTN_TRITON_SKEW", "wide")
+    monkeypatch.setenv("POSATTN_TRITON_DK_DV_ORDER", "query-major")
+    monkeypatch.setenv("POSATTN_TRITON_TABLE_GRAD", "per-batch")
+    monkeypatch.setenv("POSATTN_TRITON_LAUNCH", "triton")
+    changed = triton_bias.call_settings(cpu)
+    chosen = (changed.key_major, changed.skew, changed.grad_mode, changed.launch_mode)
+    assert chosen == (False, "wide", "per-batch", "triton")
+    monkeypatch.setenv("POSATTN_TRITON_FORWARD", "64,16,4,2")
+    on_gpu = triton_bias.call_settings(cuda)
+    assert on_gpu.tiles == {**triton_bias.GPU_TILES, "forward": triton_bias.Tiles(64, 16, 4, 2)}
+    assert on_gpu.schedules["forward"] == dict(num_warps=4, num_stages=2)
+    assert on_gpu.schedules["dk_dv"] == dict(num_warps=8, num_stages=2)
+    assert on_gpu.longest_run == 128
+    monkeypatch.setattr(triton_bias, "tiles", lambda device, kind: triton_bias.Tiles(16, 64))
+    assert triton_bias.call_settings(cpu).tiles["dq"] == triton_bias.Tiles(16, 64)
+    monkeypatch.setenv("POSATTN_TRITON_LAUNCH", "fast")
+    for _ in range(2):
+        with pytest.raises(PosAttnConfigError, match="POSATTN_TRITON_LAUNCH='fast'"):
+            triton_bias.call_settings(cpu)
+
+
 def test_the_gpu_default_tiles_equal_eager_under_the_interpreter(monkeypatch):
     """The GPU's own tile shapes, which the other tests' small interpreter tiles never take:
     the forward's 128 x 32, dQ's 64 x 32 with its two 32 x 32 halves rotated in place, and

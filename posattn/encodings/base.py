@@ -102,12 +102,25 @@ class DeferredBias:
         return value
 
     def __set__(self, terms, value) -> None:
+        if callable(value):
+            value = _in_grad_mode(value, torch.is_grad_enabled())
         terms.__dict__[self.slot] = value
 
     @staticmethod
     def is_built(terms) -> bool:
         """Whether the bias exists as a tensor (or is None) without building it."""
         return not callable(terms.__dict__["_bias"])
+
+
+def _in_grad_mode(build: Callable[[], Tensor], enabled: bool) -> Callable[[], Tensor]:
+    """`build` run in the grad mode of the terms' making, whenever it is read: a bias read
+    under no_grad from terms made with gradients still takes part in backward."""
+
+    def built() -> Tensor:
+        with torch.set_grad_enabled(enabled):
+            return build()
+
+    return built
 
 
 @dataclass(frozen=True)

@@ -85,9 +85,14 @@ class DietAbsolute(PositionalEncoding):
 
     def group_terms(self, group: int, seq_len: int) -> LayerTerms:
         pq, pk = self.group_factors(group, seq_len)
+        return self.factor_terms(pq, pk)
+
+    def factor_terms(self, pq: Tensor, pk: Tensor) -> LayerTerms:
+        """The bias P_Q P_K^T by its factors, the [.., n, n] product built where something
+        reads it (`DeferredBias`): a kernel that folds the factors never does."""
         return LayerTerms(
             scale=self.content_scale(),
-            bias=pq @ pk.transpose(-1, -2),
+            bias=lambda: pq @ pk.transpose(-1, -2),
             bias_factors=(pq, pk),
         )
 
@@ -101,9 +106,7 @@ class DietAbsolute(PositionalEncoding):
     def group_terms_at(self, group: int, positions: Tensor) -> LayerTerms:
         """P_Q P_K^T at the rows of the positions: factors [B, H or 1, n, d_p]."""
         pq, pk = (table[group][:, positions].transpose(0, 1) for table in (self.query, self.key))
-        return LayerTerms(
-            scale=self.content_scale(), bias=pq @ pk.transpose(-1, -2), bias_factors=(pq, pk)
-        )
+        return self.factor_terms(pq, pk)
 
     def layer_terms_at(self, positions, dtype):
         self.require_positions(positions)

@@ -178,9 +178,10 @@ class TupeAbsolute(PositionalEncoding):
         factors, untie = (pq.unsqueeze(0), pk.unsqueeze(0)), None
         if theta is not None:
             factors, untie = self.cls_left_out(pq, pk, theta[:, 1])
+        # Deferred (`DeferredBias`): a kernel that folds the factors never builds it.
         terms = LayerTerms(
             scale=self.content_scale(),
-            bias=self.reset_logits(pq, pk, theta).unsqueeze(0),
+            bias=lambda: self.reset_logits(pq, pk, theta).unsqueeze(0),
             bias_factors=factors,
             cls_untie=untie,
         )
@@ -257,22 +258,29 @@ class TupeRelative(TupeAbsolute):
         carry the absolute part off the [CLS] position, for the kernels that read tables."""
         pq, pk, theta = self.projected(seq_len)
         by_offset = self.relative_by_offset(seq_len, device)
-        # toeplitz's flip is a fresh tensor that its backward does not keep: the product is
-        # added into it in place (one [H, n, n] tensor instead of three; n=1024 on the 2-core
-        # CPU: 23 ms against 62 ms of product, sum and flip).
-        # Under autocast pq and pk come out of their projections in bf16 / fp16 while the table
-        # stays float32; the in-place product takes the table's dtype.
-        absolute = pq.to(by_offset.dtype), pk.to(by_offset.dtype).transpose(-1, -2)
-        bias = toeplitz(by_offset).baddbmm_(*absolute)
-        factors, untie = (pq.unsqueeze(0), pk.unsqueeze(0)), None
+        factors, untie, values = (pq.unsqueeze(0), pk.unsqueeze(0)), None, None
         if theta is not None:
             row, column = self.relative_cls_values()
-            cls = self.options.cls_index
-            bias = untie_cls_(bias, cls, theta[:, 0] + row, theta[:, 1] + column)
-            factors, untie = self.cls_left_out(pq, pk, theta[:, 1] + column)
+            values = theta[:, 0] + row, theta[:, 1] + column
+            factors, untie = self.cls_left_out(pq, pk, values[1])
+
+        def bias() -> Tensor:
+            # toeplitz's flip is a fresh tensor that its backward does not keep: the product
+            # is added into it in place (one [H, n, n] tensor instead of three; n=1024 on the
+            # 2-core CPU: 23 ms against 62 ms of product, sum and flip). Under autocast pq and
+            # pk come out of their projections in bf16 / fp16 while the table stays float32;
+            # the in-place product takes the table's dtype.
+            absolute = pq.to(by_offset.dtype), pk.to(by_offset.dtype).transpose(-1, -2)
+            summed = toeplitz(by_offset).baddbmm_(*absolute)
+            if values is not None:
+                summed = untie_cls_(summed, self.options.cls_index, *values)
+            return summed.unsqueeze(0)
+
+        # The [H, n, n] bias is built where something reads it (`DeferredBias`): the kernels
+        # that fold the factors and read the table (GPU training, kernel="triton") never do.
         terms = LayerTerms(
             scale=self.content_scale(),
-            bias=bias.unsqueeze(0),
+            bias=bias,
             bias_factors=factors,
             offset_bias=by_offset,
             cls_untie=untie,

@@ -283,7 +283,7 @@ _STAND_IN = _StandInDriver()
 
 
 @contextlib.contextmanager
-def stand_in_gpu(*modules):
+def stand_in_gpu(*modules, record: bool = True):
     """kernel="triton" on CPU tensors through Triton's own launch path for an sm_90 GPU:
     binding and specialising the arguments, compiling (once per specialisation) and caching
     as a launch on the GPU does, at the GPU's tiles and schedules; the launch itself runs
@@ -292,7 +292,10 @@ def stand_in_gpu(*modules):
     profiled on a machine without a GPU (scripts/triton_host.py), and the launch path tested
     where only the interpreter runs otherwise. The kernels must be built for the compiler
     (TRITON_INTERPRET unset when posattn.kernels.triton_bias was imported). `modules`: other
-    versions of triton_bias to run the same way (the script's --against)."""
+    versions of triton_bias to run the same way (the script's --against). record=False: the
+    list stays empty (a timing loop: a recorded launch keeps its tensors alive, so the memory
+    of every call would stay taken and each call allocate anew); `recording()` records a
+    stretch of it."""
     from triton.runtime.driver import driver
 
     if not isinstance(triton_bias._forward, triton.runtime.JITFunction):
@@ -311,7 +314,7 @@ def stand_in_gpu(*modules):
     # active (whose unload a dropped kernel calls), on the way out.
     _forget_compiled(modules)
     driver.set_active(_STAND_IN)
-    _STAND_IN.launches = recorded
+    _STAND_IN.launches = recorded if record else None
     for module, (tiles, schedule) in chosen.items():
         module.tiles = lambda device, kind, tiles=tiles: tiles(cuda, kind)
         module.schedule = lambda tile, device, schedule=schedule: schedule(tile, cuda)
@@ -327,6 +330,18 @@ def stand_in_gpu(*modules):
         _STAND_IN.launches = None
         _forget_compiled(modules)
         driver.set_active(previous)
+
+
+@contextlib.contextmanager
+def recording():
+    """The stand-in's launches inside the block, in the list this yields (inside a
+    `stand_in_gpu(record=False)`)."""
+    kept = _STAND_IN.launches
+    _STAND_IN.launches = recorded = []
+    try:
+        yield recorded
+    finally:
+        _STAND_IN.launches = kept
 
 
 # The three kernels of a call, as triton_bias names them.

@@ -812,6 +812,57 @@ def call_tiles(device: torch.device) -> dict[str, Tiles]:
     return {kind: tiles(device, kind) for kind in GPU_TILES}
 
 
+# The environment variables a call's choices are read from: each kernel's tiles, then the
+# backward's and the launches' choices.
+SETTING_VARIABLES = (
+    *(f"POSATTN_TRITON_{kind.upper()}" for kind in GPU_TILES),
+    "POSATTN_TRITON_DK_DV_ORDER",
+    "POSATTN_TRITON_SKEW",
+    "POSATTN_TRITON_TABLE_GRAD",
+    "POSATTN_TRITON_LAUNCH",
+)
+
+
+@dataclass(frozen=True)
+class CallSettings:
+    """Everything a call chooses from its device and the environment, read in its forward and
+    kept for its backward: each kernel's tiles and launch options, the longest table run a
+    tile reads, and the backward's and launches' choices."""
+
+    tiles: dict[str, Tiles]
+    schedules: dict[str, dict]
+    longest_run: int
+    key_major: bool
+    skew: str
+    grad_mode: str
+    launch_mode: str
+
+
+def call_settings(device: torch.device) -> CallSettings:
+    """The call's settings, as the environment says now (a change applies from the next call),
+    built once per device type, distinct environment and tile chooser (`tiles` and `schedule`,
+    which the stand-in GPU and tests replace): built per call, the tiles and the choices took
+    about a tenth of a training call's host time (scripts/triton_host.py)."""
+    environment = tuple(map(os.environ.get, SETTING_VARIABLES))
+    return _settings(device.type, environment, tiles, schedule)
+
+
+@functools.lru_cache(maxsize=16)
+def _settings(device_type: str, environment: tuple, choose_tiles, choose_schedule) -> CallSettings:
+    """(`environment`, the variables' values, is part of the key: the choosers read them.)"""
+    device = torch.device(device_type)
+    chosen = {kind: choose_tiles(device, kind) for kind in GPU_TILES}
+    return CallSettings(
+        tiles=chosen,
+        schedules={kind: choose_schedule(tile, device) for kind, tile in chosen.items()},
+        longest_run=longest_table_run(chosen),
+        key_major=dk_dv_order() == "key-major",
+        skew=skew_choice(),
+        grad_mode=table_grad_mode(),
+        launch_mode=launch_choice(),
+    )
+
+
 def longest_table_run(chosen: dict[str, Tiles]) -> int:
     """The longest run of the table one row of a tile reads: a tile's width (its block_n, or
     key-major in dK/dV its block_m), so at most its larger side, over every kernel's tile."""
@@ -918,8 +969,8 @@ class TableBiasAttention(torch.autograd.Function):
         untie_row, untie_column = (-1, -1) if untie is None else untie
         untie32 = absent(device, float32) if untie is None else column_value.float() * LOG2E
         out = torch.empty(batch, heads, M, DV, dtype=q.dtype, device=q.device)
-        chosen = call_tiles(q.device)
-        tile, keys_tile = chosen["forward"], chosen["dk_dv"]
+        settings = call_settings(q.device)
+        tile, keys_tile = settings.tiles["forward"], settings.tiles["dk_dv"]
         block_m, block_n = tile.block_m, tile.block_n
         # LSE per row, and +inf past M up to the end of dK/dV's last query block, which it
         # reads unmasked; the forward writes them where its own blocks reach that far.
@@ -931,27 +982,26 @@ class TableBiasAttention(torch.autograd.Function):
             has_untie=untie is not None,
         )  # fmt: skip
         grid = (blocks(M, block_m), batch * heads)
-        # The backward's settings, chosen with the tiles: dK/dV key-major reads the table
-        # reversed, whose copies are made here with the forward's.
-        choices = (dk_dv_order() == "key-major", skew_choice(), table_grad_mode(), launch_choice())
-        with_reversed = choices[0] and grad_enabled and any(ctx.needs_input_grad)
+        # dK/dV key-major reads the table reversed, whose copies are made here with the
+        # forward's.
+        with_reversed = settings.key_major and grad_enabled and any(ctx.needs_input_grad)
         copies = (
             absent(device, float32, 3)
             if table is None
-            else table_copies(table, longest_table_run(chosen), LOG2E, with_reversed)
+            else table_copies(table, settings.longest_run, LOG2E, with_reversed)
         )
         launch(
-            _forward, grid, choices[3],
+            _forward, grid, settings.launch_mode,
             (q, k, v, out, lse, copies, untie32, keys_, first_, segments32, ids),
             (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
              copies.stride(0), copies.stride(1), keys_.stride(0), ids.stride(0),
              heads, M, N, D, DV, q_start, rows, M - 1, untie_row, untie_column, scale * LOG2E),
             dict(BLOCK_M=block_m, BLOCK_N=block_n, MASK_TAIL=N % block_n != 0, **flags,
-                 **schedule(tile, q.device)),
+                 **settings.schedules["forward"]),
         )  # fmt: skip
         ctx.save_for_backward(q, k, v, out, lse, copies, untie32, keys_, first_, segments32, ids)
         ctx.table_shape = None if table is None else table.shape
-        ctx.tiles, ctx.rows, ctx.choices = chosen, rows, choices
+        ctx.call, ctx.rows = settings, rows
         ctx.settings = (scale, q_start, flags, table is not None and table.requires_grad)
         ctx.untie = (untie_row, untie_column, untie is not None and column_value.requires_grad)
         ctx.segment_grad = segments is not None and segments.requires_grad
@@ -967,15 +1017,15 @@ class TableBiasAttention(torch.autograd.Function):
         batch, heads, M, D = q.shape
         N, DV = k.shape[-2], v.shape[-1]
         # The forward's tiles: it sized the table's copies and LSE's rows for them.
-        tile, keys_tile, rows = ctx.tiles["dq"], ctx.tiles["dk_dv"], ctx.rows
+        settings, rows = ctx.call, ctx.rows
+        tile, keys_tile = settings.tiles["dq"], settings.tiles["dk_dv"]
         # D_i = rowsum(dO * O), the term every row of dS subtracts: written by the dQ kernel
         # (0 past M), read by dK/dV after it, unmasked like LSE.
         delta = _rows_past(batch * heads, rows, _rounded(M, tile.block_m), 0.0, q.device)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        key_major, skew, grad_mode, launch_mode = ctx.choices
         # dT's atomics go to one table or to one per batch element (summed after): fewer
         # programs add to each address, at B tables of memory (`table_grad_mode`).
-        per_batch = table_grad and grad_mode == "per-batch"
+        per_batch = table_grad and settings.grad_mode == "per-batch"
         device, float32 = q.device, torch.float32
         dtable = absent(device, float32)
         if table_grad:
@@ -986,7 +1036,7 @@ class TableBiasAttention(torch.autograd.Function):
         duntie = torch.zeros_like(untie32) if untie_grad else absent(device, float32)
         common = (heads, M, N, D, DV, q_start, rows)
         launch(
-            _backward_dq_dtable, (blocks(M, tile.block_m), batch * heads), launch_mode,
+            _backward_dq_dtable, (blocks(M, tile.block_m), batch * heads), settings.launch_mode,
             (q, k, v, out, grad_out, lse, delta, dq, copies, dtable, untie32, duntie, keys_,
              first_, segments32, ids, dsegments),
             (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
@@ -995,24 +1045,24 @@ class TableBiasAttention(torch.autograd.Function):
              *common, M - 1, M + N - 1, untie_row, untie_column, scale, scale * LOG2E),
             dict(TABLE_GRAD=table_grad, UNTIE_GRAD=untie_grad, SEGMENT_GRAD=ctx.segment_grad,
                  BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, MASK_TAIL=N % tile.block_n != 0,
-                 DIAGONALS=diagonal_block(tile, skew if table_grad else "wide"), **flags,
-                 **schedule(tile, q.device)),
+                 DIAGONALS=diagonal_block(tile, settings.skew if table_grad else "wide"),
+                 **flags, **settings.schedules["dq"]),
         )  # fmt: skip
         # Key-major, dK/dV reads bias[j, i] = R[i - j + N - 1] from the reversed table R (its
         # rows run along the queries).
         keys_copies, keys_shift = copies, M - 1
-        if key_major and flags["HAS_TABLE"]:
+        if settings.key_major and flags["HAS_TABLE"]:
             keys_copies, keys_shift = copies[:, 4:], N - 1
         launch(
-            _backward_dk_dv, (blocks(N, keys_tile.block_n), batch * heads), launch_mode,
+            _backward_dk_dv, (blocks(N, keys_tile.block_n), batch * heads), settings.launch_mode,
             (q, k, v, grad_out, lse, delta, dk, dv, keys_copies, untie32, keys_, first_,
              segments32, ids),
             (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
              *dk.stride()[:3], *dv.stride()[:3], keys_copies.stride(0), keys_copies.stride(1),
              keys_.stride(0), ids.stride(0),
              *common, keys_shift, untie_row, untie_column, scale, scale * LOG2E),
-            dict(BLOCK_M=keys_tile.block_m, BLOCK_N=keys_tile.block_n, KEY_MAJOR=key_major,
-                 **flags, **schedule(keys_tile, q.device)),
+            dict(BLOCK_M=keys_tile.block_m, BLOCK_N=keys_tile.block_n,
+                 KEY_MAJOR=settings.key_major, **flags, **settings.schedules["dk_dv"]),
         )  # fmt: skip
         if per_batch:
             dtable = dtable.sum(0)

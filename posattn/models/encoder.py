@@ -308,6 +308,12 @@ class Encoder(nn.Module):
         dtype = self.embeddings.word.weight.dtype
         # through the module's forward: FSDP / ZeRO-3 gather its parameters there
         vectors, terms = self.encoding(past_length, seq_len, device, dtype, positions)
+        if checkpointing(self) and torch.is_grad_enabled():
+            # A deferred bias (`DeferredBias`) built inside a checkpointed layer saves tensors
+            # in the forward that the recomputation, finding it built, does not save again,
+            # which torch.utils.checkpoint refuses: built here, outside the layers.
+            for layer_terms in terms:
+                layer_terms.bias  # noqa: B018 (read to build it)
         documents = None
         if positions is not None and attention_mask is None and not past_length:
             documents = packed_documents(positions)
