@@ -85,9 +85,12 @@ class ModelDims:
 
 class DeferredBias:
     """`LayerTerms.bias` as a tensor, None, or a function that builds it when it is first read
-    (and keeps it: layers share one `LayerTerms`). A Toeplitz bias is deferred so that a
-    kernel reading its table (kernel="triton") never makes the [H, n, n] tensor (2 GiB in
-    float32 at H=8, n=8192); every other path reads it as before."""
+    (and keeps it: layers share one `LayerTerms`), in the grad mode the terms were made in.
+    A Toeplitz bias is deferred so that a kernel reading its table (kernel="triton") never
+    makes the [H, n, n] tensor (2 GiB in float32 at H=8, n=8192), and a bias described by
+    factors (TUPE, DIET-ABS) so that a kernel folding them never does; every other path
+    reads it as before. A stack whose layers are checkpointed reads it before them
+    (`Encoder.layer_inputs`)."""
 
     def __set_name__(self, owner, name: str) -> None:
         self.slot = f"_{name}"
@@ -142,7 +145,8 @@ class LayerTerms:
         `bias` up to a constant per query row (which no softmax sees): a low-rank bias that
         the fused kernels fold into the dot product (`posattn.kernels.fold`) instead of adding
         [H, n, n] logits whose gradient SDPA cannot fuse. `bias` stays for the eager
-        reference and for inspection.
+        reference and for inspection, deferred (`DeferredBias`): a folding kernel never
+        builds it.
     offset_bias: [H, n_q + n_k - 1] values per diagonal with
         bias[..., h, i, j] == offset_bias[h, j - i + n_q - 1] for the n_q query rows and n_k
         keys of `bias` ([H, 2n-1] in `relative.offsets` order for a full n x n bias): the same
