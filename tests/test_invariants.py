@@ -222,6 +222,21 @@ def test_evaluation_after_an_optimizer_step_reads_the_new_weights(encoding, opti
     torch.testing.assert_close(after_step, rebuilt, rtol=0, atol=0)
 
 
+def test_evaluation_called_again_keeps_the_terms_and_a_switch_drops_them():
+    """An evaluation loop that calls eval() per batch reuses the terms (it rebuilt them every
+    batch); a switch to training and back rebuilds them."""
+    model = tiny_encoder("t5")
+    encoding = model.encoding
+    model.eval()
+    with torch.no_grad():
+        first = encoding.terms_for(7, torch.device("cpu"), torch.float64)
+        model.eval()
+        assert encoding.terms_for(7, torch.device("cpu"), torch.float64) is first
+        model.train()
+        model.eval()
+        assert encoding.terms_for(7, torch.device("cpu"), torch.float64) is not first
+
+
 def test_switching_to_evaluation_rebuilds_terms_changed_behind_the_version_counter():
     model = tiny_encoder("diet-abs")
     encoding = model.encoding

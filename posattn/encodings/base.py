@@ -328,8 +328,11 @@ class PositionalEncoding(OwnsParameters, nn.Module):
         return [LayerTerms(scale=self.content_scale())] * self.dims.num_layers
 
     def train(self, mode: bool = True):
-        """Switching between training and evaluation drops the cached terms (`terms_for`)."""
-        self.__dict__.pop("_terms_cache", None)
+        """Switching between training and evaluation drops the cached terms (`terms_for`). A
+        call that keeps the mode keeps them: an evaluation loop that calls eval() per batch
+        (as `posattn bench`'s inference step does) rebuilt every term, each batch."""
+        if mode != self.training:
+            self.__dict__.pop("_terms_cache", None)
         return super().train(mode)
 
     def terms_for(self, seq_len: int, device: torch.device, dtype: torch.dtype):
