@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import gc
 import os
 import pstats
 import statistics
-import time
 
 os.environ.pop("TRITON_INTERPRET", None)  # the kernels built for the compiler
 
@@ -32,8 +30,10 @@ import torch
 from posattn.errors import PosAttnConfigError
 from posattn.kernels import triton_aot
 from posattn.lab.bench.bench import BENCH_OPTIONS, CAUSAL_ONLY
+from posattn.lab.bench.timing import step_functions as bench_steps
 from posattn.models import PosAttnForMaskedLM
 from posattn.models.config import PosAttnConfig
+from scripts.triton_host import run_us
 
 # BERT-small's structure at sizes where each op costs its dispatch: d_h = 16 (the kernel's
 # least), a vocabulary of 128, 16 tokens.
@@ -51,26 +51,10 @@ def model(encoding: str, kernel: str) -> PosAttnForMaskedLM:
 
 
 def step_functions(model: PosAttnForMaskedLM) -> tuple:
-    """(train_step, infer) as `posattn bench` times them (posattn.lab.bench.timing), with
-    AdamW's multi-tensor update, which it takes on a GPU (on the CPU it would update tensor by
-    tensor: some 700 ops a step that a GPU step never launches)."""
-    generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, model.config.vocab_size, (BATCH, LENGTH), generator=generator)
-    labels = torch.where(torch.rand(ids.shape, generator=generator) < 0.15, ids, -100)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, foreach=True)
-
-    def train_step() -> None:
-        model.train()
-        optimizer.zero_grad(set_to_none=True)
-        model(ids, labels=labels).loss.backward()
-        optimizer.step()
-
-    @torch.no_grad()
-    def infer() -> None:
-        model.eval()
-        model.posattn(ids)
-
-    return train_step, infer
+    """(train_step, infer) as `posattn bench` times them, with AdamW's multi-tensor update,
+    which it takes on a GPU (on the CPU it would update tensor by tensor: some 700 ops a step
+    that a GPU step never launches)."""
+    return bench_steps(model, BATCH, LENGTH, foreach=True)
 
 
 def in_bf16(fn):
@@ -79,18 +63,6 @@ def in_bf16(fn):
             fn()
 
     return call
-
-
-def run_us(fn, steps: int) -> float:
-    gc.collect()
-    gc.disable()
-    try:
-        started = time.perf_counter()
-        for _ in range(steps):
-            fn()
-        return (time.perf_counter() - started) * 1e6 / steps
-    finally:
-        gc.enable()
 
 
 def paired(base, fn, repeats: int, steps: int) -> tuple[float, float, float]:

@@ -165,6 +165,11 @@ def test_a_training_call_goes_through_tritons_own_launch_path_as_on_the_gpu(aot)
     with aot.stand_in_gpu() as launches:
         out = triton_bias.table_bias_attention(q, k, v, scale=0.125, table=table)
         out.backward(torch.ones_like(out))
+        # `recording()` takes a stretch's launches apart (the timing scripts record nothing
+        # else: a recorded launch keeps its tensors alive).
+        with aot.recording() as stretch, torch.no_grad():
+            triton_bias.table_bias_attention(q, k, v, scale=0.125, table=table)
+    assert [launch.name for launch in stretch] == ["_forward"]
     assert (driver._active, triton_bias.tiles, triton_bias.schedule) == before
     # No stand-in kernel is left where a real launch would find it.
     assert not triton_bias._forward.device_caches and not triton_bias._DIRECT

@@ -19,14 +19,15 @@ def _median_ms(fn, repeats: int, warmup: int) -> float:
     return statistics.median(times)
 
 
-def step_functions(model, batch_size: int, seq_len: int):
+def step_functions(model, batch_size: int, seq_len: int, foreach: bool | None = None):
     """(train_step, infer): one masked-LM AdamW step (forward, backward, update) and one
-    encoder forward pass without gradients, on fixed random token ids."""
+    encoder forward pass without gradients, on fixed random token ids. foreach: AdamW's
+    multi-tensor update (None: torch's choice, which takes it on a GPU only)."""
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(5, model.config.vocab_size, (batch_size, seq_len), generator=generator)
     labels = torch.where(torch.rand(ids.shape, generator=generator) < 0.15, ids, -100)
     ids, labels = ids.to(model.device), labels.to(model.device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, foreach=foreach)
 
     def train_step() -> None:
         model.train()
