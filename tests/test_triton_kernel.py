@@ -657,23 +657,33 @@ def test_the_triton_path_never_builds_the_dense_bias(monkeypatch, encoding):
 
 
 def test_deferred_bias_is_built_once_and_decoding_rows_stay_deferred():
+    """A deferred bias is built once, when first read, and decoding rows stay deferred. Rows
+    of a bias with factors beside its table slice the whole bias; rows of a Toeplitz bias of
+    its table alone come from the table, the whole [H, n, n] never built (cached decoding
+    built it at every new token to keep one row)."""
     from posattn.encodings.base import DeferredBias, LayerTerms
 
     calls = []
     table = torch.randn(2, 9)
+    factors = (torch.randn(1, 2, 5, 3), torch.randn(1, 2, 5, 3))
 
     def build():
         calls.append(1)
         return torch.ones(1, 2, 5, 5)
 
-    terms = LayerTerms(scale=1.0, bias=build, offset_bias=table)
+    terms = LayerTerms(scale=1.0, bias=build, bias_factors=factors, offset_bias=table)
     rows = terms.query_rows(3)
     assert not DeferredBias.is_built(terms) and not DeferredBias.is_built(rows) and not calls
     assert rows.bias.shape == (1, 2, 2, 5) and calls == [1]
     assert terms.bias is terms.bias and calls == [1]
-    toeplitz_terms = LayerTerms.of_table(1.0, table)
     i, j = torch.meshgrid(torch.arange(5), torch.arange(5), indexing="ij")
-    assert torch.equal(toeplitz_terms.bias[0], table[:, j - i + 4])
+    assert torch.equal(LayerTerms.of_table(1.0, table).bias[0], table[:, j - i + 4])
+    whole = LayerTerms.of_table(1.0, table)
+    for start in (1, 3, 4):
+        rows = whole.query_rows(start)
+        assert torch.equal(rows.bias[0], table[:, j - i + 4][:, start:])
+        assert torch.equal(rows.offset_bias, table[:, :-start])
+    assert not DeferredBias.is_built(whole)
 
 
 @pytest.mark.parametrize("encoding", ["t5", "tupe-r"])

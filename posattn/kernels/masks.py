@@ -54,7 +54,10 @@ def build_attention_mask(
         same = documents[:, None, query_start:, None] == documents[:, None, None, :]
         mask = same if mask is None else mask & same
     if causal:
-        lower = torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()[query_start:]
+        # Only the query rows: row r is position query_start + r (a decoding step's one row,
+        # not [n, n] cut down to it).
+        rows = seq_len - query_start
+        lower = torch.ones(rows, seq_len, dtype=torch.bool, device=device).tril(query_start)
         mask = lower[None, None] if mask is None else mask & lower
     if mask is None:
         return None
