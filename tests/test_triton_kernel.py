@@ -683,6 +683,8 @@ def test_deferred_bias_is_built_once_and_decoding_rows_stay_deferred():
         rows = whole.query_rows(start)
         assert torch.equal(rows.bias[0], table[:, j - i + 4][:, start:])
         assert torch.equal(rows.offset_bias, table[:, :-start])
+    twice = whole.query_rows(1).query_rows(2)  # rows of rows line up
+    assert torch.equal(twice.bias[0], table[:, j - i + 4][:, 3:])
     assert not DeferredBias.is_built(whole)
 
 

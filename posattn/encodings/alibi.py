@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from .base import LayerTerms, Place, PositionalEncoding
-from .relative import offsets, position_differences
+from .relative import offsets
 
 
 def alibi_slopes(num_heads: int) -> Tensor:
@@ -52,7 +52,10 @@ class Alibi(PositionalEncoding):
 
     def layer_terms_at(self, positions, dtype):
         self.require_positions(positions)
-        distance = position_differences(positions).abs()[:, None]  # [B, 1, n, n]
-        slopes = alibi_slopes(self.dims.num_heads).to(positions.device)
-        bias = (-slopes[:, None, None] * distance).to(dtype)
-        return [LayerTerms(scale=self.content_scale(), bias=bias)] * self.dims.num_layers
+        slopes = alibi_slopes(self.dims.num_heads).to(positions.device)[:, None, None]
+
+        def bias(differences: Tensor) -> Tensor:  # [B, m, n] -> [B, H, m, n]
+            return (-slopes * differences.abs()[:, None]).to(dtype)
+
+        terms = LayerTerms.of_differences(self.content_scale(), positions, bias)
+        return [terms] * self.dims.num_layers

@@ -35,6 +35,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from ..errors import invalid, require, require_positive_int
 from ..toeplitz import ClsUntie, toeplitz
+from .relative import position_differences
 
 # Optimizer steps taken in this process, counted by a global post-step hook: part of the key of
 # the cached terms (`PositionalEncoding.terms_for`), since a fused optimizer step leaves the
@@ -165,6 +166,11 @@ class LayerTerms:
         table, one more factor column (`folded_factors`). Riding in the factors instead
         would widen q and k past a power of two (TUPE-R 64 + 66 = 130, TUPE-A 64 + 65 =
         129: a 256-wide block in the Triton kernel).
+    bias_rows: start -> the query rows [start, n) of `bias` (`bias[..., start:, :]`), built
+        without the rows before them, or None: what cached decoding reads (`query_rows`),
+        where building the whole bias cost O(n^2) at every new token to keep its last rows
+        (ALiBi with 2048 cached tokens: 172 ms a token on the 2-core CPU, 1.3 ms from its
+        rows). Set by `of_table` and `of_differences`.
     """
 
     scale: float
@@ -176,19 +182,38 @@ class LayerTerms:
     bias_factors: tuple[Tensor, Tensor] | None = None
     offset_bias: Tensor | None = None
     cls_untie: ClsUntie | None = None
+    bias_rows: Callable[[int], Tensor] | None = None
 
     @classmethod
     def of_table(cls, scale: float, by_offset: Tensor) -> LayerTerms:
         """Terms of a Toeplitz bias given by its table [H, 2n-1] (`offset_bias`): the
-        [1, H, n, n] `bias` is built when something first reads it."""
+        [1, H, n, n] `bias` is built when something first reads it, and its rows from a
+        query on from the table (rows [start, n) read its first 2n - 1 - start offsets)."""
+        n = (by_offset.shape[-1] + 1) // 2
+
+        def rows(start: int) -> Tensor:
+            return toeplitz(by_offset[..., : 2 * n - 1 - start], n).unsqueeze(0)
+
         return cls(
-            scale=scale, bias=lambda: toeplitz(by_offset).unsqueeze(0), offset_bias=by_offset
+            scale=scale,
+            bias=lambda: toeplitz(by_offset).unsqueeze(0),
+            offset_bias=by_offset,
+            bias_rows=rows,
         )
 
-    def is_toeplitz(self) -> bool:
-        """Whether `bias` is exactly the Toeplitz matrix of `offset_bias` (no factors beside
-        the table, and so no [CLS] untie)."""
-        return self.offset_bias is not None and self.bias_factors is None
+    @classmethod
+    def of_differences(
+        cls, scale: float, positions: Tensor, build: Callable[[Tensor], Tensor]
+    ) -> LayerTerms:
+        """Terms of a bias that is a function of the position differences alone, at given
+        positions [B, n]: `build` maps differences p_j - p_i [B, m, n] (`position_differences`)
+        to the bias [B, H, m, n], entry by entry. Built when first read; a query's rows from
+        its own differences."""
+        return cls(
+            scale=scale,
+            bias=lambda: build(position_differences(positions)),
+            bias_rows=lambda start: build(position_differences(positions, start)),
+        )
 
     def folded_factors(self) -> tuple[Tensor, Tensor]:
         """The factors to fold into q and k for kernels that add the rest as a bias tensor:
@@ -238,15 +263,11 @@ class LayerTerms:
         def value_term(probs: Tensor) -> Tensor:
             return self.value_term(pad_rows(probs, start))[..., start:, :]
 
-        rows_bias, offset = None, None
-        if self.offset_bias is not None:
-            offset = self.offset_bias[..., :-start]
-        if self.is_toeplitz() and not DeferredBias.is_built(self):
-            # Only the rows, from the table: cached decoding built the whole [H, n, n] bias
-            # at every new token to keep its last row (ALiBi at n=2048: 172 ms a token on
-            # the 2-core CPU against 7.5 for learned positions).
-            n = (self.offset_bias.shape[-1] + 1) // 2
-            rows_bias = lambda: toeplitz(offset, n).unsqueeze(0)  # noqa: E731
+        rows_bias, rows_from = None, None
+        if self.bias_rows is not None and not DeferredBias.is_built(self):
+            # Only the rows (`bias_rows`), not the whole bias cut down to them.
+            rows_bias = lambda: self.bias_rows(start)  # noqa: E731
+            rows_from = lambda later: self.bias_rows(start + later)  # noqa: E731
         elif not DeferredBias.is_built(self) or self.bias is not None:
             rows_bias = lambda: self.bias[..., start:, :]  # noqa: E731 (deferred like self's)
         return LayerTerms(
@@ -260,8 +281,9 @@ class LayerTerms:
                 if self.bias_factors is None
                 else (self.bias_factors[0][..., start:, :], self.bias_factors[1])
             ),
-            offset_bias=offset,
+            offset_bias=(None if self.offset_bias is None else self.offset_bias[..., :-start]),
             cls_untie=None if self.cls_untie is None else self.cls_untie.from_row(start),
+            bias_rows=rows_from,
         )
 
 

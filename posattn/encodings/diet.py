@@ -16,7 +16,7 @@ from .base import (
     layer_group,
     sharing_groups,
 )
-from .relative import lookup_by_head, offsets, position_differences
+from .relative import lookup_by_head, offsets
 
 SHARING = ("none", "layer", "head")
 
@@ -174,13 +174,15 @@ class DietRelative(PositionalEncoding):
     def layer_terms_at(self, positions, dtype):
         self.require_positions(positions)
         m = self.max_distance
-        rows = (-position_differences(positions)).clamp(-m, m) + m  # clip(i - j) + m, [B, n, n]
         scale = self.content_scale()
-        return per_layer_terms(
-            self.options.sharing,
-            self.dims.num_layers,
-            lambda g: LayerTerms(scale=scale, bias=lookup_by_head(self.table[g], rows)),
-        )
+
+        def group_terms(group: int) -> LayerTerms:
+            def bias(differences: Tensor) -> Tensor:  # rows clip(i - j) + m of R
+                return lookup_by_head(self.table[group], (-differences).clamp(-m, m) + m)
+
+            return LayerTerms.of_differences(scale, positions, bias)
+
+        return per_layer_terms(self.options.sharing, self.dims.num_layers, group_terms)
 
     @staticmethod
     def toeplitz_terms(scale: float, by_offset: Tensor) -> LayerTerms:

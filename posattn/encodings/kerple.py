@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from ..errors import require_choice
 from .base import LayerTerms, ModelDims, Place, PositionalEncoding, empty_parameter
-from .relative import offsets, position_differences
+from .relative import offsets
 
 EPS = 1e-2  # the official code's floor for both kernel parameters
 
@@ -81,9 +81,12 @@ class Kerple(PositionalEncoding):
     def layer_terms_at(self, positions, dtype):
         self.require_positions(positions)
         self.project_parameters()
-        distance = position_differences(positions).abs()  # [B, n, n]
-        bias = self.kernel(distance.flatten(-2)).unflatten(-1, distance.shape[-2:])
-        return [LayerTerms(scale=self.content_scale(), bias=bias)] * self.dims.num_layers
+
+        def bias(differences: Tensor) -> Tensor:  # [B, m, n] -> [B, H, m, n]
+            return self.kernel(differences.abs().flatten(-2)).unflatten(-1, differences.shape[-2:])
+
+        terms = LayerTerms.of_differences(self.content_scale(), positions, bias)
+        return [terms] * self.dims.num_layers
 
     def layer_terms(self, seq_len, device, dtype):
         if self.training:

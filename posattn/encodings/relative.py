@@ -26,10 +26,11 @@ def relative_positions(seq_len: int, device) -> Tensor:
     return positions[None, :] - positions[:, None]
 
 
-def position_differences(positions: Tensor) -> Tensor:
-    """[B, n] positions of the tokens -> [B, n, n] with entry (b, i, j) = p_bj - p_bi: the
-    relative position j - i of `relative_positions` at given positions."""
-    return positions[..., None, :] - positions[..., :, None]
+def position_differences(positions: Tensor, start: int = 0) -> Tensor:
+    """[B, n] positions of the tokens -> [B, n - start, n] with entry (b, i, j) =
+    p_bj - p_b(start + i): the relative position j - i of `relative_positions` at given
+    positions, for the query rows [start, n) (all of them by default)."""
+    return positions[..., None, :] - positions[..., start:, None]
 
 
 def lookup_by_head(table: Tensor, index: Tensor) -> Tensor:

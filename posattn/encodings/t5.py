@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from ..errors import require, require_positive_int
 from .absolute import Learned
 from .base import LayerTerms, ModelDims, OwnsParameters, Place, PositionalEncoding, empty_parameter
-from .relative import lookup_by_head, offsets, position_differences, toeplitz
+from .relative import lookup_by_head, offsets, toeplitz
 
 
 def t5_relative_bucket(
@@ -142,16 +142,17 @@ class T5Bias(PositionalEncoding):
         by_offset = self.relative.by_offset(self.buckets(seq_len, device))
         return [LayerTerms.of_table(self.content_scale(), by_offset)] * self.dims.num_layers
 
-    def buckets_at(self, positions: Tensor) -> Tensor:
-        """[B, n] positions -> [B, n, n] bucket of each difference p_j - p_i."""
+    def buckets_of(self, differences: Tensor) -> Tensor:
+        """Differences p_j - p_i [B, m, n] -> their buckets."""
         o = self.options
-        relative = position_differences(positions)
-        return t5_relative_bucket(relative, o.bidirectional, o.num_buckets, o.max_distance)
+        return t5_relative_bucket(differences, o.bidirectional, o.num_buckets, o.max_distance)
 
     def layer_terms_at(self, positions, dtype):
         self.require_positions(positions)
-        bias = self.relative.at(self.buckets_at(positions))
-        return [LayerTerms(scale=self.content_scale(), bias=bias)] * self.dims.num_layers
+        terms = LayerTerms.of_differences(
+            self.content_scale(), positions, lambda d: self.relative.at(self.buckets_of(d))
+        )
+        return [terms] * self.dims.num_layers
 
 
 class BertRelative(T5Bias):
