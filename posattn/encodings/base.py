@@ -461,9 +461,10 @@ class PositionalEncoding(OwnsParameters, nn.Module):
 
         Generic: the terms at length `end` restricted by `LayerTerms.query_rows`, so every
         encoding gets it and it equals rows [start, end) of the full forward at length `end`.
-        It costs what a forward at length `end` costs for the positional terms (a bias method
-        builds its [H, end, end] bias to keep the last rows); an encoding may override it with
-        something cheaper that returns the same values. Keys must be given to the terms
+        A bias with `LayerTerms.bias_rows` (a Toeplitz table's, `of_table`; one of position
+        differences, `of_differences`) builds those rows alone; any other bias is built at
+        [H, end, end] to keep them. An encoding may override it with something cheaper that
+        returns the same values. Keys must be given to the terms
         *before* any q/k transform (cache the raw projections), since the transform is
         re-applied to all of them.
         """
