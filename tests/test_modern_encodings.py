@@ -325,6 +325,11 @@ def test_fire_by_offsets_below_the_threshold_equals_every_score(threshold):
     for grad, want in zip(grads, expected, strict=True):
         torch.testing.assert_close(grad, want, rtol=1e-10, atol=1e-12)
     assert by_offsets.is_contiguous()
+    # A decoding step's rows [start, n) alone, below, across and past the threshold.
+    with torch.no_grad():
+        for start in range(1, 9):
+            rows = fire(9, "cpu", start)
+            torch.testing.assert_close(rows, every[..., start:, :], rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize(("threshold", "rows"), [(math.nan, 0), (math.inf, 9), (-math.inf, 9)])

@@ -422,7 +422,7 @@ def test_a_cache_remembers_its_positions_and_later_tokens_take_the_defaults():
             model(ids[:, :1], past_key_values=cache)
 
 
-@pytest.mark.parametrize("encoding", ["alibi", "t5", "diet-rel", "kerple"])
+@pytest.mark.parametrize("encoding", ["alibi", "t5", "diet-rel", "kerple", "fire"])
 def test_decoding_rows_at_given_positions_are_built_alone(encoding):
     """A decoding step at given positions (what `generate` passes) reads the bias rows of its
     new tokens only: equal to the whole bias's rows, the whole [B, H, n, n] never built (it

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import Tensor, nn
@@ -18,7 +20,7 @@ from .base import (
     empty_parameter,
     require_causal,
 )
-from .relative import offsets, position_differences, relative_positions, toeplitz
+from .relative import offsets, position_differences, toeplitz
 
 
 @dataclass(frozen=True)
@@ -59,33 +61,36 @@ class FireBias(OwnsParameters, nn.Module):
     def normalised_distance(self, seq_len: int, device, start: int = 0) -> Tensor:
         """[n - start, n] psi(i - j) / psi(max(L, i)), psi(x) = log(|c x| + 1), for the query
         rows i >= start."""
-        relative = -relative_positions(seq_len, device)[start:].to(self.c.dtype)  # i - j
+        positions = torch.arange(seq_len, device=device)
+        relative = -position_differences(positions, start).to(self.c.dtype)  # i - j, its rows
         query = torch.arange(start, seq_len, device=device, dtype=self.c.dtype)
         normaliser = torch.maximum(query, self.threshold.abs())[:, None]
         return self.psi(relative) / (self.psi(normaliser) + self.eps)
 
-    def normalised_distance_at(self, positions: Tensor) -> Tensor:
-        """`normalised_distance` at given positions [B, n]: [B, n, n] with i, j the positions
-        of the query and the key."""
-        relative = -position_differences(positions).to(self.c.dtype)  # p_i - p_j
-        query = positions.to(self.c.dtype)
+    def normalised_distance_at(self, positions: Tensor, start: int = 0) -> Tensor:
+        """`normalised_distance` at given positions [B, n]: [B, n - start, n] with i, j the
+        positions of the query and the key, for the query rows [start, n)."""
+        relative = -position_differences(positions, start).to(self.c.dtype)  # p_i - p_j
+        query = positions[..., start:].to(self.c.dtype)
         normaliser = torch.maximum(query, self.threshold.abs())[..., :, None]
         return self.psi(relative) / (self.psi(normaliser) + self.eps)
 
-    def forward(self, seq_len: int, device) -> Tensor:
-        """[1, H, n, n] bias. Query rows i < |L| have the constant normaliser psi(|L|), so
-        there the bias is a function of i - j alone: the MLP runs on the 2n-1 offsets and
-        their Toeplitz matrix gives those rows (for n <= |L|, every row: 2n-1 MLP inputs
-        instead of n^2). Rows from |L| on keep their own normaliser."""
+    def forward(self, seq_len: int, device, start: int = 0) -> Tensor:
+        """[1, H, n - start, n] bias of the query rows [start, n) (cached decoding asks for
+        its new rows: it built all n^2 scores' MLP at every token). Query rows i < |L| have
+        the constant normaliser psi(|L|), so there the bias is a function of i - j alone: the
+        MLP runs on the 2n-1 offsets and their Toeplitz matrix gives those rows (for n <=
+        |L|, every row: 2n-1 MLP inputs instead of n^2). Rows from |L| on keep their own
+        normaliser."""
         # Compiled: one graph for every |L| (the split would be a graph break); on the meta
         # device (construction-time checks) there is no value to split at.
         dense = torch.compiler.is_compiling() or self.threshold.is_meta
         rows = 0 if dense else self.rows_below_threshold(seq_len)
-        if rows == 0:
-            return self.bias_of(self.normalised_distance(seq_len, device)).unsqueeze(0)
+        if rows <= start:
+            return self.bias_of(self.normalised_distance(seq_len, device, start)).unsqueeze(0)
         by_offset = self.by_head(self.distance_by_offset(seq_len, device))  # [H, 2n-1]
-        # The offsets of rows [0, rows) only: no Toeplitz rows built to be cut off.
-        bias = toeplitz(by_offset[:, seq_len - rows :], seq_len)  # [H, rows, n]
+        # The offsets of rows [start, rows) only: no Toeplitz rows built to be cut off.
+        bias = toeplitz(by_offset[:, seq_len - rows : 2 * seq_len - 1 - start], seq_len)
         if rows < seq_len:
             tail = self.normalised_distance(seq_len, device, start=rows)  # ties as maximum's
             bias = torch.cat([bias, self.bias_of(tail)], dim=1)
@@ -107,9 +112,9 @@ class FireBias(OwnsParameters, nn.Module):
         relative = -offsets(seq_len, device).to(self.c.dtype)  # i - j
         return self.psi(relative) / (self.psi(self.threshold.abs()) + self.eps)
 
-    def at(self, positions: Tensor) -> Tensor:
-        """[B, H, n, n] bias of tokens at positions [B, n]."""
-        return self.bias_of(self.normalised_distance_at(positions))
+    def at(self, positions: Tensor, start: int = 0) -> Tensor:
+        """[B, H, n - start, n] bias of tokens at positions [B, n], query rows [start, n)."""
+        return self.bias_of(self.normalised_distance_at(positions, start))
 
     def bias_of(self, distance: Tensor) -> Tensor:
         """The MLP of distances [..., m, n] -> [..., H, m, n]."""
@@ -152,14 +157,13 @@ class Fire(PositionalEncoding):
         )
 
     def layer_terms(self, seq_len, device, dtype):
-        return [
-            LayerTerms(scale=self.content_scale(), bias=layer(seq_len, device))
-            for layer in self.layers
-        ]
+        return [self.rows_terms(partial(layer, seq_len, device)) for layer in self.layers]
 
     def layer_terms_at(self, positions, dtype):
         self.require_positions(positions)
-        return [
-            LayerTerms(scale=self.content_scale(), bias=layer.at(positions))
-            for layer in self.layers
-        ]
+        return [self.rows_terms(partial(layer.at, positions)) for layer in self.layers]
+
+    def rows_terms(self, rows: Callable[[int], Tensor]) -> LayerTerms:
+        """Terms of a layer's bias given by `rows(start)`, its query rows [start, n): built
+        when read, and a decoding step's rows alone (`LayerTerms.bias_rows`)."""
+        return LayerTerms(scale=self.content_scale(), bias=partial(rows, 0), bias_rows=rows)
