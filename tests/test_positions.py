@@ -422,7 +422,10 @@ def test_a_cache_remembers_its_positions_and_later_tokens_take_the_defaults():
             model(ids[:, :1], past_key_values=cache)
 
 
-@pytest.mark.parametrize("encoding", ["alibi", "t5", "diet-rel", "kerple", "fire"])
+ROWS_ALONE = ["alibi", "t5", "diet-rel", "kerple", "fire", "tupe-a", "tupe-r"]
+
+
+@pytest.mark.parametrize("encoding", ROWS_ALONE)
 def test_decoding_rows_at_given_positions_are_built_alone(encoding):
     """A decoding step at given positions (what `generate` passes) reads the bias rows of its
     new tokens only: equal to the whole bias's rows, the whole [B, H, n, n] never built (it
@@ -442,3 +445,23 @@ def test_decoding_rows_at_given_positions_are_built_alone(encoding):
             if later is not None:
                 torch.testing.assert_close(later, expected[layer][..., 6:, :], rtol=0, atol=0)
     assert not any(DeferredBias.is_built(terms) for terms in whole)
+
+
+@pytest.mark.parametrize("encoding", ROWS_ALONE)
+def test_decoding_rows_are_built_alone(encoding):
+    """The same at positions 0..n-1 (`window_terms`' restriction, what a cached step without
+    position_ids reads): each layer's rows equal the whole bias's, which is never built. TUPE
+    with its [CLS] inside the rows (start 2 <= cls_index 3) and before them (start 5)."""
+    from posattn.encodings.base import DeferredBias, restrict_rows
+
+    options = {"cls_index": 3} if encoding.startswith("tupe") else {}
+    model = tiny_encoder(encoding, causal=True, encoding_options=options)
+    cpu = torch.device("cpu")
+    expected = [terms.bias for terms in model.encoding.layer_terms(9, cpu, torch.float64)]
+    for start in (2, 5, 8):
+        whole = model.encoding.layer_terms(9, cpu, torch.float64)
+        rows = restrict_rows(whole, start)
+        for layer, terms in enumerate(rows):  # a product of fewer rows rounds its own way
+            want = expected[layer][..., start:, :]
+            torch.testing.assert_close(terms.bias, want, rtol=1e-12, atol=1e-12)
+        assert not any(DeferredBias.is_built(terms) for terms in whole)

@@ -82,10 +82,13 @@ def require_cls_inside(cls_index: int, seq_len: int) -> None:
     )
 
 
-def untie_cls_at(values: Tensor, is_cls: Tensor, row_value: Tensor, column_value: Tensor) -> Tensor:
-    """`untie_cls` on [B, H, n, n] where the [CLS] tokens are is_cls [B, n] (True where a
-    token's position is cls_index: each packed document's own [CLS])."""
-    is_row = is_cls[:, None, :, None]
+def untie_cls_at(
+    values: Tensor, is_cls: Tensor, row_value: Tensor, column_value: Tensor, start: int = 0
+) -> Tensor:
+    """`untie_cls` on [B, H, n - start, n], the query rows [start, n), where the [CLS] tokens
+    are is_cls [B, n] (True where a token's position is cls_index: each packed document's own
+    [CLS])."""
+    is_row = is_cls[:, None, start:, None]
     is_column = is_cls[:, None, None, :] & ~is_row
     values = torch.where(is_column, column_value[:, None, None], values)
     return torch.where(is_row, row_value[:, None, None], values)
@@ -97,11 +100,15 @@ def untie_cls(values: Tensor, cls_index: int, row_value: Tensor, column_value: T
     return untie_cls_(values.clone(), cls_index, row_value, column_value)
 
 
-def untie_cls_(values: Tensor, cls_index: int, row_value: Tensor, column_value: Tensor) -> Tensor:
+def untie_cls_(
+    values: Tensor, cls_index: int, row_value: Tensor, column_value: Tensor, start: int = 0
+) -> Tensor:
     """`untie_cls` in place, for a tensor that no autograd node saved (a fresh product or
-    sum): 2n writes instead of two [H, n, n] selections, forward and backward."""
+    sum): 2n writes instead of two [H, n, n] selections, forward and backward. `values` may
+    hold the query rows [start, n) only ([H, n - start, n]: a decoding step's)."""
     values[:, :, cls_index] = column_value[:, None]
-    values[:, cls_index, :] = row_value[:, None]  # after the column: (cls, cls) is the row's
+    if cls_index >= start:  # after the column: (cls, cls) is the row's
+        values[:, cls_index - start, :] = row_value[:, None]
     return values
 
 
@@ -153,12 +160,12 @@ class TupeAbsolute(PositionalEncoding):
         """[H, n, n] content-free positional logits after the [CLS] reset."""
         return self.reset_logits(*self.projected(seq_len))
 
-    def reset_logits(self, pq: Tensor, pk: Tensor, theta: Tensor | None) -> Tensor:
-        """`absolute_logits` from `projected`'s output."""
-        logits = pq @ pk.transpose(-1, -2)
+    def reset_logits(self, pq: Tensor, pk: Tensor, theta: Tensor | None, start: int = 0) -> Tensor:
+        """`absolute_logits` from `projected`'s output, its query rows [start, n)."""
+        logits = pq[:, start:] @ pk.transpose(-1, -2)
         if theta is None:
             return logits
-        return untie_cls_(logits, self.options.cls_index, theta[:, 0], theta[:, 1])
+        return untie_cls_(logits, self.options.cls_index, theta[:, 0], theta[:, 1], start)
 
     def cls_left_out(self, pq: Tensor, pk: Tensor, column: Tensor):
         """(factors without the [CLS] position, the untie that gives its row and column):
@@ -178,30 +185,41 @@ class TupeAbsolute(PositionalEncoding):
         factors, untie = (pq.unsqueeze(0), pk.unsqueeze(0)), None
         if theta is not None:
             factors, untie = self.cls_left_out(pq, pk, theta[:, 1])
-        # Deferred (`DeferredBias`): a kernel that folds the factors never builds it.
+        # Deferred (`DeferredBias`): a kernel that folds the factors never builds it, and a
+        # decoding step builds its rows alone.
         terms = LayerTerms(
             scale=self.content_scale(),
             bias=lambda: self.reset_logits(pq, pk, theta).unsqueeze(0),
             bias_factors=factors,
             cls_untie=untie,
+            bias_rows=lambda start: self.reset_logits(pq, pk, theta, start).unsqueeze(0),
         )
         return [terms] * self.dims.num_layers
 
-    def absolute_logits_at(self, positions: Tensor) -> Tensor:
-        """`absolute_logits` of tokens at positions [B, n]: [B, H, n, n], the [CLS] untie on
-        the tokens at position cls_index."""
+    def absolute_logits_at(self, positions: Tensor, start: int = 0) -> Tensor:
+        """`absolute_logits` of tokens at positions [B, n]: [B, H, n - start, n] for the
+        query rows [start, n), the [CLS] untie on the tokens at position cls_index."""
         pq, pk = self.positions.project(self.positions.table[positions])  # [B, H, n, d_h]
-        logits = (pq * self.content_scale()) @ pk.transpose(-1, -2)
+        logits = (pq[..., start:, :] * self.content_scale()) @ pk.transpose(-1, -2)
         if not self.options.untie_cls:
             return logits
         spq, spk = self.positions.project(self.positions.special)
         theta = (spq * self.content_scale() * spk).sum(-1)  # [H, 2]
         is_cls = positions == self.options.cls_index
-        return untie_cls_at(logits, is_cls, theta[:, 0], theta[:, 1])
+        return untie_cls_at(logits, is_cls, theta[:, 0], theta[:, 1], start)
+
+    def bias_at(self, positions: Tensor, start: int = 0) -> Tensor:
+        """The bias of tokens at positions [B, n], query rows [start, n)."""
+        return self.absolute_logits_at(positions, start)
 
     def layer_terms_at(self, positions, dtype):
         self.require_positions(positions)
-        terms = LayerTerms(scale=self.content_scale(), bias=self.absolute_logits_at(positions))
+        # Built when read; a decoding step's rows alone (`bias_rows`).
+        terms = LayerTerms(
+            scale=self.content_scale(),
+            bias=partial(self.bias_at, positions),
+            bias_rows=partial(self.bias_at, positions),
+        )
         return [terms] * self.dims.num_layers
 
 
@@ -264,16 +282,18 @@ class TupeRelative(TupeAbsolute):
             values = theta[:, 0] + row, theta[:, 1] + column
             factors, untie = self.cls_left_out(pq, pk, values[1])
 
-        def bias() -> Tensor:
+        def bias(start: int = 0) -> Tensor:
+            """The query rows [start, n) (all by default; a decoding step's new ones)."""
             # toeplitz's flip is a fresh tensor that its backward does not keep: the product
             # is added into it in place (one [H, n, n] tensor instead of three; n=1024 on the
             # 2-core CPU: 23 ms against 62 ms of product, sum and flip). Under autocast pq and
             # pk come out of their projections in bf16 / fp16 while the table stays float32;
             # the in-place product takes the table's dtype.
-            absolute = pq.to(by_offset.dtype), pk.to(by_offset.dtype).transpose(-1, -2)
-            summed = toeplitz(by_offset).baddbmm_(*absolute)
+            absolute = pq[:, start:].to(by_offset.dtype), pk.to(by_offset.dtype).mT
+            rows = toeplitz(by_offset[:, : 2 * seq_len - 1 - start], seq_len)
+            summed = rows.baddbmm_(*absolute)
             if values is not None:
-                summed = untie_cls_(summed, self.options.cls_index, *values)
+                summed = untie_cls_(summed, self.options.cls_index, *values, start)
             return summed.unsqueeze(0)
 
         # The [H, n, n] bias is built where something reads it (`DeferredBias`): the kernels
@@ -284,24 +304,24 @@ class TupeRelative(TupeAbsolute):
             bias_factors=factors,
             offset_bias=by_offset,
             cls_untie=untie,
+            bias_rows=bias,
         )
         return [terms] * self.dims.num_layers
 
-    def relative_bias_at(self, positions: Tensor) -> Tensor:
-        """`relative_bias` of tokens at positions [B, n]: [B, H, n, n]."""
+    def relative_bias_at(self, positions: Tensor, start: int = 0) -> Tensor:
+        """`relative_bias` of tokens at positions [B, n]: [B, H, n - start, n], query rows
+        [start, n)."""
         o = self.options
-        buckets = t5_relative_bucket(
-            position_differences(positions), o.bidirectional, o.num_buckets, o.max_distance
-        )
+        differences = position_differences(positions, start)
+        buckets = t5_relative_bucket(differences, o.bidirectional, o.num_buckets, o.max_distance)
         bias = self.relative.at(buckets)
         if not o.untie_cls:
             return bias
-        return untie_cls_at(bias, positions == o.cls_index, *self.relative_cls_values())
+        cls_values = self.relative_cls_values()
+        return untie_cls_at(bias, positions == o.cls_index, *cls_values, start)
 
-    def layer_terms_at(self, positions, dtype):
-        self.require_positions(positions)
-        bias = self.absolute_logits_at(positions) + self.relative_bias_at(positions)
-        return [LayerTerms(scale=self.content_scale(), bias=bias)] * self.dims.num_layers
+    def bias_at(self, positions: Tensor, start: int = 0) -> Tensor:
+        return self.absolute_logits_at(positions, start) + self.relative_bias_at(positions, start)
 
 
 class BertAd(PositionalEncoding):
