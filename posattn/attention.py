@@ -160,7 +160,9 @@ class MultiHeadAttention(nn.Module):
             # no [B, H, n, n] bias gradient exists; a Toeplitz rest stays a bias. Content
             # terms (qk_logits) read the unfolded q and k.
             factors = terms.folded_factors()
-            terms = replace(terms, bias=terms.unfolded_bias(), bias_factors=None, bias_rows=None)
+            terms = replace(
+                terms, bias=terms.unfolded_bias(), bias_factors=None, bias_rows=None, rows=None
+            )
             bias = self.positional_bias(q, k, terms, extra_bias)
             q, k, v = fold_bias_factors(q, k, v, factors, terms.scale)
         else:

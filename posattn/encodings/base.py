@@ -166,6 +166,9 @@ class LayerTerms:
         table, one more factor column (`folded_factors`). Riding in the factors instead
         would widen q and k past a power of two (TUPE-R 64 + 66 = 130, TUPE-A 64 + 65 =
         129: a 256-wide block in the Triton kernel).
+    rows: start -> these terms for the query rows [start, n), made directly (every term, as
+        `query_rows` would give them, without computing the rows before), or None: for
+        terms beyond a bias (Shaw's content x position logits and values).
     bias_rows: start -> the query rows [start, n) of `bias` (`bias[..., start:, :]`), built
         without the rows before them, or None: what cached decoding reads (`query_rows`),
         where building the whole bias cost O(n^2) at every new token to keep its last rows
@@ -183,6 +186,7 @@ class LayerTerms:
     offset_bias: Tensor | None = None
     cls_untie: ClsUntie | None = None
     bias_rows: Callable[[int], Tensor] | None = None
+    rows: Callable[[int], LayerTerms] | None = None
 
     @classmethod
     def of_table(cls, scale: float, by_offset: Tensor) -> LayerTerms:
@@ -252,6 +256,8 @@ class LayerTerms:
                 "0: keys projected along the sequence (Linformer) mix every position into each "
                 "projected key, so earlier keys cannot be cached; run the full forward",
             )
+        if self.rows is not None:
+            return self.rows(start)
 
         def transform_qk(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
             q, k = self.transform_qk(pad_rows(q, start), k)

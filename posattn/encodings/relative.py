@@ -48,15 +48,18 @@ def offsets(seq_len: int, device) -> Tensor:
 
 
 def skew(per_offset: Tensor) -> Tensor:
-    """[..., n, 2n-1] values of each query row i at the offsets j - i (`offsets` order) ->
-    [..., n, n] with S[..., i, j] = per_offset[..., i, j - i + n - 1].
+    """[..., m, m + n - 1] values of each query row i at the offsets j - i (`offsets` order,
+    `toeplitz`'s for m query rows and n keys; square: [..., n, 2n-1]) -> [..., m, n] with
+    S[..., i, j] = per_offset[..., i, j - i + m - 1].
 
-    Row i of the result is a window of row i starting at n-1-i: a strided view with row
-    stride 2n-2, whose backward copies (no index scatter and no atomics on a GPU).
+    Row i of the result is a window of row i starting at m-1-i: a strided view with row
+    stride m + n - 2, whose backward copies (no index scatter and no atomics on a GPU).
     """
     per_offset = per_offset.contiguous()
-    *lead, n, width = per_offset.shape
+    *lead, m, width = per_offset.shape
     lead_strides = per_offset.stride()[:-2]
     return per_offset.as_strided(
-        (*lead, n, n), (*lead_strides, width - 1, 1), per_offset.storage_offset() + n - 1
+        (*lead, m, width - m + 1),
+        (*lead_strides, width - 1, 1),
+        per_offset.storage_offset() + m - 1,
     )

@@ -62,67 +62,86 @@ class ShawRelative(PositionalEncoding):
         t = self.options.max_distance
         return offsets(seq_len, device).clamp(-t, t) + t
 
-    def _key_logits(self, layer: int, rows: Tensor, q: Tensor, k: Tensor, attention) -> Tensor:
+    def _key_logits(
+        self, layer: int, seen: Tensor, n: int, q: Tensor, k: Tensor, attention
+    ) -> Tensor:
+        """q a^K_{clip(j - i)} for q's m query rows (the last m of n) and n keys; `seen`: the
+        table row of each offset those rows see, [m + n - 1] in `toeplitz` order."""
         if use_skew(q.device):
-            # q a^K_o for every offset of the sequence, then each row's window of them.
-            table = self.keys[layer][rows]  # [2n-1, d_h]
+            # q a^K_o for every offset the rows see, then each row's window of them.
+            table = self.keys[layer][seen]  # [m + n - 1, d_h]
             return skew(q @ table.to(q.dtype).T) * self.content_scale()
-        per_offset = q @ self.keys[layer].to(q.dtype).T  # [B, H, n, 2t+1]
-        index = toeplitz(rows).expand(*q.shape[:2], -1, -1)
+        per_offset = q @ self.keys[layer].to(q.dtype).T  # [B, H, m, 2t+1]
+        index = toeplitz(seen, n).expand(*q.shape[:2], -1, -1)
         return torch.gather(per_offset, -1, index) * self.content_scale()
 
-    def _value_term(self, layer: int, rows: Tensor, probs: Tensor) -> Tensor:
+    def _value_term(self, layer: int, seen: Tensor, n: int, probs: Tensor) -> Tensor:
         # sum_j p_ij a_{o(i,j)} = sum_o (sum_{j: o(i,j)=o} p_ij) a_o
         if use_skew(probs.device):
-            n = probs.shape[-1]
-            per_offset = probs.new_zeros(*probs.shape[:-1], 2 * n - 1)
+            per_offset = probs.new_zeros(*probs.shape[:-1], len(seen))
             skew(per_offset).copy_(probs)  # p_ij at offset j - i of row i
-            return per_offset @ self.values[layer][rows].to(probs.dtype)
-        index = toeplitz(rows).expand(*probs.shape[:2], -1, -1)
+            return per_offset @ self.values[layer][seen].to(probs.dtype)
+        index = toeplitz(seen, n).expand(*probs.shape[:2], -1, -1)
         per_offset = probs.new_zeros(*probs.shape[:-1], self.values.shape[1])
         per_offset.scatter_add_(-1, index, probs)
         return per_offset @ self.values[layer].to(probs.dtype)
 
-    def _key_logits_at(self, layer: int, index: Tensor, q: Tensor, k: Tensor, attention):
-        """q a^K_{clip(p_j - p_i)}: q against every table row, gathered by the [B, 1, n, n]
-        row index of each (query, key) pair."""
-        per_offset = q @ self.keys[layer].to(q.dtype).T  # [B, H, n, 2t+1]
-        index = index.expand(*q.shape[:2], -1, -1)
+    def table_rows_at(self, positions: Tensor, start: int) -> Tensor:
+        """[B, 1, n - start, n] table row clip(p_j - p_i) + t of each (query, key) pair of
+        the query rows [start, n) at positions [B, n]."""
+        t = self.options.max_distance
+        return (position_differences(positions, start).clamp(-t, t) + t)[:, None]
+
+    def _key_logits_at(
+        self, layer: int, positions: Tensor, start: int, q: Tensor, k: Tensor, attention
+    ) -> Tensor:
+        """q a^K_{clip(p_j - p_i)}: q against every table row, gathered by the row index of
+        each (query, key) pair of q's rows [start, n)."""
+        per_offset = q @ self.keys[layer].to(q.dtype).T  # [B, H, m, 2t+1]
+        index = self.table_rows_at(positions, start).expand(*q.shape[:2], -1, -1)
         return torch.gather(per_offset, -1, index) * self.content_scale()
 
-    def _value_term_at(self, layer: int, index: Tensor, probs: Tensor) -> Tensor:
-        index = index.expand(*probs.shape[:2], -1, -1)
+    def _value_term_at(self, layer: int, positions: Tensor, start: int, probs: Tensor) -> Tensor:
+        index = self.table_rows_at(positions, start).expand(*probs.shape[:2], -1, -1)
         per_offset = probs.new_zeros(*probs.shape[:-1], self.values.shape[1])
         per_offset.scatter_add_(-1, index, probs)
         return per_offset @ self.values[layer].to(probs.dtype)
+
+    def rows_at(self, layer: int, positions: Tensor, start: int) -> LayerTerms:
+        """Layer `layer`'s terms at positions [B, n] for the query rows [start, n): a decoding
+        step's made directly (it computed every row's logits to keep the new ones)."""
+        # The index is made by each call, for its rows alone: made here it would be [n, n].
+        return LayerTerms(
+            scale=self.content_scale(),
+            qk_logits=partial(self._key_logits_at, layer, positions, start),
+            value_term=(
+                partial(self._value_term_at, layer, positions, start)
+                if self.values is not None
+                else None
+            ),
+            rows=lambda later: self.rows_at(layer, positions, start + later),
+        )
 
     def layer_terms_at(self, positions, dtype):
         self.require_positions(positions)
-        t = self.options.max_distance
-        index = (position_differences(positions).clamp(-t, t) + t)[:, None]  # [B, 1, n, n]
-        return [
-            LayerTerms(
-                scale=self.content_scale(),
-                qk_logits=partial(self._key_logits_at, layer, index),
-                value_term=(
-                    partial(self._value_term_at, layer, index) if self.values is not None else None
-                ),
-            )
-            for layer in range(self.dims.num_layers)
-        ]
+        return [self.rows_at(layer, positions, 0) for layer in range(self.dims.num_layers)]
+
+    def layer_rows(self, layer: int, rows: Tensor, n: int, start: int) -> LayerTerms:
+        """Layer `layer`'s terms for the query rows [start, n) of a length n (`rows`: the
+        table row of every offset, `self.rows`): those rows see its first 2n - 1 - start."""
+        seen = rows[: 2 * n - 1 - start]
+        return LayerTerms(
+            scale=self.content_scale(),
+            qk_logits=partial(self._key_logits, layer, seen, n),
+            value_term=(
+                partial(self._value_term, layer, seen, n) if self.values is not None else None
+            ),
+            rows=lambda later: self.layer_rows(layer, rows, n, start + later),
+        )
 
     def layer_terms(self, seq_len, device, dtype):
         rows = self.rows(seq_len, device)
-        return [
-            LayerTerms(
-                scale=self.content_scale(),
-                qk_logits=partial(self._key_logits, layer, rows),
-                value_term=(
-                    partial(self._value_term, layer, rows) if self.values is not None else None
-                ),
-            )
-            for layer in range(self.dims.num_layers)
-        ]
+        return [self.layer_rows(layer, rows, seq_len, 0) for layer in range(self.dims.num_layers)]
 
 
 __all__ = ["ShawOptions", "ShawRelative"]
