@@ -467,37 +467,46 @@ def test_decoding_rows_are_built_alone(encoding):
         assert not any(DeferredBias.is_built(terms) for terms in whole)
 
 
+CONTENT_POSITION = {
+    "shaw": ({"values": True, "max_distance": 3}, ("_key_logits", "_key_logits_at")),
+    "deberta": ({"position_buckets": 4}, ("_gathered_logits", "_logits_by_offset")),
+}
+
+
 @pytest.mark.parametrize("skewed", [False, True])
-def test_shaw_decoding_rows_are_made_alone(skewed):
-    """Shaw's terms for a decoding step's rows, made directly (`LayerTerms.rows`): their key
-    logits and value term equal the whole terms' rows, at positions 0..n-1 and at given
-    positions, restricted once and twice, by the gather and by the skewed windows."""
+@pytest.mark.parametrize("encoding", list(CONTENT_POSITION))
+def test_content_position_decoding_rows_are_made_alone(encoding, skewed):
+    """Shaw's and DeBERTa's terms for a decoding step's rows, made directly
+    (`LayerTerms.rows`): their content x position logits (and Shaw's value term) equal the
+    whole terms' rows, at positions 0..n-1 and at given positions, restricted once and twice,
+    by the gathers and by the skewed windows; each call computes the new rows alone."""
     from posattn import execution
     from posattn.encodings.base import restrict_rows
 
-    model = tiny_encoder("shaw", causal=True, encoding_options={"values": True, "max_distance": 3})
-    encoding, attention = model.encoding, model.layers[0].attention
+    options, methods = CONTENT_POSITION[encoding]
+    model = tiny_encoder(encoding, causal=True, encoding_options=options)
+    encoding_module, attention = model.encoding, model.layers[0].attention
     torch.manual_seed(3)
     n = 9
     q, k = (torch.randn(2, 3, n, 8, dtype=torch.float64) for _ in "qk")
     probs = torch.softmax(torch.randn(2, 3, n, n, dtype=torch.float64), -1)
     positions = torch.tensor([[0, 0, 0, 1, 2, 3, 4, 5, 6], [0, 1, 2, 3, 4, 5, 6, 7, 8]])
-    seen = []  # the query rows each key-logits call computes
-    for name in ("_key_logits", "_key_logits_at"):
-        method = getattr(encoding, name)
+    seen = []  # the query rows each logits call computes
+    for name in methods:
+        method = getattr(encoding_module, name)
 
         def recorded(*arguments, method=method):
             seen.append(arguments[-3].shape[-2])  # q, k, attention come last
             return method(*arguments)
 
-        setattr(encoding, name, recorded)
+        setattr(encoding_module, name, recorded)
     with execution.choose(skew=skewed):
         for whole in (
-            encoding.layer_terms(n, q.device, q.dtype),
-            encoding.layer_terms_at(positions, q.dtype),
+            encoding_module.layer_terms(n, q.device, q.dtype),
+            encoding_module.layer_terms_at(positions, q.dtype),
         ):
             logits = whole[1].qk_logits(q, k, attention)
-            values = whole[1].value_term(probs)
+            values = whole[1].value_term(probs) if whole[1].value_term else None
             for start, later in ((4, 0), (4, 2), (8, 0)):
                 rows = restrict_rows(whole, start)[1].query_rows(later)
                 first = start + later
@@ -506,6 +515,7 @@ def test_shaw_decoding_rows_are_made_alone(skewed):
                     rows.qk_logits(q[..., first:, :], k, attention), logits[..., first:, :]
                 )
                 assert seen == [n - first]  # the new rows alone, not all n
-                torch.testing.assert_close(
-                    rows.value_term(probs[..., first:, :]), values[..., first:, :]
-                )
+                if values is not None:
+                    torch.testing.assert_close(
+                        rows.value_term(probs[..., first:, :]), values[..., first:, :]
+                    )

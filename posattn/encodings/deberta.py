@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 
 import torch
 from torch import Tensor, nn
@@ -133,10 +133,12 @@ class Deberta(PositionalEncoding):
     def _heads(self, x: Tensor) -> Tensor:
         return x.unflatten(-1, (self.dims.num_heads, -1)).transpose(0, 1)  # [H, 2s, d_h]
 
-    def _logits(self, layer: int, index: Tensor, embeddings: Tensor, q, k, attention) -> Tensor:
+    def _logits(self, layer: int, index, embeddings: Tensor, q, k, attention) -> Tensor:
+        """index: the [n, n] index, made at the first gather and kept for every layer (the
+        skewed path reads none, and a decoding step reads rows of its own)."""
         if use_skew(q.device):
             return self._logits_by_offset(layer, embeddings, q, k, attention)
-        return self._gathered_logits(layer, index, embeddings, q, k, attention)
+        return self._gathered_logits(layer, index(), embeddings, q, k, attention)
 
     def _gathered_logits(self, layer: int, index: Tensor, embeddings: Tensor, q, k, attention):
         """c2p and p2c by index gathers; index [n, n] or per row [B, 1, n, n] holds d(i, j)."""
@@ -154,11 +156,27 @@ class Deberta(PositionalEncoding):
                 if self.query_projections is None
                 else self.query_projections[layer]
             )
-            per_offset = k @ self._heads(project(embeddings)).to(k.dtype).transpose(-1, -2)
-            # row j (a key) reads offset bucket(j - i) = -bucket(i - j): the transposed index
-            reverse = index.transpose(-1, -2).expand(*q.shape[:2], *index.shape[-2:])
-            logits = logits + torch.gather(per_offset, -1, reverse).transpose(-1, -2)
+            table = self._heads(project(embeddings)).to(k.dtype)  # [H, 2s, d_h]
+            logits = logits + self._p2c(table, index, k)
         return logits * self.content_scale()
+
+    @staticmethod
+    def _p2c(table: Tensor, index: Tensor, k: Tensor) -> Tensor:
+        """p2c logits [B, H, m, n]: key j against the query-projected embedding of row
+        index[.., i, j] ([m, n] or [B, 1, m, n]). Every key against every embedding, then a
+        gather ([B, H, n, 2s]); for a few rows (a decoding step: m d_h <= 2s), each pair's
+        embedding alone (m n d_h, where the first took 2s n d_h at every step)."""
+        rows, width = index.shape[-2], table.shape[-1]
+        if rows * width > table.shape[-2]:
+            per_offset = k @ table.transpose(-1, -2)
+            # row j (a key) reads offset bucket(j - i) = -bucket(i - j): the transposed index
+            reverse = index.transpose(-1, -2)  # [.., n keys, m queries]
+            reverse = reverse.expand(*k.shape[:2], *reverse.shape[-2:])
+            return torch.gather(per_offset, -1, reverse).transpose(-1, -2)
+        pairs = index if index.dim() == 4 else index[None, None]
+        embedded = table[:, pairs[:, 0]]  # [H, B or 1, m, n, d_h]
+        embedded = embedded.expand(-1, k.shape[0], -1, -1, -1)
+        return torch.einsum("bhjd,hbijd->bhij", k, embedded)
 
     def _logits_by_offset(self, layer: int, embeddings: Tensor, q, k, attention) -> Tensor:
         """`_logits` through `skew`: each query (c2p) or key (p2c) against the embedding of
@@ -185,26 +203,50 @@ class Deberta(PositionalEncoding):
             logits = logits + skew(k @ table.transpose(-1, -2)).transpose(-1, -2)
         return logits * self.content_scale()
 
+    def _logits_at(
+        self, layer: int, positions: Tensor, start: int, embeddings: Tensor, q, k, attention
+    ) -> Tensor:
+        """`_gathered_logits` at positions [B, n] for q's rows [start, n): the [B, 1, m, n]
+        row of P for (query i, key j), d(i, j) from p_i - p_j, made by the call for those
+        rows alone."""
+        index = self.embedding_row(-position_differences(positions, start))[:, None]
+        return self._gathered_logits(layer, index, embeddings, q, k, attention)
+
     def layer_terms_at(self, positions, dtype):
         self.require_positions(positions)
-        # [B, 1, n, n] row of P for (query i, key j): d(i, j) from p_i - p_j
-        index = self.embedding_row(-position_differences(positions))[:, None]
         embeddings = self.embeddings if self.norm is None else self.norm(self.embeddings)
         return [
-            LayerTerms(
-                scale=self.content_scale(),
-                qk_logits=partial(self._gathered_logits, layer, index, embeddings),
-            )
-            for layer in range(self.dims.num_layers)
+            self.rows_at(layer, positions, embeddings, 0) for layer in range(self.dims.num_layers)
         ]
 
+    def rows_at(self, layer: int, positions: Tensor, embeddings: Tensor, start: int):
+        """Layer `layer`'s terms at positions for the query rows [start, n) (`LayerTerms.rows`:
+        a decoding step's)."""
+        return LayerTerms(
+            scale=self.content_scale(),
+            qk_logits=partial(self._logits_at, layer, positions, start, embeddings),
+            rows=lambda later: self.rows_at(layer, positions, embeddings, start + later),
+        )
+
     def layer_terms(self, seq_len, device, dtype):
-        index = self.relative_index(seq_len, device)
+        index = cache(partial(self.relative_index, seq_len, device))
         embeddings = self.embeddings if self.norm is None else self.norm(self.embeddings)
         return [
             LayerTerms(
                 scale=self.content_scale(),
                 qk_logits=partial(self._logits, layer, index, embeddings),
+                rows=partial(self.layer_rows, layer, seq_len, embeddings),
             )
             for layer in range(self.dims.num_layers)
         ]
+
+    def layer_rows(self, layer: int, seq_len: int, embeddings: Tensor, start: int):
+        """Layer `layer`'s terms for the query rows [start, n) of a length n, by the gathers
+        (`LayerTerms.rows`: a decoding step computed every row's logits to keep its own)."""
+        offsets_seen = self.offset_index(seq_len, embeddings.device)[: 2 * seq_len - 1 - start]
+        index = toeplitz(offsets_seen, seq_len)  # [n - start, n]
+        return LayerTerms(
+            scale=self.content_scale(),
+            qk_logits=partial(self._gathered_logits, layer, index, embeddings),
+            rows=lambda later: self.layer_rows(layer, seq_len, embeddings, start + later),
+        )
