@@ -141,7 +141,8 @@ class Deberta(PositionalEncoding):
         return self._gathered_logits(layer, index(), embeddings, q, k, attention)
 
     def _gathered_logits(self, layer: int, index: Tensor, embeddings: Tensor, q, k, attention):
-        """c2p and p2c by index gathers; index [n, n] or per row [B, 1, n, n] holds d(i, j)."""
+        """c2p and p2c by index gathers; index [m, n] or per row [B, 1, m, n] holds d(i, j)
+        for q's m query rows (all n, or a decoding step's last ones) and the n keys."""
         expand = index.expand(*q.shape[:2], *index.shape[-2:])
         logits = 0
         if "c2p" in self.options.terms:
