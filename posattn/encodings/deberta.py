@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cache, partial
+from functools import partial
 
 import torch
 from torch import Tensor, nn
@@ -230,7 +230,7 @@ class Deberta(PositionalEncoding):
         )
 
     def layer_terms(self, seq_len, device, dtype):
-        index = cache(partial(self.relative_index, seq_len, device))
+        index = _Once(partial(self.relative_index, seq_len, device))
         embeddings = self.embeddings if self.norm is None else self.norm(self.embeddings)
         return [
             LayerTerms(
@@ -251,3 +251,17 @@ class Deberta(PositionalEncoding):
             qk_logits=partial(self._gathered_logits, layer, index, embeddings),
             rows=lambda later: self.layer_rows(layer, seq_len, embeddings, start + later),
         )
+
+
+class _Once:
+    """A value made at the first call and kept (a forward's [n, n] index, shared by its
+    layers); a plain object, which torch.compile traces where functools.cache breaks the
+    graph."""
+
+    def __init__(self, make) -> None:
+        self.make, self.value = make, None
+
+    def __call__(self):
+        if self.value is None:
+            self.value = self.make()
+        return self.value
