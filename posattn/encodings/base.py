@@ -26,6 +26,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from functools import partial
 from typing import ClassVar
 
 import torch
@@ -116,6 +117,19 @@ class DeferredBias:
         return not callable(terms.__dict__["_bias"])
 
 
+class Once:
+    """A value made at the first call and kept (a forward's index, shared by its layers); a
+    plain object, which torch.compile traces where functools.cache breaks the graph."""
+
+    def __init__(self, make: Callable[[], Tensor]) -> None:
+        self.make, self.value = make, None
+
+    def __call__(self) -> Tensor:
+        if self.value is None:
+            self.value = self.make()
+        return self.value
+
+
 def _in_grad_mode(build: Callable[[], Tensor], enabled: bool) -> Callable[[], Tensor]:
     """`build` run in the grad mode of the terms' making, whenever it is read: a bias read
     under no_grad from terms made with gradients still takes part in backward."""
@@ -198,12 +212,13 @@ class LayerTerms:
         def rows(start: int) -> Tensor:
             return toeplitz(by_offset[..., : 2 * n - 1 - start], n).unsqueeze(0)
 
-        return cls(
-            scale=scale,
-            bias=lambda: toeplitz(by_offset).unsqueeze(0),
-            offset_bias=by_offset,
-            bias_rows=rows,
-        )
+        return cls.of_rows(scale, rows, offset_bias=by_offset)
+
+    @classmethod
+    def of_rows(cls, scale: float, rows: Callable[[int], Tensor], **fields) -> LayerTerms:
+        """Terms of a bias given by its query rows, `rows(start)` = bias[..., start:, :]
+        (`bias_rows`): the whole bias is rows(0), built when first read."""
+        return cls(scale=scale, bias=partial(rows, 0), bias_rows=rows, **fields)
 
     @classmethod
     def of_differences(
@@ -213,11 +228,7 @@ class LayerTerms:
         positions [B, n]: `build` maps differences p_j - p_i [B, m, n] (`position_differences`)
         to the bias [B, H, m, n], entry by entry. Built when first read; a query's rows from
         its own differences."""
-        return cls(
-            scale=scale,
-            bias=lambda: build(position_differences(positions)),
-            bias_rows=lambda start: build(position_differences(positions, start)),
-        )
+        return cls.of_rows(scale, lambda start: build(position_differences(positions, start)))
 
     def folded_factors(self) -> tuple[Tensor, Tensor]:
         """The factors to fold into q and k for kernels that add the rest as a bias tensor:

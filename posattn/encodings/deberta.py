@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import require
-from .base import LayerTerms, ModelDims, Place, PositionalEncoding, empty_parameter
+from .base import LayerTerms, ModelDims, Once, Place, PositionalEncoding, empty_parameter
 from .relative import offsets, position_differences, skew, toeplitz, use_skew
 
 TERMS = ("c2p", "p2c")
@@ -204,33 +204,39 @@ class Deberta(PositionalEncoding):
             logits = logits + skew(k @ table.transpose(-1, -2)).transpose(-1, -2)
         return logits * self.content_scale()
 
-    def _logits_at(
-        self, layer: int, positions: Tensor, start: int, embeddings: Tensor, q, k, attention
-    ) -> Tensor:
-        """`_gathered_logits` at positions [B, n] for q's rows [start, n): the [B, 1, m, n]
-        row of P for (query i, key j), d(i, j) from p_i - p_j, made by the call for those
-        rows alone."""
-        index = self.embedding_row(-position_differences(positions, start))[:, None]
-        return self._gathered_logits(layer, index, embeddings, q, k, attention)
+    def _logits_at(self, layer: int, index: Once, embeddings: Tensor, q, k, attention):
+        """`_gathered_logits` with the index of `index_at`, made at the first call."""
+        return self._gathered_logits(layer, index(), embeddings, q, k, attention)
+
+    def index_at(self, positions: Tensor, start: int) -> Tensor:
+        """[B, 1, n - start, n] row of P for (query i, key j) of the query rows [start, n) at
+        positions [B, n]: d(i, j) from p_i - p_j."""
+        return self.embedding_row(-position_differences(positions, start))[:, None]
 
     def layer_terms_at(self, positions, dtype):
         self.require_positions(positions)
         embeddings = self.embeddings if self.norm is None else self.norm(self.embeddings)
+        index = Once(partial(self.index_at, positions, 0))  # one for every layer
         return [
-            self.rows_at(layer, positions, embeddings, 0) for layer in range(self.dims.num_layers)
+            self.rows_at(layer, positions, embeddings, 0, index)
+            for layer in range(self.dims.num_layers)
         ]
 
-    def rows_at(self, layer: int, positions: Tensor, embeddings: Tensor, start: int):
+    def rows_at(
+        self, layer: int, positions: Tensor, embeddings: Tensor, start: int, index: Once | None
+    ) -> LayerTerms:
         """Layer `layer`'s terms at positions for the query rows [start, n) (`LayerTerms.rows`:
-        a decoding step's)."""
+        a decoding step's), their index (`index_at`, or one shared by the layers) made when a
+        call first needs it: a step's own rows never make the whole [B, 1, n, n]."""
+        index = index or Once(partial(self.index_at, positions, start))
         return LayerTerms(
             scale=self.content_scale(),
-            qk_logits=partial(self._logits_at, layer, positions, start, embeddings),
-            rows=lambda later: self.rows_at(layer, positions, embeddings, start + later),
+            qk_logits=partial(self._logits_at, layer, index, embeddings),
+            rows=lambda later: self.rows_at(layer, positions, embeddings, start + later, None),
         )
 
     def layer_terms(self, seq_len, device, dtype):
-        index = _Once(partial(self.relative_index, seq_len, device))
+        index = Once(partial(self.relative_index, seq_len, device))
         embeddings = self.embeddings if self.norm is None else self.norm(self.embeddings)
         return [
             LayerTerms(
@@ -251,17 +257,3 @@ class Deberta(PositionalEncoding):
             qk_logits=partial(self._gathered_logits, layer, index, embeddings),
             rows=lambda later: self.layer_rows(layer, seq_len, embeddings, start + later),
         )
-
-
-class _Once:
-    """A value made at the first call and kept (a forward's [n, n] index, shared by its
-    layers); a plain object, which torch.compile traces where functools.cache breaks the
-    graph."""
-
-    def __init__(self, make) -> None:
-        self.make, self.value = make, None
-
-    def __call__(self):
-        if self.value is None:
-            self.value = self.make()
-        return self.value

@@ -91,11 +91,10 @@ class DietAbsolute(PositionalEncoding):
         """The bias P_Q P_K^T by its factors, the [.., n, n] product built where something
         reads it (`DeferredBias`): a kernel that folds the factors never does, and a decoding
         step builds its rows alone."""
-        return LayerTerms(
-            scale=self.content_scale(),
-            bias=lambda: pq @ pk.transpose(-1, -2),
+        return LayerTerms.of_rows(
+            self.content_scale(),
+            lambda start: pq[..., start:, :] @ pk.transpose(-1, -2),
             bias_factors=(pq, pk),
-            bias_rows=lambda start: pq[..., start:, :] @ pk.transpose(-1, -2),
         )
 
     def layer_terms(self, seq_len, device, dtype):

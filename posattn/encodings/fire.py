@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
@@ -63,7 +62,7 @@ class FireBias(OwnsParameters, nn.Module):
         rows i >= start."""
         positions = torch.arange(seq_len, device=device)
         relative = -position_differences(positions, start).to(self.c.dtype)  # i - j, its rows
-        query = torch.arange(start, seq_len, device=device, dtype=self.c.dtype)
+        query = positions[start:].to(self.c.dtype)
         normaliser = torch.maximum(query, self.threshold.abs())[:, None]
         return self.psi(relative) / (self.psi(normaliser) + self.eps)
 
@@ -156,14 +155,12 @@ class Fire(PositionalEncoding):
             FireBias(dims.num_heads, options) for _ in range(dims.num_layers)
         )
 
+    # Each layer's bias by its query rows (`LayerTerms.of_rows`): a decoding step's alone.
     def layer_terms(self, seq_len, device, dtype):
-        return [self.rows_terms(partial(layer, seq_len, device)) for layer in self.layers]
+        scale = self.content_scale()
+        return [LayerTerms.of_rows(scale, partial(layer, seq_len, device)) for layer in self.layers]
 
     def layer_terms_at(self, positions, dtype):
         self.require_positions(positions)
-        return [self.rows_terms(partial(layer.at, positions)) for layer in self.layers]
-
-    def rows_terms(self, rows: Callable[[int], Tensor]) -> LayerTerms:
-        """Terms of a layer's bias given by `rows(start)`, its query rows [start, n): built
-        when read, and a decoding step's rows alone (`LayerTerms.bias_rows`)."""
-        return LayerTerms(scale=self.content_scale(), bias=partial(rows, 0), bias_rows=rows)
+        scale = self.content_scale()
+        return [LayerTerms.of_rows(scale, partial(layer.at, positions)) for layer in self.layers]

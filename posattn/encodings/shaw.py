@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import require_positive_int
-from .base import LayerTerms, ModelDims, Place, PositionalEncoding, empty_parameter
+from .base import LayerTerms, ModelDims, Once, Place, PositionalEncoding, empty_parameter
 from .relative import offsets, position_differences, skew, toeplitz, use_skew
 
 
@@ -92,39 +92,38 @@ class ShawRelative(PositionalEncoding):
         t = self.options.max_distance
         return (position_differences(positions, start).clamp(-t, t) + t)[:, None]
 
-    def _key_logits_at(
-        self, layer: int, positions: Tensor, start: int, q: Tensor, k: Tensor, attention
-    ) -> Tensor:
+    def _key_logits_at(self, layer: int, index: Once, q: Tensor, k: Tensor, attention) -> Tensor:
         """q a^K_{clip(p_j - p_i)}: q against every table row, gathered by the row index of
-        each (query, key) pair of q's rows [start, n)."""
+        each (query, key) pair of q's rows (`table_rows_at`, made at the first call)."""
         per_offset = q @ self.keys[layer].to(q.dtype).T  # [B, H, m, 2t+1]
-        index = self.table_rows_at(positions, start).expand(*q.shape[:2], -1, -1)
+        index = index().expand(*q.shape[:2], -1, -1)
         return torch.gather(per_offset, -1, index) * self.content_scale()
 
-    def _value_term_at(self, layer: int, positions: Tensor, start: int, probs: Tensor) -> Tensor:
-        index = self.table_rows_at(positions, start).expand(*probs.shape[:2], -1, -1)
+    def _value_term_at(self, layer: int, index: Once, probs: Tensor) -> Tensor:
+        index = index().expand(*probs.shape[:2], -1, -1)
         per_offset = probs.new_zeros(*probs.shape[:-1], self.values.shape[1])
         per_offset.scatter_add_(-1, index, probs)
         return per_offset @ self.values[layer].to(probs.dtype)
 
-    def rows_at(self, layer: int, positions: Tensor, start: int) -> LayerTerms:
+    def rows_at(self, layer: int, positions: Tensor, start: int, index: Once | None) -> LayerTerms:
         """Layer `layer`'s terms at positions [B, n] for the query rows [start, n): a decoding
-        step's made directly (it computed every row's logits to keep the new ones)."""
-        # The index is made by each call, for its rows alone: made here it would be [n, n].
+        step's made directly (it computed every row's logits to keep the new ones). Their
+        index (`table_rows_at`, or one shared by the layers) is made when a call first needs
+        it: a step's own rows never make the whole [B, 1, n, n]."""
+        index = index or Once(partial(self.table_rows_at, positions, start))
         return LayerTerms(
             scale=self.content_scale(),
-            qk_logits=partial(self._key_logits_at, layer, positions, start),
+            qk_logits=partial(self._key_logits_at, layer, index),
             value_term=(
-                partial(self._value_term_at, layer, positions, start)
-                if self.values is not None
-                else None
+                partial(self._value_term_at, layer, index) if self.values is not None else None
             ),
-            rows=lambda later: self.rows_at(layer, positions, start + later),
+            rows=lambda later: self.rows_at(layer, positions, start + later, None),
         )
 
     def layer_terms_at(self, positions, dtype):
         self.require_positions(positions)
-        return [self.rows_at(layer, positions, 0) for layer in range(self.dims.num_layers)]
+        index = Once(partial(self.table_rows_at, positions, 0))  # one for every layer
+        return [self.rows_at(layer, positions, 0, index) for layer in range(self.dims.num_layers)]
 
     def layer_rows(self, layer: int, rows: Tensor, n: int, start: int) -> LayerTerms:
         """Layer `layer`'s terms for the query rows [start, n) of a length n (`rows`: the

@@ -187,12 +187,11 @@ class TupeAbsolute(PositionalEncoding):
             factors, untie = self.cls_left_out(pq, pk, theta[:, 1])
         # Deferred (`DeferredBias`): a kernel that folds the factors never builds it, and a
         # decoding step builds its rows alone.
-        terms = LayerTerms(
-            scale=self.content_scale(),
-            bias=lambda: self.reset_logits(pq, pk, theta).unsqueeze(0),
+        terms = LayerTerms.of_rows(
+            self.content_scale(),
+            lambda start: self.reset_logits(pq, pk, theta, start).unsqueeze(0),
             bias_factors=factors,
             cls_untie=untie,
-            bias_rows=lambda start: self.reset_logits(pq, pk, theta, start).unsqueeze(0),
         )
         return [terms] * self.dims.num_layers
 
@@ -215,11 +214,7 @@ class TupeAbsolute(PositionalEncoding):
     def layer_terms_at(self, positions, dtype):
         self.require_positions(positions)
         # Built when read; a decoding step's rows alone (`bias_rows`).
-        terms = LayerTerms(
-            scale=self.content_scale(),
-            bias=partial(self.bias_at, positions),
-            bias_rows=partial(self.bias_at, positions),
-        )
+        terms = LayerTerms.of_rows(self.content_scale(), partial(self.bias_at, positions))
         return [terms] * self.dims.num_layers
 
 
@@ -282,8 +277,8 @@ class TupeRelative(TupeAbsolute):
             values = theta[:, 0] + row, theta[:, 1] + column
             factors, untie = self.cls_left_out(pq, pk, values[1])
 
-        def bias(start: int = 0) -> Tensor:
-            """The query rows [start, n) (all by default; a decoding step's new ones)."""
+        def bias(start: int) -> Tensor:
+            """The query rows [start, n) (all from 0; a decoding step's new ones)."""
             # toeplitz's flip is a fresh tensor that its backward does not keep: the product
             # is added into it in place (one [H, n, n] tensor instead of three; n=1024 on the
             # 2-core CPU: 23 ms against 62 ms of product, sum and flip). Under autocast pq and
@@ -298,13 +293,12 @@ class TupeRelative(TupeAbsolute):
 
         # The [H, n, n] bias is built where something reads it (`DeferredBias`): the kernels
         # that fold the factors and read the table (GPU training, kernel="triton") never do.
-        terms = LayerTerms(
-            scale=self.content_scale(),
-            bias=bias,
+        terms = LayerTerms.of_rows(
+            self.content_scale(),
+            bias,
             bias_factors=factors,
             offset_bias=by_offset,
             cls_untie=untie,
-            bias_rows=bias,
         )
         return [terms] * self.dims.num_layers
 

@@ -806,12 +806,6 @@ def _rows_past(
     return torch.full((count, rows), value, dtype=torch.float32, device=device)
 
 
-def call_tiles(device: torch.device) -> dict[str, Tiles]:
-    """Every kernel's tiles for one call, chosen once in its forward and kept for its backward
-    (the table's copies and LSE's rows are sized for them)."""
-    return {kind: tiles(device, kind) for kind in GPU_TILES}
-
-
 # The environment variables a call's choices are read from: each kernel's tiles, then the
 # backward's and the launches' choices.
 SETTING_VARIABLES = (
