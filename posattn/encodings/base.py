@@ -187,7 +187,8 @@ class LayerTerms:
         without the rows before them, or None: what cached decoding reads (`query_rows`),
         where building the whole bias cost O(n^2) at every new token to keep its last rows
         (ALiBi with 2048 cached tokens: 172 ms a token on the 2-core CPU, 1.3 ms from its
-        rows). Set by `of_table` and `of_differences`.
+        rows). Set with `bias` by `of_rows` (`of_table`, `of_differences`, FIRE, TUPE,
+        DIET-ABS).
     """
 
     scale: float
