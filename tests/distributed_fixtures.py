@@ -1,28 +1,28 @@
 """Launch a function in N CPU processes joined by gloo, as torchrun would (RANK, WORLD_SIZE,
-LOCAL_RANK, MASTER_ADDR/PORT), and record what each rank writes to disk."""
+LOCAL_RANK, MASTER_ADDR/PORT, the launcher's own store), and record what each rank writes to
+disk."""
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 
 import torch.multiprocessing as mp
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+from torch.distributed import TCPStore
 
 
 def launch(world: int, function, *args) -> None:
-    """function(*args) in `world` spawned processes; raises if any of them fails."""
-    port = free_port()
+    """function(*args) in `world` spawned processes; raises if any of them fails.
+
+    As torchrun does, the launcher holds the rendezvous store, bound to a port the system
+    picks, and every rank joins it as a client: a port probed free and handed to rank 0 to
+    bind could be taken in between by another process on a loaded machine."""
+    store = TCPStore("127.0.0.1", 0, world, is_master=True, wait_for_workers=False)
     mp.start_processes(
-        _rank_main, args=(world, port, function, args), nprocs=world, start_method="spawn"
+        _rank_main, args=(world, store.port, function, args), nprocs=world, start_method="spawn"
     )
+    del store
 
 
 def _rank_main(rank: int, world: int, port: int, function, args) -> None:
@@ -33,6 +33,7 @@ def _rank_main(rank: int, world: int, port: int, function, args) -> None:
         LOCAL_WORLD_SIZE=str(world),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
+        TORCHELASTIC_USE_AGENT_STORE="True",
         OMP_NUM_THREADS="1",
         TOKENIZERS_PARALLELISM="false",
     )

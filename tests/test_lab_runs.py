@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from distributed_fixtures import free_port
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
@@ -151,8 +150,9 @@ def test_two_processes_follow_the_single_process_loss_trajectory(data_dir, tmp_p
     single, double = tmp_path / "single", tmp_path / "double"
     subprocess.run(posattn_command(*pretrain_args(data_dir, single, *overrides)),
                    check=True, env=environment(), capture_output=True)  # fmt: skip
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                "--master_port", str(free_port()), "-m", "posattn.cli"]  # fmt: skip
+    # --standalone: the agent binds a port of the system's choosing for its store
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc_per_node", "2", "-m", "posattn.cli"]  # fmt: skip
     done = subprocess.run(torchrun + pretrain_args(data_dir, double, *overrides),
                           env=environment(), capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
