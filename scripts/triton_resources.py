@@ -8,7 +8,9 @@ per score), and how many warps an SM holds at once (registers and shared memory:
 the latency; neither count alone ordered the earlier forward sweep's timings) - the
 questions to answer before spending GPU minutes. Each kernel at the
 candidates of scripts/triton_tiles.py's sweep; "full" is a length that fills its key blocks
-(no padding, no causality, no tail mask).
+(no padding, no causality, no tail mask); "flat" the same with the table's flat tails in
+loops of their own (`offset_clamp`): "each loop" lists every loop's count, a tail's, the
+table's, the other tail's.
 
     PYTHONPATH=. python scripts/triton_resources.py [--dtype bfloat16] [--head 64]
 """
@@ -22,6 +24,7 @@ import torch
 from posattn.kernels.triton_aot import (
     call_flags,
     compile_launch,
+    each_loop_instructions,
     instructions_per_score,
     launches,
     loop_instructions,
@@ -32,7 +35,8 @@ from posattn.kernels.triton_aot import (
 from posattn.kernels.triton_bias import GPU_TILES, Tiles
 from scripts.triton_tiles import CANDIDATES, DK_DV_BEFORE
 
-RULES = {"full": {}, "padding": {"has_keys": True}, "causal": {"has_keys": True, "causal": True}}
+RULES = {"full": {}, "padding": {"has_keys": True}, "causal": {"has_keys": True, "causal": True},
+         "flat": {"flat_tails": True}}  # fmt: skip
 LAUNCH_OF = {"forward": "forward", "dq": "dq_dtable", "dk_dv": "dk_dv"}
 
 
@@ -42,7 +46,9 @@ def main() -> None:
     parser.add_argument("--head", type=int, default=64)
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
-    columns = "registers  spill st/ld  stack  shared  wgmma  mma.sync  loop  per 1k  warps/SM"
+    columns = (
+        "registers  spill st/ld  stack  shared  wgmma  mma.sync  loop  per 1k  warps/SM  each loop"
+    )
     print(f"rules    kernel  tile          order  {columns}")
     # Each kernel's candidates, and dK/dV as it ran before its own tile (query-major).
     runs = [(kind, text, True) for kind, texts in CANDIDATES.items() for text in texts]
@@ -57,14 +63,14 @@ def main() -> None:
             launch = next(launch for launch in built if launch.name == LAUNCH_OF[kind])
             compiled = compile_launch(launch, dtype)
             used, products = resources(compiled), matrix_products(compiled)
-            loop = loop_instructions(compiled)
+            loop, each = loop_instructions(compiled), each_loop_instructions(compiled)
             order = "" if kind != "dk_dv" else "key" if key_major else "query"
             print(
                 f"{rule:8} {kind:7} {text:13} {order:6} {used['registers']:9} "
                 f"{used['spill_stores']:6}/{used['spill_loads']:<6} {used['stack']:5} "
                 f"{used['shared']:7} {products['wgmma']:6} {products['mma.sync']:9} "
                 f"{loop:5} {instructions_per_score(launch, loop):7.0f} "
-                f"{warps_per_sm(used, tile):9}"
+                f"{warps_per_sm(used, tile):9}  {'/'.join(map(str, each))}"
             )
 
 

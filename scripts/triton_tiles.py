@@ -3,7 +3,9 @@ reference, then timed (forward alone; forward + backward for the dQ and the dK/d
 tiles) as a ratio to bias-free flash SDPA in the same process; then dK/dV as it ran before its
 tile was split (query-major at dQ's 64 x 32), and at the best tiles where the table's gradient
 is added (one shared table or one per batch element) and how dQ skews its tiles for it
-(zero-padded or rotated in place). Writes tiles.env (the fastest correct tiles and choices,
+(zero-padded or rotated in place); then a table flat past offset +-128 (T5's buckets at its
+default max_distance) with its tails read as one value per head and from the table like the
+rest (POSATTN_TRITON_FLAT_TAILS on / off). Writes tiles.env (the fastest correct tiles and choices,
 as the POSATTN_TRITON_* variables `posattn.kernels.triton_bias` reads) and tiles.json.
 
     PYTHONPATH=. python scripts/triton_tiles.py OUT_DIR [--length 4096]
@@ -43,6 +45,9 @@ CANDIDATES = {
 # dK/dV before its own tile: query-major at dQ's tile.
 DK_DV_BEFORE = "64,32,4,3"
 BATCH, HEADS, HEAD_DIM = 8, 8, 64
+# T5's default max_distance: its bias is one bucket per direction past it.
+FLAT_DISTANCE = 128
+FLAT_FORWARD_TILES = ("128,64,8,2", "128,128,8,2")
 
 
 def inputs(batch: int, n: int, dtype: torch.dtype):
@@ -164,6 +169,7 @@ def main() -> None:
     # how dQ skews each half tile for its diagonal sums (zero-padded or rotated in place).
     keep_fastest("TABLE_GRAD", "dT", TABLE_GRAD_MODES)
     keep_fastest("SKEW", "skew", SKEWS)
+    rows.extend(flat_tail_rows(n, time, flash))
     for kind in ("forward", "training"):
         train = kind == "training"
         floor, ms = time(flash, train), time(bias_free, train)
@@ -183,6 +189,61 @@ def main() -> None:
         cells = f"err {r['error']:.1e} {r['ms']:8.3f} ms {r['ratio']:5.2f}x"
         print(f"{r['kind']:17} {r['tile']:12} {cells}")
     print("\n".join(lines))
+
+
+def flat_tail_rows(n: int, time, flash) -> list[dict]:
+    """Forward and forward + backward of a T5-like table flat past +-FLAT_DISTANCE, its tails
+    read as one value per head (`flat`) and, POSATTN_TRITON_FLAT_TAILS=off, from the table;
+    error: the largest relative difference of the output and every gradient between the two
+    (the second is the kernel the reference check above covers)."""
+    q, k, v, parameter = inputs(BATCH, n, torch.bfloat16)
+    index = torch.arange(2 * n - 1, device=q.device).clamp(
+        n - 1 - FLAT_DISTANCE, n - 1 + FLAT_DISTANCE
+    )
+    flat = (n - 1 - FLAT_DISTANCE, n - 1 + FLAT_DISTANCE)
+    grad = torch.randn_like(q)
+
+    def run(train: bool):
+        with torch.set_grad_enabled(train):
+            out = table_bias_attention(q, k, v, scale=HEAD_DIM**-0.5, table=parameter[:, index],
+                                       flat=flat)  # fmt: skip
+            if train:
+                out.backward(grad)
+            return out
+
+    results = {}
+    for value in ("off", "on"):
+        os.environ["POSATTN_TRITON_FLAT_TAILS"] = value
+        for tensor in (q, k, v, parameter):
+            tensor.grad = None
+        out = run(True)
+        results[value] = [out.detach()] + [t.grad.clone() for t in (q, k, v, parameter)]
+    error = max(relative_error(a, b.float()) for a, b in zip(*results.values(), strict=True))
+    rows = []
+
+    def timed(kind: str, tile: str, train: bool) -> None:
+        floor, ms = time(flash, train), time(run, train)
+        rows.append(dict(kind=kind, tile=tile, error=error, ok=error < 2e-2, ms=ms,
+                         ratio=ms / floor))  # fmt: skip
+        print(json.dumps(rows[-1]), flush=True)
+
+    for train in (False, True):
+        for value in ("off", "on"):
+            os.environ["POSATTN_TRITON_FLAT_TAILS"] = value
+            timed(f"{'training' if train else 'forward'} flat {value}", f"+-{FLAT_DISTANCE}", train)
+    # In the tails a wider key block issues fewer instructions per score (sm_90 counts,
+    # scripts/triton_resources.py "flat": 455 per 1000 at 128 x 32, 340 at 128 x 64, 276 at
+    # 128 x 128): the forward at those, flat tails on.
+    kept = os.environ.get("POSATTN_TRITON_FORWARD")
+    for tile in FLAT_FORWARD_TILES:
+        os.environ["POSATTN_TRITON_FORWARD"] = tile
+        timed("forward flat on", tile, False)
+    if kept is None:
+        del os.environ["POSATTN_TRITON_FORWARD"]
+    else:
+        os.environ["POSATTN_TRITON_FORWARD"] = kept
+    del os.environ["POSATTN_TRITON_FLAT_TAILS"]
+    return rows
 
 
 if __name__ == "__main__":

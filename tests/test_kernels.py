@@ -339,6 +339,54 @@ def test_shaw_values_run_eager_whatever_the_kernel(recording_kernel):
 
 
 @pytest.mark.parametrize(
+    ("encoding", "options", "clamp"),
+    [
+        ("t5", {"num_buckets": 8, "max_distance": 9}, (-9, 9)),
+        ("t5", {"num_buckets": 8, "max_distance": 9, "bidirectional": False}, (-9, 0)),
+        ("bert-r", {"num_buckets": 16, "max_distance": 12}, (-12, 12)),
+        ("tupe-r", {"num_buckets": 8, "max_distance": 9}, (-9, 9)),
+        ("diet-rel", {"max_distance": 3, "sharing": "none"}, (-3, 3)),
+        ("diet-rel", {}, (-39, 39)),
+        ("kerple", {}, None),
+        ("alibi", {}, None),
+    ],
+)
+def test_an_offset_clamp_is_where_the_table_is_flat_by_construction(encoding, options, clamp):
+    """`offset_clamp` (the tails kernel="triton" reads as one value per head): every entry of
+    `offset_bias` past a bound equals the bound's and takes its gradient from the same
+    parameter entries, for whole biases and decoding rows; none where the bias keeps varying."""
+    dims = ModelDims(d_model=12, num_heads=3, num_layers=2, max_len=40)
+    module = build_encoding(encoding, dims, options)
+    parameters = [p for p in module.parameters() if p.requires_grad]
+    n = 40
+    for terms in (module.layer_terms(n, "cpu", torch.float32)[1],
+                  module.layer_terms(n, "cpu", torch.float32)[0].query_rows(25)):  # fmt: skip
+        assert terms.offset_clamp == clamp
+        if clamp is None:
+            continue
+        table = terms.offset_bias
+        offsets = torch.arange(table.shape[-1]) - (n - 1)  # index t is offset t - (n_k - 1)
+        for bound, beyond in ((clamp[0], offsets < clamp[0]), (clamp[1], offsets > clamp[1])):
+            if not beyond.any():
+                continue
+            at_bound = table[:, int(bound) + n - 1]
+            torch.testing.assert_close(
+                table[:, beyond], at_bound[:, None].expand(-1, int(beyond.sum())), rtol=0, atol=0
+            )
+            weights = torch.randn(int(beyond.sum()))
+            tail = torch.autograd.grad(
+                (table[:, beyond] * weights).sum(), parameters, retain_graph=True, allow_unused=True
+            )
+            edge = torch.autograd.grad(
+                at_bound.sum() * weights.sum(), parameters, retain_graph=True, allow_unused=True
+            )
+            for a, b in zip(tail, edge, strict=True):
+                assert (a is None) == (b is None)
+                if a is not None:
+                    torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize(
     ("encoding", "options"),
     [
         ("t5", {}),

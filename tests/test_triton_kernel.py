@@ -20,7 +20,7 @@ from transformers import DynamicCache
 
 from posattn import PosAttnConfigError, PosAttnForCausalLM
 from posattn.kernels import build_attention_mask, eager_attention, get_kernel
-from posattn.kernels.table_bias import TableBias
+from posattn.kernels.table_bias import TableBias, key_rules
 from posattn.toeplitz import ClsUntie
 
 triton = pytest.importorskip("triton")
@@ -209,6 +209,83 @@ def test_cls_untie_equals_its_bias_in_values_and_every_gradient(
     matrix = toeplitz_rows(table, n_q, n_k) if with_table else torch.zeros(heads, n_q, n_k)
     reference = eager_attention(q, k, v, mask=mask, bias=untie.applied(matrix), scale=0.3)
     assert_values_and_gradients_equal(ours, reference, inputs, grad)
+
+
+# (n_q, n_k, query_start, (low, high) table indices, padded, causal, untie, the backward's
+# choices): tails on both sides of the interpreter's 32 x 16 tiles, the low one alone (TUPE's
+# untied column inside it, decoding rows), causal rows hiding the high one.
+FLAT_CASES = [
+    (48, 48, 0, (30, 47), False, False, None, ("shared", "circular", "key-major")),
+    (48, 48, 0, (34, 60), True, True, None, ("per-batch", "wide", "query-major")),
+    (48, 48, 0, (30, 200), True, False, (3, 3), ("per-batch", "circular", "key-major")),
+    (21, 40, 19, (35, 50), True, True, (6, 25), ("shared", "wide", "query-major")),
+]
+
+
+def clamped_table(parameter: torch.Tensor, flat: tuple[int, int]) -> torch.Tensor:
+    """A table flat past `flat` by construction, as the encodings make theirs: each entry
+    read from `parameter` at its index clamped to `flat`."""
+    return parameter[:, torch.arange(parameter.shape[-1]).clamp(*flat)]
+
+
+@pytest.mark.parametrize(
+    ("n_q", "n_k", "start", "flat", "padded", "causal", "untie", "choices"), FLAT_CASES
+)
+def test_flat_tails_equal_eager_in_values_and_every_gradient(
+    monkeypatch, n_q, n_k, start, flat, padded, causal, untie, choices
+):
+    """A table's flat tails (`flat`: each tile inside one adds one value per head, and sums
+    its dS into the tail's first entry) give eager's values and gradients - of q, k, v, the
+    untie's column values and the parameter the table is read from - under each mode of the
+    backward; and the tails are read as one value indeed: claimed of a table that is not
+    flat, the output changes, and with POSATTN_TRITON_FLAT_TAILS=off it does not."""
+    from posattn.kernels.triton_bias import table_bias_attention
+
+    torch.manual_seed(2)
+    batch, heads = 2, 2
+    q = torch.randn(batch, heads, n_q, 16, requires_grad=True)
+    k, v = (torch.randn(batch, heads, n_k, 16, requires_grad=True) for _ in range(2))
+    parameter = torch.randn(heads, n_q + n_k - 1, requires_grad=True)
+    padding = None
+    if padded:
+        padding = torch.ones(batch, n_k, dtype=torch.bool)
+        padding[0, :5] = False
+        padding[1, n_k - 4 :] = False
+    mask = build_attention_mask(padding, n_k, causal, torch.device("cpu"), start)
+    column = None if untie is None else torch.randn(heads, requires_grad=True)
+    rule = None if untie is None else ClsUntie(*untie, column)
+    leaves = (q, k, v, parameter) + (() if column is None else (column,))
+    for name, choice in zip(("TABLE_GRAD", "SKEW", "DK_DV_ORDER"), choices, strict=True):
+        monkeypatch.setenv(f"POSATTN_TRITON_{name}", choice)
+    tables = TableBias(offset=clamped_table(parameter, flat), cls_untie=rule,
+                       offset_clamp=tuple(x - (n_k - 1) for x in flat))  # fmt: skip
+    out = get_kernel("triton")(q, k, v, mask=mask, bias=None, scale=0.3, tables=tables)
+    matrix = toeplitz_rows(clamped_table(parameter, flat), n_q, n_k)
+    bias = matrix if rule is None else rule.applied(matrix)
+    reference = eager_attention(q, k, v, mask=mask, bias=bias, scale=0.3)
+    assert_values_and_gradients_equal(out, reference, leaves, torch.randn_like(out))
+    not_flat = torch.randn(heads, n_q + n_k - 1)
+    keys, causal_rule, first, query_start = key_rules(mask, batch, n_k)
+    inputs = (q.detach(), k.detach(), v.detach())
+    common = dict(scale=0.3, table=not_flat, keys=keys, causal=causal_rule, first_real=first,
+                  query_start=query_start)  # fmt: skip
+    honest = table_bias_attention(*inputs, **common)
+    assert not torch.allclose(table_bias_attention(*inputs, **common, flat=flat), honest)
+    monkeypatch.setenv("POSATTN_TRITON_FLAT_TAILS", "off")
+    torch.testing.assert_close(table_bias_attention(*inputs, **common, flat=flat), honest)
+
+
+def test_flat_tails_are_refused_unless_ordered_integers(monkeypatch):
+    from posattn.kernels import triton_bias
+
+    q = torch.randn(1, 2, 5, 16)
+    table = torch.randn(2, 9)
+    for flat in [(6, 2), (1.5, 3), (1, 2, 3)]:
+        with pytest.raises(PosAttnConfigError, match=r"flat=.*low <= high"):
+            triton_bias.table_bias_attention(q, q, q, scale=0.25, table=table, flat=flat)
+    monkeypatch.setenv("POSATTN_TRITON_FLAT_TAILS", "maybe")
+    with pytest.raises(PosAttnConfigError, match=r"POSATTN_TRITON_FLAT_TAILS='maybe'.*'on'"):
+        triton_bias.table_bias_attention(q, q, q, scale=0.25, table=table)
 
 
 # Every table-described encoding, the low-rank ones (folded), TUPE-R (T5's table plus folded
@@ -734,12 +811,15 @@ def test_auto_decides_for_triton_before_the_bias_is_built(monkeypatch, encoding)
 @pytest.mark.parametrize(
     ("encoding", "options", "segments"),
     [("diet-rel", {"sharing": "none", "max_distance": 5}, "attention"),
-     ("kerple", {"kernel": "log"}, "input")],
+     ("kerple", {"kernel": "log"}, "input"),
+     ("tupe-r", {"cls_index": 35, "num_buckets": 8, "max_distance": 6}, "input")],
 )  # fmt: skip
 def test_unmasked_models_equal_eager(encoding, options, segments):
     """Without padding or causality (n=40: two whole 16-key blocks and a part, one whole
     32-row block and a part; the table read from its aligned copies from every offset mod 4),
-    segment pairs and the tables' gradients included."""
+    segment pairs and the tables' gradients included. DIET-REL and TUPE-R (T5's buckets) are
+    flat past offsets +-5 and +-6: the tile of rows 32-39 over keys 0-15 lies in the low tail
+    (`offset_clamp`; TUPE-R's [CLS] row 35 in it), read as one value per head."""
     torch.manual_seed(1)
     ids = torch.randint(1, 40, (2, 40))
     segment_ids = (torch.arange(40) >= 23).long().expand(2, 40)

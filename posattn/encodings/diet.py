@@ -169,7 +169,7 @@ class DietRelative(PositionalEncoding):
         return per_layer_terms(
             self.options.sharing,
             self.dims.num_layers,
-            lambda g: self.toeplitz_terms(scale, self.table[g][rows].T),
+            lambda g: self.toeplitz_terms(scale, self.table[g][rows].T, self.max_distance),
         )
 
     def layer_terms_at(self, positions, dtype):
@@ -186,8 +186,9 @@ class DietRelative(PositionalEncoding):
         return per_layer_terms(self.options.sharing, self.dims.num_layers, group_terms)
 
     @staticmethod
-    def toeplitz_terms(scale: float, by_offset: Tensor) -> LayerTerms:
-        return LayerTerms.of_table(scale, by_offset)
+    def toeplitz_terms(scale: float, by_offset: Tensor, max_distance: int) -> LayerTerms:
+        """Offsets past +-max_distance read R's edge rows (`rows`): flat there."""
+        return LayerTerms.of_table(scale, by_offset, (-max_distance, max_distance))
 
 
 __all__ = ["DietAbsOptions", "DietAbsolute", "DietRelOptions", "DietRelative"]

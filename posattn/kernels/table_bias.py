@@ -45,11 +45,13 @@ class SegmentPairs:
 @dataclass(frozen=True)
 class TableBias:
     """A bias given by its tables. offset: [H, n_q + n_k - 1] with bias[h, i, j] =
-    offset[h, j - i + n_q - 1] (`LayerTerms.offset_bias`), or None; segments: DIET's
-    segment-pair bias added to it, or None; cls_untie: TUPE's [CLS] untie on the offset
-    table's matrix, or on zeros without one (`LayerTerms.cls_untie`), or None."""
+    offset[h, j - i + n_q - 1] (`LayerTerms.offset_bias`), or None; offset_clamp: the
+    position offsets past which it is flat (`LayerTerms.offset_clamp`), or None; segments:
+    DIET's segment-pair bias added to it, or None; cls_untie: TUPE's [CLS] untie on the
+    offset table's matrix, or on zeros without one (`LayerTerms.cls_untie`), or None."""
 
     offset: Tensor | None = None
+    offset_clamp: tuple[int, int] | None = None
     segments: SegmentPairs | None = None
     cls_untie: ClsUntie | None = None
 
@@ -173,6 +175,10 @@ def triton_attention(
     if table is not None:
         require_table_shape("tables.offset.shape", table, q, k)
     untie = None if tables is None else tables.cls_untie
+    flat = None
+    if table is not None and tables.offset_clamp is not None:
+        # Offset d sits at index d + n_k - 1 of the table (`LayerTerms.offset_clamp`).
+        flat = tuple(int(bound) + k.shape[-2] - 1 for bound in tables.offset_clamp)
     keys, causal, first, query_start = key_rules(mask, q.shape[0], k.shape[-2])
     pairs = None if tables is None else tables.segments
     return table_bias_attention(
@@ -181,6 +187,7 @@ def triton_attention(
         segments=None if pairs is None else pairs.table,
         segment_ids=None if pairs is None else pairs.ids.to(torch.int32).contiguous(),
         untie=None if untie is None else (untie.row, untie.column, untie.column_value),
+        flat=flat,
     )  # fmt: skip
 
 

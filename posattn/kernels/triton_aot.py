@@ -165,22 +165,31 @@ def loop_instructions(compiled) -> int:
     branch's body) on its common path: without the regions forward branches inside the loop
     skip, which hold what only a few tiles run (TUPE's untie where a tile holds the [CLS] row
     or column, its column sum) or a predicated atomic's guard. The kernels' work per score is
-    in that loop; the rest runs once per program."""
+    in that loop; the rest runs once per program. With a table's flat tails, the last loop is
+    a tail's (`each_loop_instructions`)."""
+    counts = each_loop_instructions(compiled)
+    return counts[-1] if counts else 0
+
+
+def each_loop_instructions(compiled) -> list[int]:
+    """`loop_instructions` of every loop, in the order of the code: one per backward branch
+    (a kernel with flat tails has three loops over its blocks: a tail's, the table's, the
+    other tail's)."""
     listing = sass(compiled)
-    start = end = None
+    counts = []
     for address, instruction in listing:
         target = _branch_target(instruction)
-        if target is not None and target < address:
-            start, end = target, address
-    if start is None:
-        return 0
-    body = [address for address, _ in listing if start <= address <= end]
-    skipped = set()
-    for address, instruction in listing:
-        target = _branch_target(instruction)
-        if start <= address <= end and target is not None and target > address:
-            skipped.update(other for other in body if address < other < target)
-    return len(body) - len(skipped)
+        if target is None or target >= address:
+            continue
+        start, end = target, address
+        body = [other for other, _ in listing if start <= other <= end]
+        skipped = set()
+        for inner, branch in listing:
+            forward = _branch_target(branch)
+            if start <= inner <= end and forward is not None and forward > inner:
+                skipped.update(other for other in body if inner < other < forward)
+        counts.append(len(body) - len(skipped))
+    return counts
 
 
 def _branch_target(instruction: str) -> int | None:
