@@ -186,6 +186,38 @@ def _flat_query_blocks(start_n, begin, flat_low, flat_high, M, BLOCK_M: tl.const
 
 
 @triton.jit
+def _key_parts(start_m, q_start, first, N, TABLE, h, stride_th, flat_low, flat_high, M,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+               FLAT_TAILS: tl.constexpr):  # fmt: skip
+    """A query-major kernel's key blocks in parts (`_part`): (key_end, low_end, high_start,
+    the low tail's value, the high tail's) for rows [start_m, start_m + BLOCK_M), each tail
+    empty without FLAT_TAILS. The values from copy 0 of the table's aligned copies: the
+    table."""
+    key_end = _key_end(start_m, q_start, first, N, BLOCK_M, CAUSAL)
+    low_end, high_start, low_value, high_value = key_end, key_end, 0.0, 0.0
+    if FLAT_TAILS:
+        low_end, high_start = _flat_key_blocks(
+            start_m, key_end, flat_low, flat_high, M, BLOCK_M, BLOCK_N
+        )
+        low_value = tl.load(TABLE + h * stride_th + flat_low)
+        high_value = tl.load(TABLE + h * stride_th + flat_high)
+    return key_end, low_end, high_start, low_value, high_value
+
+
+@triton.jit
+def _part(part: tl.constexpr, first, cut, second_cut, last, first_value, last_value):
+    """(begin, end, value) of a loop's part: 0 the blocks [first, cut) with first_value, 1
+    [cut, second_cut) (the blocks between the tails, which read the table), 2 [second_cut,
+    last) with last_value."""
+    begin, end, value = first, cut, first_value
+    if part == 1:
+        begin, end = cut, second_cut
+    if part == 2:
+        begin, end, value = second_cut, last, last_value
+    return begin, end, value
+
+
+@triton.jit
 def _segment_pairs(qi, kj, b, SEGMENT_IDS, stride_sb, q_start, M, N, NUM_SEGMENTS: tl.constexpr):
     """The (query segment, key segment) pair of each score, as S * s_i + s_j (qi, kj: the
     tile's query and key indices, one a column and one a row, in the tile's orientation)."""
@@ -377,21 +409,13 @@ def _forward(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.full([BLOCK_M], 0.0, tl.float32)
     acc = tl.full([BLOCK_M, BLOCK_DV], 0.0, tl.float32)
-    key_end = _key_end(start_m, q_start, first, N, BLOCK_M, CAUSAL)
-    low_end, high_start, low_value, high_value = key_end, key_end, 0.0, 0.0
-    if FLAT_TAILS:
-        low_end, high_start = _flat_key_blocks(
-            start_m, key_end, flat_low, flat_high, M, BLOCK_M, BLOCK_N
-        )
-        low_value = tl.load(TABLE + h * stride_th + flat_low)  # copy 0: the table itself
-        high_value = tl.load(TABLE + h * stride_th + flat_high)
+    key_end, low_end, high_start, low_value, high_value = _key_parts(
+        start_m, q_start, first, N, TABLE, h, stride_th, flat_low, flat_high, M, BLOCK_M,
+        BLOCK_N, CAUSAL, FLAT_TAILS,
+    )  # fmt: skip
     # The low tail, the blocks that read the table, the high tail (one part without tails).
     for part in tl.static_range(3 if FLAT_TAILS else 1):
-        begin, end, value = 0, low_end, low_value
-        if part == 1:
-            begin, end = low_end, high_start
-        if part == 2:
-            begin, end, value = high_start, key_end, high_value
+        begin, end, value = _part(part, 0, low_end, high_start, key_end, low_value, high_value)
         for start_n in range(begin, end, BLOCK_N):
             acc, l_i, m_i = _forward_step(
                 acc, l_i, m_i, q, start_m, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
@@ -578,11 +602,7 @@ def _backward_dk_dv(
         high_value = tl.load(TABLE + h * stride_th + high_at)
     # The high tail, the blocks that read the table, the low tail (one part without tails).
     for part in tl.static_range(3 if FLAT_TAILS else 1):
-        start, end, value = begin, high_end, high_value
-        if part == 1:
-            start, end = high_end, low_start
-        if part == 2:
-            start, end, value = low_start, M, low_value
+        start, end, value = _part(part, begin, high_end, low_start, M, high_value, low_value)
         for start_m in range(start, end, BLOCK_M):
             dk, dv = _dk_dv_step(
                 dk, dv, k, v, start_m, offs_n, start_n, offs_d, offs_dv, b, h, LSE + bh * rows,
@@ -712,21 +732,14 @@ def _backward_dq_dtable(
     CARRIED: tl.constexpr = TABLE_GRAD & (DIAGONALS == BLOCK_N)
     near = tl.full([BLOCK_N], 0.0, tl.float32)
     far = tl.full([BLOCK_N], 0.0, tl.float32)
-    key_end = _key_end(start_m, q_start, first, N, BLOCK_M, CAUSAL)
-    low_end, high_start, low_value, high_value = key_end, key_end, 0.0, 0.0
-    if FLAT_TAILS:
-        low_end, high_start = _flat_key_blocks(
-            start_m, key_end, flat_low, flat_high, M, BLOCK_M, BLOCK_N
-        )
-        low_value = tl.load(TABLE + h * stride_th + flat_low)  # copy 0: the table itself
-        high_value = tl.load(TABLE + h * stride_th + flat_high)
+    key_end, low_end, high_start, low_value, high_value = _key_parts(
+        start_m, q_start, first, N, TABLE, h, stride_th, flat_low, flat_high, M, BLOCK_M,
+        BLOCK_N, CAUSAL, FLAT_TAILS,
+    )  # fmt: skip
     # The low tail, the blocks that read the table, the high tail (one part without tails).
     for part in tl.static_range(3 if FLAT_TAILS else 1):
-        start, end, value, entry = 0, low_end, low_value, flat_low
-        if part == 1:
-            start, end = low_end, high_start
-        if part == 2:
-            start, end, value, entry = high_start, key_end, high_value, flat_high
+        start, end, value = _part(part, 0, low_end, high_start, key_end, low_value, high_value)
+        entry = flat_low if part == 0 else flat_high  # where a tail's gradient goes
         tail = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)
         for start_n in range(start, end, BLOCK_N):
             dq, ds_table = _dq_step(
