@@ -250,7 +250,7 @@ class MultiHeadAttention(nn.Module):
         return (kernel or self.kernel)(
             q, k, v, mask=mask, bias=None, scale=terms.scale, dropout_p=dropout_p,
             tables=TableBias(
-                offset=terms.offset_bias, offset_clamp=terms.offset_clamp, segments=extra_bias,
+                offset=terms.offset_bias, offset_tails=terms.offset_tails, segments=extra_bias,
                 cls_untie=terms.cls_untie,
             ),
         )  # fmt: skip

@@ -1,7 +1,8 @@
 """The Toeplitz matrix of a relative bias, built from its table of one value per offset j - i:
 shared by the encodings (`posattn.encodings.relative`) and the CPU kernel that reads tables
 (`posattn.kernels.fused_bias`), which must build the same matrix, bit for bit; and TUPE's
-[CLS] untie on such a matrix (`ClsUntie`), as the encodings describe it to the kernels."""
+[CLS] untie on such a matrix (`ClsUntie`) and the tails where such a table is known without
+reading it (`TableTails`), as the encodings describe them to the kernels."""
 
 from __future__ import annotations
 
@@ -71,6 +72,26 @@ class ClsUntie:
     def from_row(self, start: int) -> ClsUntie:
         """The untie of the query rows [start, n_q) of the matrix."""
         return ClsUntie(self.row - start, self.column, self.column_value)
+
+
+@dataclass(frozen=True)
+class TableTails:
+    """Where a Toeplitz bias's table is known by construction, past two position offsets
+    d = j - i, low <= high: flat (`slopes` None: every offset past a bound reads the bound's
+    parameter entry, so a whole tail's gradient may go to that entry; T5's last buckets past
+    max_distance, DIET-REL's clipped rows) or a line through the bound's value (`slopes`:
+    per-head [H] slopes of the low and the high tail, bias(d) = bias(bound) + slope (d -
+    bound); for a table that takes no gradient: ALiBi, -m |d|, whose tails meet at 0).
+    Kernels that read tables (kernel="triton") handle the tiles inside a tail without reading
+    the table; the others read the table, which holds the same values."""
+
+    low: int
+    high: int
+    slopes: tuple[Tensor, Tensor] | None = None
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.low, int) and isinstance(self.high, int) and self.low <= self.high):
+            raise invalid("TableTails", (self.low, self.high), "integer offsets low <= high")
 
 
 def require_table_shape(parameter: str, table: Tensor, q: Tensor, k: Tensor) -> None:

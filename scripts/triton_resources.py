@@ -9,8 +9,9 @@ the latency; neither count alone ordered the earlier forward sweep's timings) - 
 questions to answer before spending GPU minutes. Each kernel at the
 candidates of scripts/triton_tiles.py's sweep; "full" is a length that fills its key blocks
 (no padding, no causality, no tail mask); "flat" the same with the table's flat tails in
-loops of their own (`offset_clamp`): "each loop" lists every loop's count, a tail's, the
-table's, the other tail's.
+loops of their own (`offset_tails`: T5's buckets), "lines" with linear ones and no table
+gradient (ALiBi): "each loop" lists every loop's count, a tail's, the table's, the other
+tail's.
 
     PYTHONPATH=. python scripts/triton_resources.py [--dtype bfloat16] [--head 64]
 """
@@ -36,7 +37,7 @@ from posattn.kernels.triton_bias import GPU_TILES, Tiles
 from scripts.triton_tiles import CANDIDATES, DK_DV_BEFORE
 
 RULES = {"full": {}, "padding": {"has_keys": True}, "causal": {"has_keys": True, "causal": True},
-         "flat": {"flat_tails": True}}  # fmt: skip
+         "flat": {"tails": True}, "lines": {"tails": True, "linear_tails": True}}  # fmt: skip
 LAUNCH_OF = {"forward": "forward", "dq": "dq_dtable", "dk_dv": "dk_dv"}
 
 
@@ -58,7 +59,11 @@ def main() -> None:
         for kind, text, key_major in runs:
             tile = Tiles(*(int(part) for part in text.split(",")))
             built = launches(
-                flags, {**GPU_TILES, kind: tile}, True, key_major=key_major, mask_tail=False
+                flags,
+                {**GPU_TILES, kind: tile},
+                not options.get("linear_tails"),
+                key_major=key_major,
+                mask_tail=False,
             )
             launch = next(launch for launch in built if launch.name == LAUNCH_OF[kind])
             compiled = compile_launch(launch, dtype)

@@ -5,7 +5,7 @@ tile was split (query-major at dQ's 64 x 32), and at the best tiles where the ta
 is added (one shared table or one per batch element) and how dQ skews its tiles for it
 (zero-padded or rotated in place); then a table flat past offset +-128 (T5's buckets at its
 default max_distance) with its tails read as one value per head and from the table like the
-rest (POSATTN_TRITON_FLAT_TAILS on / off). Writes tiles.env (the fastest correct tiles and choices,
+rest (POSATTN_TRITON_TABLE_TAILS on / off). Writes tiles.env (the fastest correct tiles and choices,
 as the POSATTN_TRITON_* variables `posattn.kernels.triton_bias` reads) and tiles.json.
 
     PYTHONPATH=. python scripts/triton_tiles.py OUT_DIR [--length 4096]
@@ -193,7 +193,7 @@ def main() -> None:
 
 def flat_tail_rows(n: int, time, flash) -> list[dict]:
     """Forward and forward + backward of a T5-like table flat past +-FLAT_DISTANCE, its tails
-    read as one value per head (`flat`) and, POSATTN_TRITON_FLAT_TAILS=off, from the table;
+    read as one value per head (`flat`) and, POSATTN_TRITON_TABLE_TAILS=off, from the table;
     error: the largest relative difference of the output and every gradient between the two
     (the second is the kernel the reference check above covers)."""
     q, k, v, parameter = inputs(BATCH, n, torch.bfloat16)
@@ -206,14 +206,14 @@ def flat_tail_rows(n: int, time, flash) -> list[dict]:
     def run(train: bool):
         with torch.set_grad_enabled(train):
             out = table_bias_attention(q, k, v, scale=HEAD_DIM**-0.5, table=parameter[:, index],
-                                       flat=flat)  # fmt: skip
+                                       tails=flat)  # fmt: skip
             if train:
                 out.backward(grad)
             return out
 
     results = {}
     for value in ("off", "on"):
-        os.environ["POSATTN_TRITON_FLAT_TAILS"] = value
+        os.environ["POSATTN_TRITON_TABLE_TAILS"] = value
         for tensor in (q, k, v, parameter):
             tensor.grad = None
         out = run(True)
@@ -229,7 +229,7 @@ def flat_tail_rows(n: int, time, flash) -> list[dict]:
 
     for train in (False, True):
         for value in ("off", "on"):
-            os.environ["POSATTN_TRITON_FLAT_TAILS"] = value
+            os.environ["POSATTN_TRITON_TABLE_TAILS"] = value
             timed(f"{'training' if train else 'forward'} flat {value}", f"+-{FLAT_DISTANCE}", train)
     # In the tails a wider key block issues fewer instructions per score (sm_90 counts,
     # scripts/triton_resources.py "flat": 455 per 1000 at 128 x 32, 340 at 128 x 64, 276 at
@@ -242,7 +242,7 @@ def flat_tail_rows(n: int, time, flash) -> list[dict]:
         del os.environ["POSATTN_TRITON_FORWARD"]
     else:
         os.environ["POSATTN_TRITON_FORWARD"] = kept
-    del os.environ["POSATTN_TRITON_FLAT_TAILS"]
+    del os.environ["POSATTN_TRITON_TABLE_TAILS"]
     return rows
 
 

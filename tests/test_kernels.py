@@ -339,39 +339,50 @@ def test_shaw_values_run_eager_whatever_the_kernel(recording_kernel):
 
 
 @pytest.mark.parametrize(
-    ("encoding", "options", "clamp"),
+    ("encoding", "options", "bounds", "linear"),
     [
-        ("t5", {"num_buckets": 8, "max_distance": 9}, (-9, 9)),
-        ("t5", {"num_buckets": 8, "max_distance": 9, "bidirectional": False}, (-9, 0)),
-        ("bert-r", {"num_buckets": 16, "max_distance": 12}, (-12, 12)),
-        ("tupe-r", {"num_buckets": 8, "max_distance": 9}, (-9, 9)),
-        ("diet-rel", {"max_distance": 3, "sharing": "none"}, (-3, 3)),
-        ("diet-rel", {}, (-39, 39)),
-        ("kerple", {}, None),
-        ("alibi", {}, None),
+        ("t5", {"num_buckets": 8, "max_distance": 9}, (-9, 9), False),
+        ("t5", {"num_buckets": 8, "max_distance": 9, "bidirectional": False}, (-9, 0), False),
+        ("bert-r", {"num_buckets": 16, "max_distance": 12}, (-12, 12), False),
+        ("tupe-r", {"num_buckets": 8, "max_distance": 9}, (-9, 9), False),
+        ("diet-rel", {"max_distance": 3, "sharing": "none"}, (-3, 3), False),
+        ("diet-rel", {}, (-39, 39), False),
+        ("alibi", {}, (0, 0), True),
+        ("kerple", {}, None, False),
     ],
 )
-def test_an_offset_clamp_is_where_the_table_is_flat_by_construction(encoding, options, clamp):
-    """`offset_clamp` (the tails kernel="triton" reads as one value per head): every entry of
-    `offset_bias` past a bound equals the bound's and takes its gradient from the same
-    parameter entries, for whole biases and decoding rows; none where the bias keeps varying."""
+def test_offset_tails_are_where_the_table_is_known_by_construction(
+    encoding, options, bounds, linear
+):
+    """`offset_tails` (what kernel="triton" handles without reading the table): past a bound,
+    every entry of `offset_bias` equals the bound's and takes its gradient from the same
+    parameter entries (flat), or lies on the line of its slope through the bound's (ALiBi,
+    no gradient), for whole biases and decoding rows; none where the bias keeps varying."""
     dims = ModelDims(d_model=12, num_heads=3, num_layers=2, max_len=40)
     module = build_encoding(encoding, dims, options)
     parameters = [p for p in module.parameters() if p.requires_grad]
     n = 40
     for terms in (module.layer_terms(n, "cpu", torch.float32)[1],
                   module.layer_terms(n, "cpu", torch.float32)[0].query_rows(25)):  # fmt: skip
-        assert terms.offset_clamp == clamp
-        if clamp is None:
+        tails = terms.offset_tails
+        assert (tails is None) == (bounds is None)
+        if tails is None:
             continue
+        assert (tails.low, tails.high) == bounds and (tails.slopes is not None) == linear
         table = terms.offset_bias
         offsets = torch.arange(table.shape[-1]) - (n - 1)  # index t is offset t - (n_k - 1)
-        for bound, beyond in ((clamp[0], offsets < clamp[0]), (clamp[1], offsets > clamp[1])):
+        for side, bound, beyond in ((0, tails.low, offsets < tails.low),
+                                    (1, tails.high, offsets > tails.high)):  # fmt: skip
             if not beyond.any():
                 continue
-            at_bound = table[:, int(bound) + n - 1]
+            at_bound = table[:, bound + n - 1, None]
+            if linear:
+                line = at_bound + tails.slopes[side][:, None] * (offsets[beyond] - bound)
+                torch.testing.assert_close(table[:, beyond], line.to(table.dtype))
+                assert not table.requires_grad
+                continue
             torch.testing.assert_close(
-                table[:, beyond], at_bound[:, None].expand(-1, int(beyond.sum())), rtol=0, atol=0
+                table[:, beyond], at_bound.expand(-1, int(beyond.sum())), rtol=0, atol=0
             )
             weights = torch.randn(int(beyond.sum()))
             tail = torch.autograd.grad(

@@ -21,7 +21,7 @@ from transformers import DynamicCache
 from posattn import PosAttnConfigError, PosAttnForCausalLM
 from posattn.kernels import build_attention_mask, eager_attention, get_kernel
 from posattn.kernels.table_bias import TableBias, key_rules
-from posattn.toeplitz import ClsUntie
+from posattn.toeplitz import ClsUntie, TableTails
 
 triton = pytest.importorskip("triton")
 if Version(triton.__version__) < Version("3.7"):
@@ -228,17 +228,27 @@ def clamped_table(parameter: torch.Tensor, flat: tuple[int, int]) -> torch.Tenso
     return parameter[:, torch.arange(parameter.shape[-1]).clamp(*flat)]
 
 
+def tail_test_mask(batch: int, n_k: int, padded: bool, causal: bool, start: int):
+    """The tails tests' mask: left padding in the first row, right in the second."""
+    padding = None
+    if padded:
+        padding = torch.ones(batch, n_k, dtype=torch.bool)
+        padding[0, :5] = False
+        padding[1, n_k - 4 :] = False
+    return build_attention_mask(padding, n_k, causal, torch.device("cpu"), start)
+
+
 @pytest.mark.parametrize(
     ("n_q", "n_k", "start", "flat", "padded", "causal", "untie", "choices"), FLAT_CASES
 )
-def test_flat_tails_equal_eager_in_values_and_every_gradient(
+def test_tails_equal_eager_in_values_and_every_gradient(
     monkeypatch, n_q, n_k, start, flat, padded, causal, untie, choices
 ):
-    """A table's flat tails (`flat`: each tile inside one adds one value per head, and sums
+    """A table's flat tails (`tails`: each tile inside one adds one value per head, and sums
     its dS into the tail's first entry) give eager's values and gradients - of q, k, v, the
     untie's column values and the parameter the table is read from - under each mode of the
     backward; and the tails are read as one value indeed: claimed of a table that is not
-    flat, the output changes, and with POSATTN_TRITON_FLAT_TAILS=off it does not."""
+    flat, the output changes, and with POSATTN_TRITON_TABLE_TAILS=off it does not."""
     from posattn.kernels.triton_bias import table_bias_attention
 
     torch.manual_seed(2)
@@ -246,19 +256,14 @@ def test_flat_tails_equal_eager_in_values_and_every_gradient(
     q = torch.randn(batch, heads, n_q, 16, requires_grad=True)
     k, v = (torch.randn(batch, heads, n_k, 16, requires_grad=True) for _ in range(2))
     parameter = torch.randn(heads, n_q + n_k - 1, requires_grad=True)
-    padding = None
-    if padded:
-        padding = torch.ones(batch, n_k, dtype=torch.bool)
-        padding[0, :5] = False
-        padding[1, n_k - 4 :] = False
-    mask = build_attention_mask(padding, n_k, causal, torch.device("cpu"), start)
+    mask = tail_test_mask(batch, n_k, padded, causal, start)
     column = None if untie is None else torch.randn(heads, requires_grad=True)
     rule = None if untie is None else ClsUntie(*untie, column)
     leaves = (q, k, v, parameter) + (() if column is None else (column,))
     for name, choice in zip(("TABLE_GRAD", "SKEW", "DK_DV_ORDER"), choices, strict=True):
         monkeypatch.setenv(f"POSATTN_TRITON_{name}", choice)
-    tables = TableBias(offset=clamped_table(parameter, flat), cls_untie=rule,
-                       offset_clamp=tuple(x - (n_k - 1) for x in flat))  # fmt: skip
+    tails = TableTails(*(x - (n_k - 1) for x in flat))
+    tables = TableBias(offset=clamped_table(parameter, flat), cls_untie=rule, offset_tails=tails)
     out = get_kernel("triton")(q, k, v, mask=mask, bias=None, scale=0.3, tables=tables)
     matrix = toeplitz_rows(clamped_table(parameter, flat), n_q, n_k)
     bias = matrix if rule is None else rule.applied(matrix)
@@ -270,21 +275,76 @@ def test_flat_tails_equal_eager_in_values_and_every_gradient(
     common = dict(scale=0.3, table=not_flat, keys=keys, causal=causal_rule, first_real=first,
                   query_start=query_start)  # fmt: skip
     honest = table_bias_attention(*inputs, **common)
-    assert not torch.allclose(table_bias_attention(*inputs, **common, flat=flat), honest)
-    monkeypatch.setenv("POSATTN_TRITON_FLAT_TAILS", "off")
-    torch.testing.assert_close(table_bias_attention(*inputs, **common, flat=flat), honest)
+    assert not torch.allclose(table_bias_attention(*inputs, **common, tails=flat), honest)
+    monkeypatch.setenv("POSATTN_TRITON_TABLE_TAILS", "off")
+    torch.testing.assert_close(table_bias_attention(*inputs, **common, tails=flat), honest)
 
 
-def test_flat_tails_are_refused_unless_ordered_integers(monkeypatch):
+# (n_q, n_k, query_start, (low, high), padded, causal): ALiBi's tails meet at offset 0 (index
+# n_k - 1), a general table's lines start further out.
+LINEAR_CASES = [
+    (48, 48, 0, (47, 47), False, False),
+    (48, 48, 0, (40, 60), True, True),
+    (21, 40, 19, (36, 50), True, True),
+]
+
+
+@pytest.mark.parametrize(("n_q", "n_k", "start", "bounds", "padded", "causal"), LINEAR_CASES)
+def test_linear_tails_equal_eager_in_values_and_input_gradients(
+    monkeypatch, n_q, n_k, start, bounds, padded, causal
+):
+    """A table that is a line past each bound (`tail_slopes`: ALiBi, a fixed table) read as
+    the line in the tiles inside its tails gives eager's values and q, k, v gradients; wrong
+    slopes change the output, and with POSATTN_TRITON_TABLE_TAILS=off they do not."""
+    from posattn.kernels.triton_bias import table_bias_attention
+
+    torch.manual_seed(5)
+    batch, heads = 2, 2
+    q = torch.randn(batch, heads, n_q, 16, requires_grad=True)
+    k, v = (torch.randn(batch, heads, n_k, 16, requires_grad=True) for _ in range(2))
+    low, high = bounds
+    slopes = (torch.rand(heads) * 0.5, -torch.rand(heads) * 0.5)
+    index = torch.arange(n_q + n_k - 1)
+    table = torch.randn(heads, n_q + n_k - 1) * 0.3
+    for bound, slope, beyond in ((low, slopes[0], index < low), (high, slopes[1], index > high)):
+        line = table[:, bound, None] + slope[:, None] * (index - bound)
+        table = torch.where(beyond, line, table)
+    mask = tail_test_mask(batch, n_k, padded, causal, start)
+    keys, causal_rule, first, query_start = key_rules(mask, batch, n_k)
+    common = dict(scale=0.3, table=table, keys=keys, causal=causal_rule, first_real=first,
+                  query_start=query_start)  # fmt: skip
+    out = table_bias_attention(q, k, v, **common, tails=bounds, tail_slopes=slopes)
+    reference = eager_attention(q, k, v, mask=mask, bias=toeplitz_rows(table, n_q, n_k), scale=0.3)
+    assert_values_and_gradients_equal(out, reference, (q, k, v), torch.randn_like(out))
+    inputs = (q.detach(), k.detach(), v.detach())
+    honest = table_bias_attention(*inputs, **common)
+    wrong = (slopes[0] + 0.1, slopes[1] - 0.1)
+    assert not torch.allclose(table_bias_attention(*inputs, **common, tails=bounds,
+                                                   tail_slopes=wrong), honest)  # fmt: skip
+    monkeypatch.setenv("POSATTN_TRITON_TABLE_TAILS", "off")
+    torch.testing.assert_close(
+        table_bias_attention(*inputs, **common, tails=bounds, tail_slopes=wrong), honest
+    )
+
+
+def test_tails_are_refused_unless_ordered_integers_and_lines_unless_fixed(monkeypatch):
     from posattn.kernels import triton_bias
 
     q = torch.randn(1, 2, 5, 16)
     table = torch.randn(2, 9)
-    for flat in [(6, 2), (1.5, 3), (1, 2, 3)]:
-        with pytest.raises(PosAttnConfigError, match=r"flat=.*low <= high"):
-            triton_bias.table_bias_attention(q, q, q, scale=0.25, table=table, flat=flat)
-    monkeypatch.setenv("POSATTN_TRITON_FLAT_TAILS", "maybe")
-    with pytest.raises(PosAttnConfigError, match=r"POSATTN_TRITON_FLAT_TAILS='maybe'.*'on'"):
+    for tails in [(6, 2), (1.5, 3), (1, 2, 3)]:
+        with pytest.raises(PosAttnConfigError, match=r"tails=.*low <= high"):
+            triton_bias.table_bias_attention(q, q, q, scale=0.25, table=table, tails=tails)
+    slopes = (torch.ones(2), -torch.ones(2))
+    learned = table.clone().requires_grad_()
+    untie = (0, 0, torch.zeros(2))
+    cases = [dict(table=learned, tails=(4, 4)), dict(table=table, tails=(4, 4), untie=untie),
+             dict(table=table)]  # fmt: skip
+    for arguments in cases:
+        with pytest.raises(PosAttnConfigError, match=r"tail_slopes=.*no gradient"):
+            triton_bias.table_bias_attention(q, q, q, scale=0.25, tail_slopes=slopes, **arguments)
+    monkeypatch.setenv("POSATTN_TRITON_TABLE_TAILS", "maybe")
+    with pytest.raises(PosAttnConfigError, match=r"POSATTN_TRITON_TABLE_TAILS='maybe'.*'on'"):
         triton_bias.table_bias_attention(q, q, q, scale=0.25, table=table)
 
 
@@ -812,14 +872,16 @@ def test_auto_decides_for_triton_before_the_bias_is_built(monkeypatch, encoding)
     ("encoding", "options", "segments"),
     [("diet-rel", {"sharing": "none", "max_distance": 5}, "attention"),
      ("kerple", {"kernel": "log"}, "input"),
-     ("tupe-r", {"cls_index": 35, "num_buckets": 8, "max_distance": 6}, "input")],
+     ("tupe-r", {"cls_index": 35, "num_buckets": 8, "max_distance": 6}, "input"),
+     ("alibi", {}, "input")],
 )  # fmt: skip
 def test_unmasked_models_equal_eager(encoding, options, segments):
     """Without padding or causality (n=40: two whole 16-key blocks and a part, one whole
     32-row block and a part; the table read from its aligned copies from every offset mod 4),
     segment pairs and the tables' gradients included. DIET-REL and TUPE-R (T5's buckets) are
     flat past offsets +-5 and +-6: the tile of rows 32-39 over keys 0-15 lies in the low tail
-    (`offset_clamp`; TUPE-R's [CLS] row 35 in it), read as one value per head."""
+    (`offset_tails`; TUPE-R's [CLS] row 35 in it), read as one value per head; ALiBi's lines
+    meet at 0, and every tile off the diagonal lies in one."""
     torch.manual_seed(1)
     ids = torch.randint(1, 40, (2, 40))
     segment_ids = (torch.arange(40) >= 23).long().expand(2, 40)

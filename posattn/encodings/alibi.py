@@ -7,6 +7,7 @@ import math
 import torch
 from torch import Tensor
 
+from ..toeplitz import TableTails
 from .base import LayerTerms, Place, PositionalEncoding
 from .relative import offsets
 
@@ -48,7 +49,10 @@ class Alibi(PositionalEncoding):
         distance = offsets(seq_len, device).abs()
         slopes = alibi_slopes(self.dims.num_heads).to(device)
         by_offset = (-slopes[:, None] * distance).to(dtype)
-        return [LayerTerms.of_table(self.content_scale(), by_offset)] * self.dims.num_layers
+        # A line on each side of offset 0: m d below, -m d above (the table has no gradient).
+        tails = TableTails(0, 0, (slopes, -slopes))
+        terms = LayerTerms.of_table(self.content_scale(), by_offset, tails)
+        return [terms] * self.dims.num_layers
 
     def layer_terms_at(self, positions, dtype):
         self.require_positions(positions)

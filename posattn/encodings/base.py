@@ -35,7 +35,7 @@ from torch.nn import functional as F
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from ..errors import invalid, require, require_positive_int
-from ..toeplitz import ClsUntie, toeplitz
+from ..toeplitz import ClsUntie, TableTails, toeplitz
 from .relative import position_differences
 
 # Optimizer steps taken in this process, counted by a global post-step hook: part of the key of
@@ -171,14 +171,12 @@ class LayerTerms:
         `bias_factors`, where `bias` is f_q f_k^T plus that Toeplitz matrix up to a constant
         per query row (TUPE-R: its absolute part as factors, T5's part as the table);
         `bias` stays for the eager reference.
-    offset_clamp: (low, high) with low <= high, where `offset_bias` depends on the position
-        offset d = j - i only through clamp(d, low, high), by construction: every offset below
-        low reads the same parameter entry as low (T5's last bucket past max_distance,
-        DIET-REL's clipped rows), and likewise above high, so the gradient of a whole tail may
-        go to its bound. Kernels that read the table (kernel="triton") then treat the tiles
-        inside a tail as one value per head: no table read, no diagonal sums. Index t of
-        `offset_bias` is offset t - (n_k - 1), for a whole bias and for its query rows alike.
-        None: no such tails.
+    offset_tails: where `offset_bias` is known past two position offsets by construction
+        (`posattn.toeplitz.TableTails`: flat, as T5's last buckets and DIET-REL's clipped
+        rows, or linear, as ALiBi), or None. Kernels that read the table (kernel="triton")
+        handle the tiles inside a tail without reading it (one value per head, or a line),
+        nor summing their gradient along diagonals. Index t of `offset_bias` is offset t -
+        (n_k - 1), for a whole bias and for its query rows alike.
     cls_untie: with `bias_factors`, TUPE's [CLS] untie (`posattn.toeplitz.ClsUntie`: a row
         set to 0, a column to one value per head) on the Toeplitz matrix of `offset_bias`, or
         on zeros without one (TUPE-A): bias = f_q f_k^T + untie(table's matrix or 0), up to
@@ -207,17 +205,17 @@ class LayerTerms:
     project_kv: Callable[[Tensor, Tensor, Tensor | None], tuple[Tensor, Tensor]] | None = None
     bias_factors: tuple[Tensor, Tensor] | None = None
     offset_bias: Tensor | None = None
-    offset_clamp: tuple[int, int] | None = None
+    offset_tails: TableTails | None = None
     cls_untie: ClsUntie | None = None
     bias_rows: Callable[[int], Tensor] | None = None
     rows: Callable[[int], LayerTerms] | None = None
 
     @classmethod
     def of_table(
-        cls, scale: float, by_offset: Tensor, clamp: tuple[int, int] | None = None
+        cls, scale: float, by_offset: Tensor, tails: TableTails | None = None
     ) -> LayerTerms:
-        """Terms of a Toeplitz bias given by its table [H, 2n-1] (`offset_bias`, flat past
-        `clamp`: `offset_clamp`): the [1, H, n, n] `bias` is built when something first reads
+        """Terms of a Toeplitz bias given by its table [H, 2n-1] (`offset_bias`, known past
+        `tails`: `offset_tails`): the [1, H, n, n] `bias` is built when something first reads
         it, and its rows from a query on from the table (rows [start, n) read its first
         2n - 1 - start offsets)."""
         n = (by_offset.shape[-1] + 1) // 2
@@ -225,7 +223,7 @@ class LayerTerms:
         def rows(start: int) -> Tensor:
             return toeplitz(by_offset[..., : 2 * n - 1 - start], n).unsqueeze(0)
 
-        return cls.of_rows(scale, rows, offset_bias=by_offset, offset_clamp=clamp)
+        return cls.of_rows(scale, rows, offset_bias=by_offset, offset_tails=tails)
 
     @classmethod
     def of_rows(cls, scale: float, rows: Callable[[int], Tensor], **fields) -> LayerTerms:
@@ -312,7 +310,7 @@ class LayerTerms:
                 else (self.bias_factors[0][..., start:, :], self.bias_factors[1])
             ),
             offset_bias=(None if self.offset_bias is None else self.offset_bias[..., :-start]),
-            offset_clamp=self.offset_clamp,  # in offsets, which the rows keep
+            offset_tails=self.offset_tails,  # in offsets, which the rows keep
             cls_untie=None if self.cls_untie is None else self.cls_untie.from_row(start),
             bias_rows=rows_from,
         )

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 
 from ..errors import require, require_choice, require_positive_int
+from ..toeplitz import TableTails
 from .base import (
     LayerTerms,
     ModelDims,
@@ -188,7 +189,7 @@ class DietRelative(PositionalEncoding):
     @staticmethod
     def toeplitz_terms(scale: float, by_offset: Tensor, max_distance: int) -> LayerTerms:
         """Offsets past +-max_distance read R's edge rows (`rows`): flat there."""
-        return LayerTerms.of_table(scale, by_offset, (-max_distance, max_distance))
+        return LayerTerms.of_table(scale, by_offset, TableTails(-max_distance, max_distance))
 
 
 __all__ = ["DietAbsOptions", "DietAbsolute", "DietRelOptions", "DietRelative"]

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import require, require_positive_int
+from ..toeplitz import TableTails
 from .absolute import Learned
 from .base import LayerTerms, ModelDims, OwnsParameters, Place, PositionalEncoding, empty_parameter
 from .relative import lookup_by_head, offsets, toeplitz
@@ -44,11 +45,11 @@ def t5_relative_bucket(
     return buckets + torch.where(is_exact, distance, log_bucket)
 
 
-def flat_offsets(bidirectional: bool, max_distance: int) -> tuple[int, int]:
-    """The offsets j - i past which `t5_relative_bucket` is one bucket (`LayerTerms.
-    offset_clamp`): at distances >= max_distance each direction's last bucket; causal, every
-    r >= 0 shares bucket 0 with r = 0."""
-    return -max_distance, max_distance if bidirectional else 0
+def bucket_tails(bidirectional: bool, max_distance: int) -> TableTails:
+    """The offsets j - i past which `t5_relative_bucket` is one bucket (flat tails,
+    `LayerTerms.offset_tails`): at distances >= max_distance each direction's last bucket;
+    causal, every r >= 0 shares bucket 0 with r = 0."""
+    return TableTails(-max_distance, max_distance if bidirectional else 0)
 
 
 def offset_buckets(
@@ -147,8 +148,8 @@ class T5Bias(PositionalEncoding):
 
     def layer_terms(self, seq_len, device, dtype):
         by_offset = self.relative.by_offset(self.buckets(seq_len, device))
-        flat = flat_offsets(self.options.bidirectional, self.options.max_distance)
-        return [LayerTerms.of_table(self.content_scale(), by_offset, flat)] * self.dims.num_layers
+        tails = bucket_tails(self.options.bidirectional, self.options.max_distance)
+        return [LayerTerms.of_table(self.content_scale(), by_offset, tails)] * self.dims.num_layers
 
     def buckets_of(self, differences: Tensor) -> Tensor:
         """Differences p_j - p_i [B, m, n] -> their buckets."""

@@ -13,7 +13,7 @@ from ..errors import require
 from ..toeplitz import ClsUntie
 from .base import LayerTerms, ModelDims, OwnsParameters, Place, PositionalEncoding, empty_parameter
 from .relative import position_differences, toeplitz
-from .t5 import T5BiasTable, T5Options, cached_buckets, flat_offsets, t5_relative_bucket
+from .t5 import T5BiasTable, T5Options, bucket_tails, cached_buckets, t5_relative_bucket
 
 
 class UntiedPositions(OwnsParameters, nn.Module):
@@ -298,7 +298,7 @@ class TupeRelative(TupeAbsolute):
             bias,
             bias_factors=factors,
             offset_bias=by_offset,
-            offset_clamp=flat_offsets(self.options.bidirectional, self.options.max_distance),
+            offset_tails=bucket_tails(self.options.bidirectional, self.options.max_distance),
             cls_untie=untie,
         )
         return [terms] * self.dims.num_layers

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from ..errors import PosAttnConfigError, invalid
-from ..toeplitz import ClsUntie, require_table_shape
+from ..toeplitz import ClsUntie, TableTails, require_table_shape
 from .masks import mask_layout
 
 # The built-in kernels that serve every configuration (flex trains on GPU only).
@@ -45,13 +45,13 @@ class SegmentPairs:
 @dataclass(frozen=True)
 class TableBias:
     """A bias given by its tables. offset: [H, n_q + n_k - 1] with bias[h, i, j] =
-    offset[h, j - i + n_q - 1] (`LayerTerms.offset_bias`), or None; offset_clamp: the
-    position offsets past which it is flat (`LayerTerms.offset_clamp`), or None; segments:
+    offset[h, j - i + n_q - 1] (`LayerTerms.offset_bias`), or None; offset_tails: where it
+    is known past two position offsets (`LayerTerms.offset_tails`), or None; segments:
     DIET's segment-pair bias added to it, or None; cls_untie: TUPE's [CLS] untie on the
     offset table's matrix, or on zeros without one (`LayerTerms.cls_untie`), or None."""
 
     offset: Tensor | None = None
-    offset_clamp: tuple[int, int] | None = None
+    offset_tails: TableTails | None = None
     segments: SegmentPairs | None = None
     cls_untie: ClsUntie | None = None
 
@@ -175,10 +175,7 @@ def triton_attention(
     if table is not None:
         require_table_shape("tables.offset.shape", table, q, k)
     untie = None if tables is None else tables.cls_untie
-    flat = None
-    if table is not None and tables.offset_clamp is not None:
-        # Offset d sits at index d + n_k - 1 of the table (`LayerTerms.offset_clamp`).
-        flat = tuple(int(bound) + k.shape[-2] - 1 for bound in tables.offset_clamp)
+    tails, slopes = tail_rules(table, None if tables is None else tables.offset_tails, k, untie)
     keys, causal, first, query_start = key_rules(mask, q.shape[0], k.shape[-2])
     pairs = None if tables is None else tables.segments
     return table_bias_attention(
@@ -187,8 +184,24 @@ def triton_attention(
         segments=None if pairs is None else pairs.table,
         segment_ids=None if pairs is None else pairs.ids.to(torch.int32).contiguous(),
         untie=None if untie is None else (untie.row, untie.column, untie.column_value),
-        flat=flat,
+        tails=tails, tail_slopes=slopes,
     )  # fmt: skip
+
+
+def tail_rules(table: Tensor | None, known: TableTails | None, k: Tensor, untie) -> tuple:
+    """(tails, tail_slopes) for the kernel: the tails' bounds as table indices (offset d sits
+    at index d + n_k - 1) and, for linear tails, their slopes. Linear tails only where the
+    table takes no gradient and no [CLS] untie sits on it: a line's gradient is not one
+    entry's, and the kernel takes the untie off one value per head, not off a line; there the
+    table is read (it holds the same values)."""
+    if table is None or known is None:
+        return None, None
+    if known.slopes is not None:
+        learned = table.requires_grad and torch.is_grad_enabled()
+        if learned or untie is not None:
+            return None, None
+    tails = (known.low + k.shape[-2] - 1, known.high + k.shape[-2] - 1)
+    return tails, known.slopes
 
 
 triton_attention.reads_bias_tables = True

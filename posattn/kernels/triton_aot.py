@@ -23,7 +23,7 @@ from . import table_bias, triton_bias
 from .triton_bias import Tiles, diagonal_block, kernel_flags
 
 # Pointer arguments of the kernels by name (q, k, v and their gradients in the inputs' dtype).
-TABLES = ("LSE", "DELTA", "TABLE", "DTABLE", "UNTIE", "DUNTIE", "SEGMENTS", "DSEGMENTS")
+TABLES = ("LSE", "DELTA", "TABLE", "SLOPES", "DTABLE", "UNTIE", "DUNTIE", "SEGMENTS", "DSEGMENTS")
 INDICES = {"KEYS": "*i8", "FIRST": "*i32", "SEGMENT_IDS": "*i32"}
 TENSORS = ("Q", "K", "V", "OUT", "DO", "DK", "DV_", "DQ")
 FLOATS = ("scale", "scale2")

@@ -37,11 +37,12 @@ a 16-byte boundary, so the runs load four values at a time (compiled for sm_90: 
 take IEEE float32 dot products (no TF32), so results match the eager reference to float32
 rounding.
 
-A table flat past two indices by construction (`flat`: T5's last buckets, DIET-REL's clipped
-offsets; `LayerTerms.offset_clamp`) is read as one value per head in the tiles inside either
-tail, which every kernel runs in loops of their own (`_flat_key_blocks`, `_flat_query_blocks`):
-the value is taken off the rows' running maximum or LSE rather than added to each score, and
-dQ sums the tail tiles' dS in registers into the tail's bound instead of along diagonals.
+A table known past two indices by construction (`tails`, `LayerTerms.offset_tails`): flat,
+as T5's last buckets and DIET-REL's clipped offsets, or a line, as ALiBi's fixed table, is not
+read in the tiles inside either tail, which every kernel runs in loops of their own
+(`_tail_key_blocks`, `_tail_query_blocks`): the rows' part of the bias is taken off their
+running maximum or LSE rather than added to each score (a line's keys' part is added), and dQ
+sums a flat tail's dS in registers into the tail's bound instead of along diagonals.
 """
 
 from __future__ import annotations
@@ -153,68 +154,107 @@ def _query_begin(start_n, q_start, first, BLOCK_M: tl.constexpr, CAUSAL: tl.cons
 
 
 @triton.jit
-def _flat_key_blocks(start_m, key_end, flat_low, flat_high, M, BLOCK_M: tl.constexpr,
+def _tail_key_blocks(start_m, key_end, tail_low, tail_high, M, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr):  # fmt: skip
     """For the rows [start_m, start_m + BLOCK_M), the key blocks [0, low_end) whose every
-    score reads the table at an index <= flat_low (its low tail), and [high_start, key_end)
-    at an index >= flat_high (its high tail); the blocks between read the table. A tile's
+    score reads the table at an index <= tail_low (its low tail), and [high_start, key_end)
+    at an index >= tail_high (its high tail); the blocks between read the table. A tile's
     scores read j - i + M - 1, from start_n - start_m - BLOCK_M + M + 1 up to start_n -
     start_m + BLOCK_N + M - 2. Both bounds are block starts (key_end rounded up to a block
     where no tail follows), and said to be, so that the loops from there know their keys'
     alignment as a loop from 0 does: each row's shifted table copy stays out of the loop
     (the forward's loop between the tails: 513 -> 316 instructions per step on sm_90)."""
     last = (key_end + BLOCK_N - 1) // BLOCK_N * BLOCK_N
-    low = tl.maximum(flat_low + start_m - M + 2, 0) // BLOCK_N * BLOCK_N
+    low = tl.maximum(tail_low + start_m - M + 2, 0) // BLOCK_N * BLOCK_N
     low_end = tl.minimum(low, last)
-    high = tl.maximum(flat_high + start_m + BLOCK_M - M, 0)
+    high = tl.maximum(tail_high + start_m + BLOCK_M - M, 0)
     high_start = tl.minimum(tl.maximum((high + BLOCK_N - 1) // BLOCK_N * BLOCK_N, low_end), last)
     return tl.multiple_of(low_end, BLOCK_N), tl.multiple_of(high_start, BLOCK_N)
 
 
 @triton.jit
-def _flat_query_blocks(start_n, begin, flat_low, flat_high, M, BLOCK_M: tl.constexpr,
+def _tail_query_blocks(start_n, begin, tail_low, tail_high, M, BLOCK_M: tl.constexpr,
                        BLOCK_N: tl.constexpr):  # fmt: skip
     """For the keys [start_n, start_n + BLOCK_N), the query blocks [begin, high_end) in the
-    table's high tail and [low_start, M) in its low tail (`_flat_key_blocks`, seen from the
+    table's high tail and [low_start, M) in its low tail (`_tail_key_blocks`, seen from the
     keys: the high tail comes first); block starts, as there (begin is one)."""
     last = (M + BLOCK_M - 1) // BLOCK_M * BLOCK_M
-    high = tl.maximum(start_n + M - flat_high, 0) // BLOCK_M * BLOCK_M
+    high = tl.maximum(start_n + M - tail_high, 0) // BLOCK_M * BLOCK_M
     high_end = tl.minimum(tl.maximum(high, begin), last)
-    low = tl.maximum(start_n + BLOCK_N + M - 2 - flat_low, 0)
+    low = tl.maximum(start_n + BLOCK_N + M - 2 - tail_low, 0)
     low_start = tl.minimum(tl.maximum((low + BLOCK_M - 1) // BLOCK_M * BLOCK_M, high_end), last)
     return tl.multiple_of(high_end, BLOCK_M), tl.multiple_of(low_start, BLOCK_M)
 
 
 @triton.jit
-def _key_parts(start_m, q_start, first, N, TABLE, h, stride_th, flat_low, flat_high, M,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-               FLAT_TAILS: tl.constexpr):  # fmt: skip
-    """A query-major kernel's key blocks in parts (`_part`): (key_end, low_end, high_start,
-    the low tail's value, the high tail's) for rows [start_m, start_m + BLOCK_M), each tail
-    empty without FLAT_TAILS. The values from copy 0 of the table's aligned copies: the
-    table."""
+def _key_parts(start_m, q_start, first, N, TABLE, SLOPES, h, H, stride_th, tail_low, tail_high,
+               M, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+               TAILS: tl.constexpr, LINEAR: tl.constexpr):  # fmt: skip
+    """A query-major kernel's key blocks in parts (`_part`) and its tails (`_tails`):
+    (key_end, low_end, high_start, low value, high value, low slope, high slope) for rows
+    [start_m, start_m + BLOCK_M), each tail empty without TAILS."""
     key_end = _key_end(start_m, q_start, first, N, BLOCK_M, CAUSAL)
-    low_end, high_start, low_value, high_value = key_end, key_end, 0.0, 0.0
-    if FLAT_TAILS:
-        low_end, high_start = _flat_key_blocks(
-            start_m, key_end, flat_low, flat_high, M, BLOCK_M, BLOCK_N
+    low_end, high_start = key_end, key_end
+    if TAILS:
+        low_end, high_start = _tail_key_blocks(
+            start_m, key_end, tail_low, tail_high, M, BLOCK_M, BLOCK_N
         )
-        low_value = tl.load(TABLE + h * stride_th + flat_low)
-        high_value = tl.load(TABLE + h * stride_th + flat_high)
-    return key_end, low_end, high_start, low_value, high_value
+    low_value, high_value, low_slope, high_slope = _tails(
+        TABLE, SLOPES, h, H, stride_th, tail_low, tail_high, TAILS, LINEAR
+    )
+    return key_end, low_end, high_start, low_value, high_value, low_slope, high_slope
 
 
 @triton.jit
-def _part(part: tl.constexpr, first, cut, second_cut, last, first_value, last_value):
-    """(begin, end, value) of a loop's part: 0 the blocks [first, cut) with first_value, 1
-    [cut, second_cut) (the blocks between the tails, which read the table), 2 [second_cut,
-    last) with last_value."""
-    begin, end, value = first, cut, first_value
+def _tails(TABLE, SLOPES, h, H, stride_th, low_at, high_at, TAILS: tl.constexpr,
+           LINEAR: tl.constexpr):  # fmt: skip
+    """(low value, high value, low slope, high slope) of the table's tails for head h: the
+    values at the bounds, read from copy 0 of the table's copies at low_at and high_at (the
+    table, or key-major the table reversed), the slopes (0 for flat tails) from SLOPES [2, H]
+    (log2(e) units, as the table)."""
+    low_value, high_value, low_slope, high_slope = 0.0, 0.0, 0.0, 0.0
+    if TAILS:
+        low_value = tl.load(TABLE + h * stride_th + low_at)
+        high_value = tl.load(TABLE + h * stride_th + high_at)
+    if TAILS & LINEAR:
+        low_slope = tl.load(SLOPES + h)
+        high_slope = tl.load(SLOPES + H + h)
+    return low_value, high_value, low_slope, high_slope
+
+
+@triton.jit
+def _part(part: tl.constexpr, first, cut, second_cut, last):
+    """[begin, end) of a loop's part: 0 the blocks [first, cut), 1 [cut, second_cut) (the
+    blocks between the tails, which read the table), 2 [second_cut, last)."""
+    begin, end = first, cut
     if part == 1:
         begin, end = cut, second_cut
     if part == 2:
-        begin, end, value = second_cut, last, last_value
-    return begin, end, value
+        begin, end = second_cut, last
+    return begin, end
+
+
+@triton.jit
+def _pick(part: tl.constexpr, first, last):
+    """What belongs to part 0 (`first`) or to part 2 (`last`) of a loop (`_part`)."""
+    return first if part == 0 else last
+
+
+@triton.jit
+def _tail_shift(value, slope, base, start_n, start_m, BLOCK_M: tl.constexpr,
+                LINEAR: tl.constexpr):  # fmt: skip
+    """The part of a tail tile's bias that depends on its query rows alone, which the kernels
+    take off LSE or add to the running maximum instead of adding it per score: the tail's
+    value (flat), or for a linear tail value + slope (start_n + base - i), base = M - 1 -
+    bound, the rest, slope (j - start_n), being added per score (`_scores`). Written as a
+    scalar per tile less slope times the rows' steps, which stays out of the loop (dK/dV's
+    loop, key-major: 446 instructions a step with the rows' own, as many as reading the
+    table)."""
+    shift = value
+    if LINEAR:
+        at_first_row = value + slope * (start_n + base - start_m).to(tl.float32)
+        shift = at_first_row - slope * tl.arange(0, BLOCK_M).to(tl.float32)
+    return shift
 
 
 @triton.jit
@@ -280,8 +320,8 @@ def _scores(
     stride_sb,
     HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
     CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
-    MASK_TAIL: tl.constexpr, KEY_MAJOR: tl.constexpr = False, FLAT: tl.constexpr = False,
-    flat_value=0.0,
+    MASK_TAIL: tl.constexpr, KEY_MAJOR: tl.constexpr = False, TAIL: tl.constexpr = False,
+    tail_value=0.0, LINEAR: tl.constexpr = False, slope=0.0,
 ):  # fmt: skip
     """log2(e) * s for one [BLOCK_M, BLOCK_N] tile, -inf where a key is hidden; KEY_MAJOR: its
     transpose [BLOCK_N, BLOCK_M], computed as k q^T, so that a product whose rows are the
@@ -289,11 +329,13 @@ def _scores(
     come multiplied by log2(e), the offset table as `table_copies`: bias[i, j] = T[j - i +
     table_shift], and key-major the table reversed, bias[j, i] = R[i - j + table_shift], so
     that both read increasing addresses along a row (TableBiasAttention.backward).
-    start_m, start_n: the tile's first query and key. FLAT: the tile lies in one of the
-    table's flat tails (`_flat_key_blocks`), whose bias is `flat_value` everywhere: no table
-    is read, and the scores come back less flat_value, which the caller adds per row (to the
-    running maximum, or takes off LSE) instead of per score: sm_90's dK/dV loop issued 384
-    instructions a step with the add per score, 32 of them for it.
+    start_m, start_n: the tile's first query and key. TAIL: the tile lies in one of the
+    table's tails (`_tail_key_blocks`), whose bias is `tail_value` everywhere (flat) or, with
+    LINEAR, a line through it: no table is read, and the scores come back less their rows'
+    part (`_tail_shift`), which the caller adds per row (to the running maximum, or takes off
+    LSE) instead of per score: sm_90's dK/dV loop issued 384 instructions a step with the
+    add per score, 32 of them for it. A linear tail's keys' part, slope (j - start_n), is
+    added per score. The untie only with flat tails (`tail_rules`).
 
     Only hidden keys are masked, and keys past N only where MASK_TAIL (N not a multiple of the
     key block, in a kernel where such a key would reach a real one's result: the forward and
@@ -311,9 +353,12 @@ def _scores(
         holds = _holds_untie(
             start_m, start_n, offs_m.shape[0], offs_n.shape[0], untie_row, untie_column
         )
-    if HAS_TABLE & FLAT:
+    if HAS_TABLE & TAIL:
+        if LINEAR:
+            steps = tl.arange(0, offs_n.shape[0]).to(tl.float32) * slope
+            s += steps[:, None] if KEY_MAJOR else steps[None, :]
         if holds:  # the untie, less the flat value like every score
-            s += _untied(flat_value, qi, kj, h, UNTIE, untie_row, untie_column) - flat_value
+            s += _untied(tail_value, qi, kj, h, UNTIE, untie_row, untie_column) - tail_value
     elif HAS_TABLE:
         if KEY_MAJOR:
             bias = _table_bias(
@@ -353,7 +398,8 @@ def _forward_step(
     HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
     CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
     BLOCK_N: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, MASK_TAIL: tl.constexpr,
-    FLAT: tl.constexpr = False, flat_value=0.0,
+    TAIL: tl.constexpr = False, tail_value=0.0, LINEAR: tl.constexpr = False, slope=0.0,
+    base=0,
 ):  # fmt: skip
     """One key block of the online softmax: (acc, l_i, m_i) updated."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -364,12 +410,13 @@ def _forward_step(
         table_shift, UNTIE, untie_row, untie_column, KEYS, stride_kb,
         first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
         HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, MASK_TAIL,
-        FLAT=FLAT, flat_value=flat_value,
+        TAIL=TAIL, tail_value=tail_value, LINEAR=LINEAR, slope=slope,
     )  # fmt: skip
-    if FLAT:  # s is less flat_value (`_scores`)
-        m_new = tl.maximum(m_i, tl.reduce(s, 1, _maximum) + flat_value)
+    if TAIL:  # s is less its rows' part (`_scores`)
+        shift = _tail_shift(tail_value, slope, base, start_n, start_m, offs_m.shape[0], LINEAR)
+        m_new = tl.maximum(m_i, tl.reduce(s, 1, _maximum) + shift)
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw no key yet
-        p = tl.exp2(s - (m_safe - flat_value)[:, None])
+        p = tl.exp2(s - (m_safe - shift)[:, None])
     else:
         m_new = tl.maximum(m_i, tl.reduce(s, 1, _maximum))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -382,21 +429,21 @@ def _forward_step(
 
 @triton.jit
 def _forward(
-    Q, K, V, OUT, LSE, TABLE, UNTIE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS,
+    Q, K, V, OUT, LSE, TABLE, SLOPES, UNTIE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, stride_th, stride_tk, stride_kb,
     stride_sb,
-    H, M, N, D, DV, q_start, rows, table_shift, untie_row, untie_column, flat_low, flat_high,
+    H, M, N, D, DV, q_start, rows, table_shift, untie_row, untie_column, tail_low, tail_high,
     scale2,
     HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
     CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, MASK_TAIL: tl.constexpr,
-    FLAT_TAILS: tl.constexpr,
+    TAILS: tl.constexpr, LINEAR: tl.constexpr,
 ):  # fmt: skip
-    """FLAT_TAILS: the table is flat below flat_low and above flat_high (`table_bias_attention`'s
-    `flat`); the key blocks inside either tail add its one value per head, in loops of their
-    own, and read no table."""
+    """TAILS: the table is known below tail_low and above tail_high (`table_bias_attention`'s
+    `tails`): flat, or with LINEAR a line (SLOPES); the key blocks inside either tail run in
+    loops of their own and read no table."""
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
@@ -409,13 +456,13 @@ def _forward(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.full([BLOCK_M], 0.0, tl.float32)
     acc = tl.full([BLOCK_M, BLOCK_DV], 0.0, tl.float32)
-    key_end, low_end, high_start, low_value, high_value = _key_parts(
-        start_m, q_start, first, N, TABLE, h, stride_th, flat_low, flat_high, M, BLOCK_M,
-        BLOCK_N, CAUSAL, FLAT_TAILS,
+    key_end, low_end, high_start, low_value, high_value, low_slope, high_slope = _key_parts(
+        start_m, q_start, first, N, TABLE, SLOPES, h, H, stride_th, tail_low, tail_high, M,
+        BLOCK_M, BLOCK_N, CAUSAL, TAILS, LINEAR,
     )  # fmt: skip
     # The low tail, the blocks that read the table, the high tail (one part without tails).
-    for part in tl.static_range(3 if FLAT_TAILS else 1):
-        begin, end, value = _part(part, 0, low_end, high_start, key_end, low_value, high_value)
+    for part in tl.static_range(3 if TAILS else 1):
+        begin, end = _part(part, 0, low_end, high_start, key_end)
         for start_n in range(begin, end, BLOCK_N):
             acc, l_i, m_i = _forward_step(
                 acc, l_i, m_i, q, start_m, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
@@ -423,7 +470,9 @@ def _forward(
                 table_shift, UNTIE, untie_row, untie_column, KEYS, stride_kb, first, q_start,
                 M, N, SEGMENTS, SEGMENT_IDS, stride_sb, HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL,
                 PRECISION, NUM_SEGMENTS, BLOCK_N, EVEN_D, EVEN_DV, MASK_TAIL,
-                FLAT=FLAT_TAILS & (part != 1), flat_value=value,
+                TAIL=TAILS & (part != 1), tail_value=_pick(part, low_value, high_value),
+                LINEAR=LINEAR, slope=_pick(part, low_slope, high_slope),
+                base=M - 1 - _pick(part, tail_low, tail_high),
             )  # fmt: skip
     # A row that sees no key (out of range, or every key hidden) gives 0, not 0 / 0.
     l_safe = tl.where(l_i > 0, l_i, 1.0)
@@ -524,7 +573,8 @@ def _dk_dv_step(
     HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
     CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
     BLOCK_M: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
-    KEY_MAJOR: tl.constexpr, FLAT: tl.constexpr = False, flat_value=0.0,
+    KEY_MAJOR: tl.constexpr, TAIL: tl.constexpr = False, tail_value=0.0,
+    LINEAR: tl.constexpr = False, slope=0.0, base=0,
 ):  # fmt: skip
     """One query block's share of a key block's dK and dV; KEY_MAJOR: with P and dS as
     [BLOCK_N, BLOCK_M] tiles (dV += P^T dO, dK += dS^T Q without turning them)."""
@@ -540,10 +590,10 @@ def _dk_dv_step(
         table_shift, UNTIE, untie_row, untie_column, KEYS, stride_kb,
         first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
         HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, False, KEY_MAJOR,
-        FLAT=FLAT, flat_value=flat_value,
+        TAIL=TAIL, tail_value=tail_value, LINEAR=LINEAR, slope=slope,
     )  # fmt: skip
-    if FLAT:  # s is less flat_value (`_scores`)
-        lse -= flat_value
+    if TAIL:  # s is less its rows' part (`_scores`)
+        lse -= _tail_shift(tail_value, slope, base, start_n, start_m, offs_m.shape[0], LINEAR)
     if KEY_MAJOR:
         p_t = tl.exp2(s - lse[None, :])
         dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)
@@ -561,20 +611,20 @@ def _dk_dv_step(
 
 @triton.jit
 def _backward_dk_dv(
-    Q, K, V, DO, LSE, DELTA, DK, DV_, TABLE, UNTIE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS,
+    Q, K, V, DO, LSE, DELTA, DK, DV_, TABLE, SLOPES, UNTIE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom,
     sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, stride_th, stride_tk, stride_kb, stride_sb,
-    H, M, N, D, DV, q_start, rows, table_shift, untie_row, untie_column, flat_low, flat_high,
+    H, M, N, D, DV, q_start, rows, table_shift, untie_row, untie_column, tail_low, tail_high,
     scale, scale2,
     HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
     CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, KEY_MAJOR: tl.constexpr,
-    FLAT_TAILS: tl.constexpr,
+    TAILS: tl.constexpr, LINEAR: tl.constexpr,
 ):  # fmt: skip
     """dK, dV of one key block, over every query block that sees it. TABLE: the aligned
-    copies of the offset table, or key-major of the table reversed (`_scores`). FLAT_TAILS:
+    copies of the offset table, or key-major of the table reversed (`_scores`). TAILS:
     as the forward's, the query blocks in the table's high tail first."""
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
@@ -589,20 +639,21 @@ def _backward_dk_dv(
     dk = tl.full([BLOCK_N, BLOCK_D], 0.0, tl.float32)
     dv = tl.full([BLOCK_N, BLOCK_DV], 0.0, tl.float32)
     begin = _query_begin(start_n, q_start, first, BLOCK_M, CAUSAL)
-    high_end, low_start, low_value, high_value = M, M, 0.0, 0.0
-    if FLAT_TAILS:
-        high_end, low_start = _flat_query_blocks(
-            start_n, begin, flat_low, flat_high, M, BLOCK_M, BLOCK_N
+    high_end, low_start = M, M
+    if TAILS:
+        high_end, low_start = _tail_query_blocks(
+            start_n, begin, tail_low, tail_high, M, BLOCK_M, BLOCK_N
         )
-        # Copy 0 holds the table, or key-major the table reversed: index M + N - 2 - x.
-        low_at, high_at = flat_low, flat_high
-        if KEY_MAJOR:
-            low_at, high_at = M + N - 2 - flat_low, M + N - 2 - flat_high
-        low_value = tl.load(TABLE + h * stride_th + low_at)
-        high_value = tl.load(TABLE + h * stride_th + high_at)
+    # Copy 0 holds the table, or key-major the table reversed: index M + N - 2 - x.
+    low_at, high_at = tail_low, tail_high
+    if KEY_MAJOR:
+        low_at, high_at = M + N - 2 - tail_low, M + N - 2 - tail_high
+    low_value, high_value, low_slope, high_slope = _tails(
+        TABLE, SLOPES, h, H, stride_th, low_at, high_at, TAILS, LINEAR
+    )
     # The high tail, the blocks that read the table, the low tail (one part without tails).
-    for part in tl.static_range(3 if FLAT_TAILS else 1):
-        start, end, value = _part(part, begin, high_end, low_start, M, high_value, low_value)
+    for part in tl.static_range(3 if TAILS else 1):
+        start, end = _part(part, begin, high_end, low_start, M)
         for start_m in range(start, end, BLOCK_M):
             dk, dv = _dk_dv_step(
                 dk, dv, k, v, start_m, offs_n, start_n, offs_d, offs_dv, b, h, LSE + bh * rows,
@@ -611,7 +662,9 @@ def _backward_dk_dv(
                 table_shift, UNTIE, untie_row, untie_column, KEYS,
                 stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb, HAS_TABLE,
                 HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, BLOCK_M, EVEN_D, EVEN_DV,
-                KEY_MAJOR, FLAT=FLAT_TAILS & (part != 1), flat_value=value,
+                KEY_MAJOR, TAIL=TAILS & (part != 1), tail_value=_pick(part, high_value, low_value),
+                LINEAR=LINEAR, slope=_pick(part, high_slope, low_slope),
+                base=M - 1 - _pick(part, tail_high, tail_low),
             )  # fmt: skip
     tl.store(
         DK + b * sdkb + h * sdkh + offs_n[:, None] * sdkn + offs_d[None, :],
@@ -637,11 +690,12 @@ def _dq_step(
     CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
     SEGMENT_GRAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, DIAGONALS: tl.constexpr,
-    MASK_TAIL: tl.constexpr, FLAT: tl.constexpr = False, flat_value=0.0,
+    MASK_TAIL: tl.constexpr, TAIL: tl.constexpr = False, tail_value=0.0,
+    LINEAR: tl.constexpr = False, slope=0.0, base=0,
 ):  # fmt: skip
     """One key block's share of a query block's dQ, and of the tables' gradients; returns dQ
     and the tile's dS as the offset table sees it (the circular skew's sums are carried by the
-    caller, `_carried_diagonal_sums`; a FLAT tile's, one value, summed by the caller too)."""
+    caller, `_carried_diagonal_sums`; a TAIL tile's, one value, summed by the caller too)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k = _load_tile(K + b * skb + h * skh, offs_n, skn, N, offs_d, D, EVEN_D)
     v = _load_tile(V + b * svb + h * svh, offs_n, svn, N, offs_dv, DV, EVEN_DV)
@@ -650,10 +704,10 @@ def _dq_step(
         table_shift, UNTIE, untie_row, untie_column, KEYS, stride_kb,
         first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
         HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, MASK_TAIL,
-        FLAT=FLAT, flat_value=flat_value,
+        TAIL=TAIL, tail_value=tail_value, LINEAR=LINEAR, slope=slope,
     )  # fmt: skip
-    if FLAT:  # s is less flat_value (`_scores`)
-        lse -= flat_value
+    if TAIL:  # s is less its rows' part (`_scores`)
+        lse -= _tail_shift(tail_value, slope, base, start_n, start_m, offs_m.shape[0], LINEAR)
     p = tl.exp2(s - lse[:, None])
     dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
     ds = p * (dp - delta[:, None])
@@ -664,7 +718,7 @@ def _dq_step(
         if _holds_untie(start_m, start_n, BLOCK_M, BLOCK_N, untie_row, untie_column):
             untied = _untied_positions(offs_m[:, None], offs_n[None, :], untie_row, untie_column)
             ds_table = tl.where(untied, 0.0, ds)
-    if TABLE_GRAD & (DIAGONALS != BLOCK_N) & (not FLAT):  # wide: here; circular: the caller
+    if TABLE_GRAD & (DIAGONALS != BLOCK_N) & (not TAIL):  # wide: here; circular: the caller
         _add_diagonal_sums(
             ds_table, start_m, start_n, h, DTABLE, stride_dth, table_shift, table_len,
             BLOCK_M, BLOCK_N, DIAGONALS,
@@ -691,27 +745,27 @@ def _dq_step(
 
 @triton.jit
 def _backward_dq_dtable(
-    Q, K, V, OUT, DO, LSE, DELTA, DQ, TABLE, DTABLE, UNTIE, DUNTIE, KEYS, FIRST, SEGMENTS,
+    Q, K, V, OUT, DO, LSE, DELTA, DQ, TABLE, SLOPES, DTABLE, UNTIE, DUNTIE, KEYS, FIRST, SEGMENTS,
     SEGMENT_IDS, DSEGMENTS,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, sdob, sdoh, sdom,
     sdqb, sdqh, sdqm,
     stride_th, stride_tk, stride_dtb, stride_dth, stride_kb, stride_sb,
-    H, M, N, D, DV, q_start, rows, table_shift, table_len, untie_row, untie_column, flat_low,
-    flat_high, scale, scale2,
+    H, M, N, D, DV, q_start, rows, table_shift, table_len, untie_row, untie_column, tail_low,
+    tail_high, scale, scale2,
     HAS_TABLE: tl.constexpr, TABLE_GRAD: tl.constexpr, HAS_UNTIE: tl.constexpr,
     UNTIE_GRAD: tl.constexpr, HAS_KEYS: tl.constexpr,
     CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
     SEGMENT_GRAD: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, DIAGONALS: tl.constexpr,
-    MASK_TAIL: tl.constexpr, FLAT_TAILS: tl.constexpr,
+    MASK_TAIL: tl.constexpr, TAILS: tl.constexpr, LINEAR: tl.constexpr,
 ):  # fmt: skip
     """dQ of one query block over the keys it sees, and that block's share of dT (in the
     batch element's own copy of dT where stride_dtb is not 0). First D_i = sum_d dO_id O_id
     of its rows, in float32, kept for dK/dV (launched after): a kernel of its own was one
-    more launch from the host, which bounds a call at n=1024. FLAT_TAILS: as the forward's;
+    more launch from the host, which bounds a call at n=1024. TAILS: as the forward's;
     the tiles of a tail add their dS up in registers, and the sum goes to the tail's first
-    entry (flat_low or flat_high), where every entry of the tail sends its gradient."""
+    entry (tail_low or tail_high), where every entry of the tail sends its gradient."""
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
@@ -732,14 +786,13 @@ def _backward_dq_dtable(
     CARRIED: tl.constexpr = TABLE_GRAD & (DIAGONALS == BLOCK_N)
     near = tl.full([BLOCK_N], 0.0, tl.float32)
     far = tl.full([BLOCK_N], 0.0, tl.float32)
-    key_end, low_end, high_start, low_value, high_value = _key_parts(
-        start_m, q_start, first, N, TABLE, h, stride_th, flat_low, flat_high, M, BLOCK_M,
-        BLOCK_N, CAUSAL, FLAT_TAILS,
+    key_end, low_end, high_start, low_value, high_value, low_slope, high_slope = _key_parts(
+        start_m, q_start, first, N, TABLE, SLOPES, h, H, stride_th, tail_low, tail_high, M,
+        BLOCK_M, BLOCK_N, CAUSAL, TAILS, LINEAR,
     )  # fmt: skip
     # The low tail, the blocks that read the table, the high tail (one part without tails).
-    for part in tl.static_range(3 if FLAT_TAILS else 1):
-        start, end, value = _part(part, 0, low_end, high_start, key_end, low_value, high_value)
-        entry = flat_low if part == 0 else flat_high  # where a tail's gradient goes
+    for part in tl.static_range(3 if TAILS else 1):
+        start, end = _part(part, 0, low_end, high_start, key_end)
         tail = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)
         for start_n in range(start, end, BLOCK_N):
             dq, ds_table = _dq_step(
@@ -749,18 +802,24 @@ def _backward_dq_dtable(
                 table_len, KEYS, stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS,
                 stride_sb, DSEGMENTS, HAS_TABLE, TABLE_GRAD, HAS_UNTIE, UNTIE_GRAD, HAS_KEYS,
                 CAUSAL, PRECISION, NUM_SEGMENTS, SEGMENT_GRAD, BLOCK_M, BLOCK_N, EVEN_D, EVEN_DV,
-                DIAGONALS, MASK_TAIL, FLAT=FLAT_TAILS & (part != 1), flat_value=value,
+                DIAGONALS, MASK_TAIL, TAIL=TAILS & (part != 1),
+                tail_value=_pick(part, low_value, high_value), LINEAR=LINEAR,
+                slope=_pick(part, low_slope, high_slope),
+                base=M - 1 - _pick(part, tail_low, tail_high),
             )  # fmt: skip
-            if TABLE_GRAD & FLAT_TAILS & (part != 1):
+            if TABLE_GRAD & TAILS & (part != 1):
                 tail += ds_table
             elif CARRIED:
                 near, far = _carried_diagonal_sums(
                     ds_table, near, far, start_m, start_n, h, DTABLE_B, stride_dth, table_shift,
                     table_len, BLOCK_M, BLOCK_N,
                 )  # fmt: skip
-        if TABLE_GRAD & FLAT_TAILS & (part != 1):  # (compiled in or out; the test at run time)
+        if TABLE_GRAD & TAILS & (part != 1):  # (compiled in or out; the test at run time)
             if end > start:
                 total = tl.reduce(tl.reduce(tail, 1, _add), 0, _add)
+                # The tail's gradient goes to its bound (flat tails: a table with a
+                # gradient has no linear ones, `tail_rules`).
+                entry = _pick(part, tail_low, tail_high)
                 tl.atomic_add(DTABLE_B + h * stride_dth + entry, total, sem="relaxed")
         elif CARRIED:  # noqa: SIM102 (as above)
             # The two runs still carried, where a block past the last would have added them.
@@ -866,15 +925,15 @@ def launch_choice() -> str:
     return environment_choice("POSATTN_TRITON_LAUNCH", LAUNCHES)
 
 
-# Whether a table's flat tails (`table_bias_attention`'s `flat`: T5's buckets past
-# max_distance, DIET-REL's clipped offsets) are read as one value per head in loops of their
-# own ("on") or from the table like any other entry ("off"). Chosen by
-# POSATTN_TRITON_FLAT_TAILS; the tile sweep times both.
-FLAT_TAILS = ("on", "off")
+# Whether a table's tails (`table_bias_attention`'s `tails`: T5's buckets past max_distance,
+# DIET-REL's clipped offsets, ALiBi's lines) run in loops of their own without reading the
+# table ("on") or read it like any other entry ("off"). Chosen by POSATTN_TRITON_TABLE_TAILS;
+# the tile sweep times both.
+TAIL_CHOICES = ("on", "off")
 
 
-def flat_tails_choice() -> str:
-    return environment_choice("POSATTN_TRITON_FLAT_TAILS", FLAT_TAILS)
+def tails_choice() -> str:
+    return environment_choice("POSATTN_TRITON_TABLE_TAILS", TAIL_CHOICES)
 
 
 _DIRECT: dict[object, DirectLaunch] = {}
@@ -919,12 +978,13 @@ def head_block(size: int) -> int:
 
 def kernel_flags(
     dtype: torch.dtype, D: int, DV: int, *, has_table: bool, has_keys: bool, causal: bool,
-    num_segments: int, has_untie: bool = False, flat_tails: bool = False,
+    num_segments: int, has_untie: bool = False, tails: bool = False, linear_tails: bool = False,
 ) -> dict:  # fmt: skip
     """The compile-time flags every kernel of one call shares."""
     return dict(
         HAS_TABLE=has_table,
-        FLAT_TAILS=has_table and flat_tails,
+        TAILS=has_table and tails,
+        LINEAR=has_table and tails and linear_tails,
         HAS_UNTIE=has_untie,
         HAS_KEYS=has_keys,
         CAUSAL=causal,
@@ -966,7 +1026,7 @@ SETTING_VARIABLES = (
     "POSATTN_TRITON_SKEW",
     "POSATTN_TRITON_TABLE_GRAD",
     "POSATTN_TRITON_LAUNCH",
-    "POSATTN_TRITON_FLAT_TAILS",
+    "POSATTN_TRITON_TABLE_TAILS",
 )
 
 
@@ -983,7 +1043,7 @@ class CallSettings:
     skew: str
     grad_mode: str
     launch_mode: str
-    flat_tails: bool
+    tails: bool
 
 
 def call_settings(device: torch.device) -> CallSettings:
@@ -1008,7 +1068,7 @@ def _settings(device_type: str, environment: tuple, choose_tiles, choose_schedul
         skew=skew_choice(),
         grad_mode=table_grad_mode(),
         launch_mode=launch_choice(),
-        flat_tails=flat_tails_choice() == "on",
+        tails=tails_choice() == "on",
     )
 
 
@@ -1101,7 +1161,7 @@ class TableBiasAttention(torch.autograd.Function):
     @staticmethod
     def forward(
         ctx, q, k, v, table, keys, first, causal, q_start, scale, segments, segment_ids, untie,
-        column_value, grad_enabled, flat,
+        column_value, grad_enabled, tails, tail_slopes,
     ):  # fmt: skip
         q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
         batch, heads, M, D = q.shape
@@ -1128,11 +1188,15 @@ class TableBiasAttention(torch.autograd.Function):
         flags = kernel_flags(
             q.dtype, D, DV, has_table=table is not None, has_keys=keys is not None,
             causal=causal, num_segments=0 if segments is None else math.isqrt(segments.shape[-1]),
-            has_untie=untie is not None, flat_tails=flat is not None and settings.flat_tails,
+            has_untie=untie is not None, tails=tails is not None and settings.tails,
+            linear_tails=tail_slopes is not None,
         )  # fmt: skip
         # The tails' bounds inside the table: an entry past either end is a tail of one.
-        flat_low, flat_high = (0, M + N - 2) if flat is None else flat
-        flat_low, flat_high = min(max(flat_low, 0), M + N - 2), min(max(flat_high, 0), M + N - 2)
+        tail_low, tail_high = (0, M + N - 2) if tails is None else tails
+        slopes = absent(device, float32)
+        if flags["LINEAR"]:  # in the table's base-2 units, low then high
+            slopes = (torch.stack(tail_slopes).float() * LOG2E).contiguous()
+        tail_low, tail_high = min(max(tail_low, 0), M + N - 2), min(max(tail_high, 0), M + N - 2)
         grid = (blocks(M, block_m), batch * heads)
         # dK/dV key-major reads the table reversed, whose copies are made here with the
         # forward's.
@@ -1144,30 +1208,34 @@ class TableBiasAttention(torch.autograd.Function):
         )
         launch(
             _forward, grid, settings.launch_mode,
-            (q, k, v, out, lse, copies, untie32, keys_, first_, segments32, ids),
+            (q, k, v, out, lse, copies, slopes, untie32, keys_, first_, segments32, ids),
             (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
              copies.stride(0), copies.stride(1), keys_.stride(0), ids.stride(0),
-             heads, M, N, D, DV, q_start, rows, M - 1, untie_row, untie_column, flat_low,
-             flat_high, scale * LOG2E),
+             heads, M, N, D, DV, q_start, rows, M - 1, untie_row, untie_column, tail_low,
+             tail_high, scale * LOG2E),
             dict(BLOCK_M=block_m, BLOCK_N=block_n, MASK_TAIL=N % block_n != 0, **flags,
                  **settings.schedules["forward"]),
         )  # fmt: skip
-        ctx.save_for_backward(q, k, v, out, lse, copies, untie32, keys_, first_, segments32, ids)
+        ctx.save_for_backward(
+            q, k, v, out, lse, copies, slopes, untie32, keys_, first_, segments32, ids
+        )
         ctx.table_shape = None if table is None else table.shape
         ctx.call, ctx.rows = settings, rows
         ctx.settings = (scale, q_start, flags, table is not None and table.requires_grad)
         ctx.untie = (untie_row, untie_column, untie is not None and column_value.requires_grad)
-        ctx.flat = (flat_low, flat_high)
+        ctx.tails = (tail_low, tail_high)
         ctx.segment_grad = segments is not None and segments.requires_grad
         ctx.dtypes = tuple(None if t is None else t.dtype for t in (table, segments, column_value))
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, out, lse, copies, untie32, keys_, first_, segments32, ids = ctx.saved_tensors
+        q, k, v, out, lse, copies, slopes, untie32, keys_, first_, segments32, ids = (
+            ctx.saved_tensors
+        )
         scale, q_start, flags, table_grad = ctx.settings
         untie_row, untie_column, untie_grad = ctx.untie
-        flat_low, flat_high = ctx.flat
+        tail_low, tail_high = ctx.tails
         grad_out = last_dim_contiguous(grad_out)
         batch, heads, M, D = q.shape
         N, DV = k.shape[-2], v.shape[-1]
@@ -1192,12 +1260,12 @@ class TableBiasAttention(torch.autograd.Function):
         common = (heads, M, N, D, DV, q_start, rows)
         launch(
             _backward_dq_dtable, (blocks(M, tile.block_m), batch * heads), settings.launch_mode,
-            (q, k, v, out, grad_out, lse, delta, dq, copies, dtable, untie32, duntie, keys_,
-             first_, segments32, ids, dsegments),
+            (q, k, v, out, grad_out, lse, delta, dq, copies, slopes, dtable, untie32, duntie,
+             keys_, first_, segments32, ids, dsegments),
             (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
              *grad_out.stride()[:3], *dq.stride()[:3], copies.stride(0), copies.stride(1),
              stride_dtb, stride_dth, keys_.stride(0), ids.stride(0),
-             *common, M - 1, M + N - 1, untie_row, untie_column, flat_low, flat_high, scale,
+             *common, M - 1, M + N - 1, untie_row, untie_column, tail_low, tail_high, scale,
              scale * LOG2E),
             dict(TABLE_GRAD=table_grad, UNTIE_GRAD=untie_grad, SEGMENT_GRAD=ctx.segment_grad,
                  BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, MASK_TAIL=N % tile.block_n != 0,
@@ -1211,12 +1279,12 @@ class TableBiasAttention(torch.autograd.Function):
             keys_copies, keys_shift = copies[:, 4:], N - 1
         launch(
             _backward_dk_dv, (blocks(N, keys_tile.block_n), batch * heads), settings.launch_mode,
-            (q, k, v, grad_out, lse, delta, dk, dv, keys_copies, untie32, keys_, first_,
+            (q, k, v, grad_out, lse, delta, dk, dv, keys_copies, slopes, untie32, keys_, first_,
              segments32, ids),
             (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
              *dk.stride()[:3], *dv.stride()[:3], keys_copies.stride(0), keys_copies.stride(1),
              keys_.stride(0), ids.stride(0),
-             *common, keys_shift, untie_row, untie_column, flat_low, flat_high, scale,
+             *common, keys_shift, untie_row, untie_column, tail_low, tail_high, scale,
              scale * LOG2E),
             dict(BLOCK_M=keys_tile.block_m, BLOCK_N=keys_tile.block_n,
                  KEY_MAJOR=settings.key_major, **flags, **settings.schedules["dk_dv"]),
@@ -1228,7 +1296,7 @@ class TableBiasAttention(torch.autograd.Function):
         grad_untie = duntie.to(ctx.dtypes[2]) if untie_grad else None
         return (
             dq, dk, dv, grad_table, None, None, None, None, None, grad_segments, None, None,
-            grad_untie, None, None,
+            grad_untie, None, None, None,
         )  # fmt: skip
 
 
@@ -1246,7 +1314,8 @@ def table_bias_attention(
     segments: Tensor | None = None,
     segment_ids: Tensor | None = None,
     untie: tuple[int, int, Tensor] | None = None,
-    flat: tuple[int, int] | None = None,
+    tails: tuple[int, int] | None = None,
+    tail_slopes: tuple[Tensor, Tensor] | None = None,
 ) -> Tensor:
     """q [B, H, M, D], k [B, H, N, D], v [B, H, N, DV] -> [B, H, M, DV].
 
@@ -1259,18 +1328,29 @@ def table_bias_attention(
     untie: (row, column, values [H]), TUPE's [CLS] untie on the table's bias (on zeros
         without a table): bias[h, row, :] = 0 and bias[h, i, column] = values[h] for
         i != row (`posattn.toeplitz.ClsUntie`), or None.
-    flat: (low, high) with low <= high, where the table is flat by construction: every entry
-        at an index <= low is the entry at low, made from the same parameter (so that the
-        gradient of them all may go to that one), and likewise >= high (T5's buckets past
-        max_distance, a clipped offset). Tiles inside a tail then add one value per head and
-        sum their gradient in registers; nothing is checked against the table's values.
+    tails: (low, high) table indices, low <= high, past which the table is known by
+        construction: flat (every entry at an index <= low is the entry at low, made from the
+        same parameter, so that the gradient of them all may go to that one; likewise >=
+        high: T5's buckets past max_distance, a clipped offset), or with `tail_slopes` a line.
+        Tiles inside a tail then read no table, nor sum their gradient along diagonals;
+        nothing is checked against the table's values (`posattn.toeplitz.TableTails`).
+    tail_slopes: ([H], [H]), the low and the high tail's slope per index: table[t] =
+        table[bound] + slope (t - bound) past a bound (ALiBi), for a table that takes no
+        gradient and has no untie; or None (flat tails).
     """
     if table is not None:
         require_table_shape("table.shape", table, q, k)
-    if flat is not None:
+    if tails is not None:
         require(
-            len(flat) == 2 and all(isinstance(x, int) for x in flat) and flat[0] <= flat[1],
-            "flat", flat, "(low, high): integer table indices with low <= high",
+            len(tails) == 2 and all(isinstance(x, int) for x in tails) and tails[0] <= tails[1],
+            "tails", tails, "(low, high): integer table indices with low <= high",
+        )  # fmt: skip
+    if tail_slopes is not None:
+        learned = table is not None and table.requires_grad and torch.is_grad_enabled()
+        require(
+            tails is not None and not learned and untie is None,
+            "tail_slopes", "given", "linear tails with `tails`, for a table that takes no "
+            "gradient and has no untie (a line's gradient is not one entry's)",
         )  # fmt: skip
     rule, column_value = (None, None) if untie is None else (untie[:2], untie[2])
     # A float whatever it was given as: Triton compiles an integer 1 as a constant and a float
@@ -1278,5 +1358,5 @@ def table_bias_attention(
     # grad is on is read here: inside the forward it is always off.
     return TableBiasAttention.apply(
         q, k, v, table, keys, first_real, causal, int(query_start), float(scale), segments,
-        segment_ids, rule, column_value, torch.is_grad_enabled(), flat,
+        segment_ids, rule, column_value, torch.is_grad_enabled(), tails, tail_slopes,
     )  # fmt: skip
