@@ -79,7 +79,7 @@ check() {
         >"$work/gpu-tests-untie.log" 2>&1 || true
     tail -n 3 "$work/gpu-tests-untie.log"
     # The tiles: each candidate checked, then timed; the fastest are used below.
-    timeout "${TILE_SECONDS:-120}" "$PYTHON" scripts/triton_tiles.py "$work" 2>&1 |
+    timeout "${TILE_SECONDS:-150}" "$PYTHON" scripts/triton_tiles.py "$work" 2>&1 |
         tee "$work/tiles.log" | tail -n 36 || true
     # shellcheck disable=SC1091
     [ -f "$work/tiles.env" ] && source "$work/tiles.env"

@@ -4,9 +4,10 @@ tiles) as a ratio to bias-free flash SDPA in the same process; then dK/dV as it 
 tile was split (query-major at dQ's 64 x 32), and at the best tiles where the table's gradient
 is added (one shared table or one per batch element) and how dQ skews its tiles for it
 (zero-padded or rotated in place); then a table flat past offset +-128 (T5's buckets at its
-default max_distance) with its tails read as one value per head and from the table like the
-rest (POSATTN_TRITON_TABLE_TAILS on / off). Writes tiles.env (the fastest correct tiles and choices,
-as the POSATTN_TRITON_* variables `posattn.kernels.triton_bias` reads) and tiles.json.
+default max_distance) and ALiBi's lines with their tails handled without the table and read
+from it (POSATTN_TRITON_TABLE_TAILS on / off). Writes tiles.env (the fastest correct tiles and
+choices, as the POSATTN_TRITON_* variables `posattn.kernels.triton_bias` reads) and
+tiles.json.
 
     PYTHONPATH=. python scripts/triton_tiles.py OUT_DIR [--length 4096]
 """
@@ -22,6 +23,7 @@ import torch
 import triton.testing
 from torch.nn import functional as F
 
+from posattn.encodings.alibi import alibi_slopes
 from posattn.kernels.triton_bias import (
     DK_DV_ORDERS,
     GPU_TILES,
@@ -169,7 +171,7 @@ def main() -> None:
     # how dQ skews each half tile for its diagonal sums (zero-padded or rotated in place).
     keep_fastest("TABLE_GRAD", "dT", TABLE_GRAD_MODES)
     keep_fastest("SKEW", "skew", SKEWS)
-    rows.extend(flat_tail_rows(n, time, flash))
+    rows.extend(tail_rows(n, time, flash))
     for kind in ("forward", "training"):
         train = kind == "training"
         floor, ms = time(flash, train), time(bias_free, train)
@@ -191,58 +193,77 @@ def main() -> None:
     print("\n".join(lines))
 
 
-def flat_tail_rows(n: int, time, flash) -> list[dict]:
-    """Forward and forward + backward of a T5-like table flat past +-FLAT_DISTANCE, its tails
-    read as one value per head (`flat`) and, POSATTN_TRITON_TABLE_TAILS=off, from the table;
-    error: the largest relative difference of the output and every gradient between the two
-    (the second is the kernel the reference check above covers)."""
+def tail_rows(n: int, time, flash) -> list[dict]:
+    """Forward and forward + backward with a table's tails handled without reading it
+    (`tails`) and, POSATTN_TRITON_TABLE_TAILS=off, read from the table: a T5-like table flat
+    past +-FLAT_DISTANCE (its parameter takes a gradient), then ALiBi's fixed table, lines on
+    either side of offset 0 (`tail_slopes`); then the flat one's forward at wider key blocks."""
     q, k, v, parameter = inputs(BATCH, n, torch.bfloat16)
-    index = torch.arange(2 * n - 1, device=q.device).clamp(
-        n - 1 - FLAT_DISTANCE, n - 1 + FLAT_DISTANCE
-    )
-    flat = (n - 1 - FLAT_DISTANCE, n - 1 + FLAT_DISTANCE)
+    offsets = torch.arange(2 * n - 1, device=q.device) - (n - 1)
+    index = offsets.clamp(-FLAT_DISTANCE, FLAT_DISTANCE) + n - 1
+    slopes = alibi_slopes(HEADS).to(q.device)
+    alibi = (-slopes[:, None] * offsets.abs()).float()
     grad = torch.randn_like(q)
-
-    def run(train: bool):
-        with torch.set_grad_enabled(train):
-            out = table_bias_attention(q, k, v, scale=HEAD_DIM**-0.5, table=parameter[:, index],
-                                       tails=flat)  # fmt: skip
-            if train:
-                out.backward(grad)
-            return out
-
-    results = {}
-    for value in ("off", "on"):
-        os.environ["POSATTN_TRITON_TABLE_TAILS"] = value
-        for tensor in (q, k, v, parameter):
-            tensor.grad = None
-        out = run(True)
-        results[value] = [out.detach()] + [t.grad.clone() for t in (q, k, v, parameter)]
-    error = max(relative_error(a, b.float()) for a, b in zip(*results.values(), strict=True))
-    rows = []
-
-    def timed(kind: str, tile: str, train: bool) -> None:
-        floor, ms = time(flash, train), time(run, train)
-        rows.append(dict(kind=kind, tile=tile, error=error, ok=error < 2e-2, ms=ms,
-                         ratio=ms / floor))  # fmt: skip
-        print(json.dumps(rows[-1]), flush=True)
-
-    for train in (False, True):
-        for value in ("off", "on"):
-            os.environ["POSATTN_TRITON_TABLE_TAILS"] = value
-            timed(f"{'training' if train else 'forward'} flat {value}", f"+-{FLAT_DISTANCE}", train)
+    flat = tail_call(q, k, v, grad, lambda: parameter[:, index],
+                     dict(tails=(n - 1 - FLAT_DISTANCE, n - 1 + FLAT_DISTANCE)))  # fmt: skip
+    lines = tail_call(q, k, v, grad, lambda: alibi,
+                      dict(tails=(n - 1, n - 1), tail_slopes=(slopes, -slopes)))  # fmt: skip
+    rows = on_and_off("flat", flat, (q, k, v, parameter), time, flash)
+    rows += on_and_off("lines", lines, (q, k, v), time, flash)
     # In the tails a wider key block issues fewer instructions per score (sm_90 counts,
     # scripts/triton_resources.py "flat": 455 per 1000 at 128 x 32, 340 at 128 x 64, 276 at
     # 128 x 128): the forward at those, flat tails on.
     kept = os.environ.get("POSATTN_TRITON_FORWARD")
+    os.environ["POSATTN_TRITON_TABLE_TAILS"] = "on"
     for tile in FLAT_FORWARD_TILES:
         os.environ["POSATTN_TRITON_FORWARD"] = tile
-        timed("forward flat on", tile, False)
+        floor, ms = time(flash, False), time(flat, False)
+        rows.append(dict(kind="forward flat on", tile=tile, error=rows[0]["error"],
+                         ok=rows[0]["ok"], ms=ms, ratio=ms / floor))  # fmt: skip
+        print(json.dumps(rows[-1]), flush=True)
     if kept is None:
         del os.environ["POSATTN_TRITON_FORWARD"]
     else:
         os.environ["POSATTN_TRITON_FORWARD"] = kept
     del os.environ["POSATTN_TRITON_TABLE_TAILS"]
+    return rows
+
+
+def tail_call(q, k, v, grad, table_of, tail_options: dict):
+    """run(train): one call with the table `table_of()` and its tails, backward if train."""
+
+    def run(train: bool):
+        with torch.set_grad_enabled(train):
+            out = table_bias_attention(q, k, v, scale=HEAD_DIM**-0.5, table=table_of(),
+                                       **tail_options)  # fmt: skip
+            if train:
+                out.backward(grad)
+            return out
+
+    return run
+
+
+def on_and_off(label: str, run, leaves: tuple, time, flash) -> list[dict]:
+    """`run`'s forward and training, tails off then on, timed against flash; error: the
+    largest relative difference of the output and the leaves' gradients between the two (off
+    is the kernel the reference check above covers)."""
+    results = {}
+    for value in ("off", "on"):
+        os.environ["POSATTN_TRITON_TABLE_TAILS"] = value
+        for tensor in leaves:
+            tensor.grad = None
+        out = run(True)
+        results[value] = [out.detach()] + [t.grad.clone() for t in leaves]
+    error = max(relative_error(a, b.float()) for a, b in zip(*results.values(), strict=True))
+    rows = []
+    for train in (False, True):
+        for value in ("off", "on"):
+            os.environ["POSATTN_TRITON_TABLE_TAILS"] = value
+            floor, ms = time(flash, train), time(run, train)
+            kind = f"{'training' if train else 'forward'} {label} {value}"
+            rows.append(dict(kind=kind, tile="", error=error, ok=error < 2e-2, ms=ms,
+                             ratio=ms / floor))  # fmt: skip
+            print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
