@@ -79,6 +79,8 @@ CASES = [
     (45, 45, True, True, 0),  # left-padded causal rows are opened to every key
     (1, 1, False, True, 0),
     (21, 40, True, True, 19),  # decoding rows [19, 40) over all keys
+    (70, 70, False, True, 0),  # causal without padding: blocks below the diagonal unmasked
+    (33, 64, False, True, 31),  # the same for decoding rows
     (17, 33, True, False, 0),  # cross-attention shape: a key mask, no table
 ]
 

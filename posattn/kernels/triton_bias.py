@@ -235,6 +235,32 @@ def _part(part: tl.constexpr, first, cut, second_cut, last):
 
 
 @triton.jit
+def _halves(half: tl.constexpr, begin, end, cut, BLOCK: tl.constexpr):
+    """Blocks [begin, end) cut at `cut` (a block start): half 0 [begin, mid), half 1 [mid,
+    end), mid = cut kept inside [begin, end)."""
+    mid = tl.multiple_of(tl.minimum(tl.maximum(cut, begin), end), BLOCK)
+    return (begin, mid) if half == 0 else (mid, end)
+
+
+@triton.jit
+def _keys_seen_whole(start_m, q_start, N, BLOCK_N: tl.constexpr):
+    """Causal: one past the last key block that every row of [start_m, ...) sees whole (at or
+    below the block's first row, inside N): those take no mask."""
+    return tl.multiple_of(tl.minimum((start_m + q_start + 1) // BLOCK_N, N // BLOCK_N) * BLOCK_N,
+                          BLOCK_N)  # fmt: skip
+
+
+@triton.jit
+def _queries_seeing_whole(start_n, q_start, N, M, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Causal: the first query block whose every row sees the keys [start_n, start_n +
+    BLOCK_N) whole (they are at or below its first row, inside N): it and the later ones take
+    no mask."""
+    first = (tl.maximum(start_n + BLOCK_N - 1 - q_start, 0) + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    last = (M + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    return tl.multiple_of(tl.where(start_n + BLOCK_N <= N, tl.minimum(first, last), last), BLOCK_M)
+
+
+@triton.jit
 def _pick(part: tl.constexpr, first, last):
     """What belongs to part 0 (`first`) or to part 2 (`last`) of a loop (`_part`)."""
     return first if part == 0 else last
@@ -460,20 +486,29 @@ def _forward(
         start_m, q_start, first, N, TABLE, SLOPES, h, H, stride_th, tail_low, tail_high, M,
         BLOCK_M, BLOCK_N, CAUSAL, TAILS, LINEAR,
     )  # fmt: skip
+    # Causal without padding: the key blocks below the diagonal take no mask (half 0).
+    SPLIT: tl.constexpr = CAUSAL & (not HAS_KEYS)
+    seen = _keys_seen_whole(start_m, q_start, N, BLOCK_N)
     # The low tail, the blocks that read the table, the high tail (one part without tails).
     for part in tl.static_range(3 if TAILS else 1):
         begin, end = _part(part, 0, low_end, high_start, key_end)
-        for start_n in range(begin, end, BLOCK_N):
-            acc, l_i, m_i = _forward_step(
-                acc, l_i, m_i, q, start_m, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
-                skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, stride_th, stride_tk,
-                table_shift, UNTIE, untie_row, untie_column, KEYS, stride_kb, first, q_start,
-                M, N, SEGMENTS, SEGMENT_IDS, stride_sb, HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL,
-                PRECISION, NUM_SEGMENTS, BLOCK_N, EVEN_D, EVEN_DV, MASK_TAIL,
-                TAIL=TAILS & (part != 1), tail_value=_pick(part, low_value, high_value),
-                LINEAR=LINEAR, slope=_pick(part, low_slope, high_slope),
-                base=M - 1 - _pick(part, tail_low, tail_high),
-            )  # fmt: skip
+        for half in tl.static_range(2 if SPLIT else 1):
+            first_n, end_n = begin, end
+            if SPLIT:
+                first_n, end_n = _halves(half, begin, end, seen, BLOCK_N)
+            for start_n in range(first_n, end_n, BLOCK_N):
+                acc, l_i, m_i = _forward_step(
+                    acc, l_i, m_i, q, start_m, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
+                    skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, stride_th, stride_tk,
+                    table_shift, UNTIE, untie_row, untie_column, KEYS, stride_kb, first, q_start,
+                    M, N, SEGMENTS, SEGMENT_IDS, stride_sb, HAS_TABLE, HAS_UNTIE, HAS_KEYS,
+                    CAUSAL & ((not SPLIT) | (half == 1)), PRECISION, NUM_SEGMENTS, BLOCK_N,
+                    EVEN_D, EVEN_DV, MASK_TAIL & ((not SPLIT) | (half == 1)),
+                    TAIL=TAILS & (part != 1), tail_value=_pick(part, low_value, high_value),
+                    LINEAR=LINEAR,
+                    slope=_pick(part, low_slope, high_slope),
+                    base=M - 1 - _pick(part, tail_low, tail_high),
+                )  # fmt: skip
     # A row that sees no key (out of range, or every key hidden) gives 0, not 0 / 0.
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     out = acc / l_safe[:, None]
@@ -651,21 +686,30 @@ def _backward_dk_dv(
     low_value, high_value, low_slope, high_slope = _tails(
         TABLE, SLOPES, h, H, stride_th, low_at, high_at, TAILS, LINEAR
     )
+    # Causal without padding: the query blocks that see this key block whole take no mask
+    # (half 1).
+    SPLIT: tl.constexpr = CAUSAL & (not HAS_KEYS)
+    seeing = _queries_seeing_whole(start_n, q_start, N, M, BLOCK_M, BLOCK_N)
     # The high tail, the blocks that read the table, the low tail (one part without tails).
     for part in tl.static_range(3 if TAILS else 1):
         start, end = _part(part, begin, high_end, low_start, M)
-        for start_m in range(start, end, BLOCK_M):
-            dk, dv = _dk_dv_step(
-                dk, dv, k, v, start_m, offs_n, start_n, offs_d, offs_dv, b, h, LSE + bh * rows,
-                DELTA + bh * rows, Q, DO,
-                sqb, sqh, sqm, sdob, sdoh, sdom, D, DV, scale2, TABLE, stride_th, stride_tk,
-                table_shift, UNTIE, untie_row, untie_column, KEYS,
-                stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb, HAS_TABLE,
-                HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, BLOCK_M, EVEN_D, EVEN_DV,
-                KEY_MAJOR, TAIL=TAILS & (part != 1), tail_value=_pick(part, high_value, low_value),
-                LINEAR=LINEAR, slope=_pick(part, high_slope, low_slope),
-                base=M - 1 - _pick(part, tail_high, tail_low),
-            )  # fmt: skip
+        for half in tl.static_range(2 if SPLIT else 1):
+            first_m, end_m = start, end
+            if SPLIT:
+                first_m, end_m = _halves(half, start, end, seeing, BLOCK_M)
+            for start_m in range(first_m, end_m, BLOCK_M):
+                dk, dv = _dk_dv_step(
+                    dk, dv, k, v, start_m, offs_n, start_n, offs_d, offs_dv, b, h,
+                    LSE + bh * rows, DELTA + bh * rows, Q, DO,
+                    sqb, sqh, sqm, sdob, sdoh, sdom, D, DV, scale2, TABLE, stride_th, stride_tk,
+                    table_shift, UNTIE, untie_row, untie_column, KEYS,
+                    stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb, HAS_TABLE,
+                    HAS_UNTIE, HAS_KEYS, CAUSAL & ((not SPLIT) | (half == 0)), PRECISION,
+                    NUM_SEGMENTS, BLOCK_M, EVEN_D, EVEN_DV, KEY_MAJOR, TAIL=TAILS & (part != 1),
+                    tail_value=_pick(part, high_value, low_value), LINEAR=LINEAR,
+                    slope=_pick(part, high_slope, low_slope),
+                    base=M - 1 - _pick(part, tail_high, tail_low),
+                )  # fmt: skip
     tl.store(
         DK + b * sdkb + h * sdkh + offs_n[:, None] * sdkn + offs_d[None, :],
         (dk * scale).to(DK.dtype.element_ty),
@@ -790,30 +834,39 @@ def _backward_dq_dtable(
         start_m, q_start, first, N, TABLE, SLOPES, h, H, stride_th, tail_low, tail_high, M,
         BLOCK_M, BLOCK_N, CAUSAL, TAILS, LINEAR,
     )  # fmt: skip
+    # Causal without padding: the key blocks below the diagonal take no mask (half 0); the
+    # carried sums run on across the two halves, which are contiguous.
+    SPLIT: tl.constexpr = CAUSAL & (not HAS_KEYS)
+    seen = _keys_seen_whole(start_m, q_start, N, BLOCK_N)
     # The low tail, the blocks that read the table, the high tail (one part without tails).
     for part in tl.static_range(3 if TAILS else 1):
         start, end = _part(part, 0, low_end, high_start, key_end)
         tail = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)
-        for start_n in range(start, end, BLOCK_N):
-            dq, ds_table = _dq_step(
-                dq, q, do, lse, delta, start_m, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
-                skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, DTABLE_B, stride_th,
-                stride_tk, stride_dth, table_shift, UNTIE, DUNTIE, untie_row, untie_column,
-                table_len, KEYS, stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS,
-                stride_sb, DSEGMENTS, HAS_TABLE, TABLE_GRAD, HAS_UNTIE, UNTIE_GRAD, HAS_KEYS,
-                CAUSAL, PRECISION, NUM_SEGMENTS, SEGMENT_GRAD, BLOCK_M, BLOCK_N, EVEN_D, EVEN_DV,
-                DIAGONALS, MASK_TAIL, TAIL=TAILS & (part != 1),
-                tail_value=_pick(part, low_value, high_value), LINEAR=LINEAR,
-                slope=_pick(part, low_slope, high_slope),
-                base=M - 1 - _pick(part, tail_low, tail_high),
-            )  # fmt: skip
-            if TABLE_GRAD & TAILS & (part != 1):
-                tail += ds_table
-            elif CARRIED:
-                near, far = _carried_diagonal_sums(
-                    ds_table, near, far, start_m, start_n, h, DTABLE_B, stride_dth, table_shift,
-                    table_len, BLOCK_M, BLOCK_N,
+        for half in tl.static_range(2 if SPLIT else 1):
+            first_n, end_n = start, end
+            if SPLIT:
+                first_n, end_n = _halves(half, start, end, seen, BLOCK_N)
+            for start_n in range(first_n, end_n, BLOCK_N):
+                dq, ds_table = _dq_step(
+                    dq, q, do, lse, delta, start_m, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
+                    skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, DTABLE_B, stride_th,
+                    stride_tk, stride_dth, table_shift, UNTIE, DUNTIE, untie_row, untie_column,
+                    table_len, KEYS, stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS,
+                    stride_sb, DSEGMENTS, HAS_TABLE, TABLE_GRAD, HAS_UNTIE, UNTIE_GRAD, HAS_KEYS,
+                    CAUSAL & ((not SPLIT) | (half == 1)), PRECISION, NUM_SEGMENTS, SEGMENT_GRAD,
+                    BLOCK_M, BLOCK_N, EVEN_D, EVEN_DV, DIAGONALS,
+                    MASK_TAIL & ((not SPLIT) | (half == 1)), TAIL=TAILS & (part != 1),
+                    tail_value=_pick(part, low_value, high_value), LINEAR=LINEAR,
+                    slope=_pick(part, low_slope, high_slope),
+                    base=M - 1 - _pick(part, tail_low, tail_high),
                 )  # fmt: skip
+                if TABLE_GRAD & TAILS & (part != 1):
+                    tail += ds_table
+                elif CARRIED:
+                    near, far = _carried_diagonal_sums(
+                        ds_table, near, far, start_m, start_n, h, DTABLE_B, stride_dth,
+                        table_shift, table_len, BLOCK_M, BLOCK_N,
+                    )  # fmt: skip
         if TABLE_GRAD & TAILS & (part != 1):  # (compiled in or out; the test at run time)
             if end > start:
                 total = tl.reduce(tl.reduce(tail, 1, _add), 0, _add)
