@@ -282,6 +282,24 @@ def test_tails_equal_eager_in_values_and_every_gradient(
     torch.testing.assert_close(table_bias_attention(*inputs, **common, tails=flat), honest)
 
 
+def test_wide_heads_read_the_table_in_dk_dv_and_their_tails_elsewhere():
+    """q and k 128 wide (TUPE-R's fold): dK/dV reads the whole table (`dk_dv_flags`: with the
+    tails, Triton 3.6 spilled there), the forward and dQ take the tails; values and every
+    gradient still equal eager's."""
+    from posattn.kernels.triton_bias import table_bias_attention
+
+    torch.manual_seed(6)
+    n, flat = 48, (30, 60)
+    q, k = (torch.randn(1, 2, n, 128, requires_grad=True) for _ in range(2))
+    v = torch.randn(1, 2, n, 64, requires_grad=True)
+    parameter = torch.randn(2, 2 * n - 1, requires_grad=True)
+    out = table_bias_attention(q, k, v, scale=0.1, table=clamped_table(parameter, flat),
+                               tails=flat)  # fmt: skip
+    bias = toeplitz_rows(clamped_table(parameter, flat), n, n)
+    reference = eager_attention(q, k, v, mask=None, bias=bias, scale=0.1)
+    assert_values_and_gradients_equal(out, reference, (q, k, v, parameter), torch.randn_like(out))
+
+
 # (n_q, n_k, query_start, (low, high), padded, causal): ALiBi's tails meet at offset 0 (index
 # n_k - 1), a general table's lines start further out.
 LINEAR_CASES = [

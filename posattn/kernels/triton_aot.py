@@ -20,7 +20,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from . import table_bias, triton_bias
-from .triton_bias import Tiles, diagonal_block, kernel_flags
+from .triton_bias import Tiles, diagonal_block, dk_dv_flags, kernel_flags
 
 # Pointer arguments of the kernels by name (q, k, v and their gradients in the inputs' dtype).
 TABLES = ("LSE", "DELTA", "TABLE", "SLOPES", "DTABLE", "UNTIE", "DUNTIE", "SEGMENTS", "DSEGMENTS")
@@ -57,7 +57,7 @@ def launches(
                {**flags, "BLOCK_M": forward.block_m, "BLOCK_N": forward.block_n,
                 "MASK_TAIL": mask_tail}, forward),
         Launch("dk_dv", triton_bias._backward_dk_dv,
-               {**flags, "BLOCK_M": dk_dv.block_m, "BLOCK_N": dk_dv.block_n,
+               {**dk_dv_flags(flags), "BLOCK_M": dk_dv.block_m, "BLOCK_N": dk_dv.block_n,
                 "KEY_MAJOR": key_major}, dk_dv),
         Launch("dq_dtable", triton_bias._backward_dq_dtable,
                {**flags, "BLOCK_M": dq.block_m, "BLOCK_N": dq.block_n, "TABLE_GRAD": table_grad,

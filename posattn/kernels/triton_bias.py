@@ -1050,6 +1050,16 @@ def kernel_flags(
     )
 
 
+def dk_dv_flags(flags: dict) -> dict:
+    """The dK/dV kernel's flags: without the table's tails where q and k are wider than 64
+    (TUPE-R's fold, 128): with them, Triton 3.6 (the lent GPU image's) spilled 256 bytes per
+    thread in its key-major 64 x 128 tile, holding 128-wide keys and their gradient; it reads
+    its table there as before (3.9 fitted it in 255 registers)."""
+    if flags["BLOCK_D"] <= 64:
+        return flags
+    return {**flags, "TAILS": False, "LINEAR": False}
+
+
 def blocks(length: int, block: int) -> int:
     """How many blocks of `block` cover `length`."""
     return -(-length // block)
@@ -1340,7 +1350,8 @@ class TableBiasAttention(torch.autograd.Function):
              *common, keys_shift, untie_row, untie_column, tail_low, tail_high, scale,
              scale * LOG2E),
             dict(BLOCK_M=keys_tile.block_m, BLOCK_N=keys_tile.block_n,
-                 KEY_MAJOR=settings.key_major, **flags, **settings.schedules["dk_dv"]),
+                 KEY_MAJOR=settings.key_major, **dk_dv_flags(flags),
+                 **settings.schedules["dk_dv"]),
         )  # fmt: skip
         if per_batch:
             dtable = dtable.sum(0)
