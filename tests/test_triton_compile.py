@@ -118,6 +118,17 @@ def assert_spill_free_warpgroup_mma(aot, launch) -> None:
     assert products["wgmma"] > 0 and products["mma.sync"] == 0, (launch.name, products)
 
 
+def loop_counts(aot, table_grad: bool = True, **rules) -> dict[str, list[int]]:
+    """Each kernel's loop instructions per warp and step (`each_loop_instructions`), bf16,
+    d_h=64, default tiles, whole key blocks, under these rules (`call_flags`)."""
+    from posattn.kernels.triton_bias import GPU_TILES
+
+    flags = aot.call_flags(torch.bfloat16, 64, **rules)
+    built = aot.launches(flags, GPU_TILES, table_grad, mask_tail=False)
+    return {launch.name: aot.each_loop_instructions(aot.compile_launch(launch, torch.bfloat16))
+            for launch in built}  # fmt: skip
+
+
 def test_a_tails_loops_issue_what_a_kernel_without_a_table_issues(aot):
     """The loops over a table's tails (`offset_tails`) read no table and skew no dS: per step,
     each issues at most a few instructions more than the same kernel without any table (its
@@ -126,20 +137,13 @@ def test_a_tails_loops_issue_what_a_kernel_without_a_table_issues(aot):
     blocks; when written, flat: forward 238 / 284 / 233 against 231 without a table, dK/dV
     368 / 446 / 355 against 341, dQ 211 / 408 / 208 against 192; ALiBi's lines, no table
     gradient: forward 243 / 284 / 240, dK/dV 422 / 450 / 407, dQ 218 / 268 / 217)."""
-    from posattn.kernels.triton_bias import GPU_TILES
-
-    def loops(table_grad=True, **rules):
-        flags = aot.call_flags(torch.bfloat16, 64, **rules)
-        built = aot.launches(flags, GPU_TILES, table_grad, mask_tail=False)
-        return {launch.name: aot.each_loop_instructions(aot.compile_launch(launch, torch.bfloat16))
-                for launch in built}  # fmt: skip
-
-    plain = loops(has_table=False)
-    for tails in (loops(tails=True), loops(False, tails=True, linear_tails=True)):
+    plain = loop_counts(aot, has_table=False)
+    for tails in (loop_counts(aot, tails=True),
+                  loop_counts(aot, False, tails=True, linear_tails=True)):  # fmt: skip
         for name, (low, between, high) in tails.items():
             assert max(low, high) <= plain[name][0] + 96 and max(low, high) < between, tails
             assert min(low, high) <= plain[name][0] + 32 or name == "dk_dv", tails
-    low, between, high = loops(tails=True)["dq_dtable"]
+    low, between, high = loop_counts(aot, tails=True)["dq_dtable"]
     assert max(low, high) < between * 2 / 3
 
 
@@ -150,15 +154,7 @@ def test_causal_blocks_below_the_diagonal_issue_what_unmasked_blocks_issue(aot):
     d_h=64, sm_90; when written, Triton 3.9: forward 283 / 375 against 277 unmasked and 343
     for every block masked before, dQ 415 / 512 against 388 and 464, dK/dV 452 / 570 against
     430 and 559; Triton 3.6's dK/dV 501 / 603 against 448)."""
-    from posattn.kernels.triton_bias import GPU_TILES
-
-    def loops(**rules):
-        flags = aot.call_flags(torch.bfloat16, 64, **rules)
-        built = aot.launches(flags, GPU_TILES, True, mask_tail=False)
-        return {launch.name: aot.each_loop_instructions(aot.compile_launch(launch, torch.bfloat16))
-                for launch in built}  # fmt: skip
-
-    unmasked, causal = loops(), loops(causal=True)
+    unmasked, causal = loop_counts(aot), loop_counts(aot, causal=True)
     for name, counts in causal.items():
         whole = counts[0] if name != "dk_dv" else counts[1]  # dK/dV: the later query blocks
         assert len(counts) == 2 and whole <= unmasked[name][0] + 64 and whole < max(counts)
