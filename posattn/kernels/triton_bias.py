@@ -96,12 +96,13 @@ GPU_TILES = {
 }
 
 
-# Reductions and zeros without triton.language.standard (tl.sum, tl.max, tl.zeros): those
-# are built when triton is imported (torch imports it), so under an interpreter switched
-# on later they would stay compiled-only.
-@triton.jit
-def _add(a, b):
-    return a + b
+# Sums and maxima reduce with triton.language.standard's own combine functions: the
+# interpreter recognises them and reduces in numpy, where a combine function of posattn's own
+# runs per element in Python (about 100x slower). tl.sum and tl.max themselves (and tl.zeros)
+# are not called: built when triton is imported (torch imports it), they stay compiled-only
+# under an interpreter switched on later; the combine functions are only compared there.
+_add = tl.standard._sum_combine
+_maximum = tl.standard._elementwise_max
 
 
 @triton.jit
@@ -109,9 +110,20 @@ def _add_triples(a, b, c, d, e, f):
     return a + d, b + e, c + f
 
 
+# Built for the interpreter (TRITON_INTERPRET=1 when this module was imported).
+_INTERPRETED = tl.constexpr(not isinstance(_add_triples, triton.runtime.JITFunction))
+
+
 @triton.jit
-def _maximum(a, b):
-    return tl.maximum(a, b)
+def _column_sums_of_three(a, b, c):
+    """The column sums of three tiles of one shape: compiled, one three-way reduction (one
+    pass over the tile); under the interpreter, three numpy sums (a three-way combine runs
+    there per element in Python)."""
+    if _INTERPRETED:
+        sums = tl.reduce(a, 0, _add), tl.reduce(b, 0, _add), tl.reduce(c, 0, _add)
+    else:
+        sums = tl.reduce((a, b, c), 0, _add_triples)
+    return sums
 
 
 @triton.jit
@@ -591,10 +603,8 @@ def _carried_diagonal_sums(
     skewed = tl.gather(ds, (column + rows) % BLOCK_N, axis=1)
     bottom = rows >= BLOCK_N
     wrapped = column + rows % BLOCK_N >= BLOCK_N
-    total, top_upper, bottom_lower = tl.reduce(
-        (skewed, tl.where(bottom | wrapped, 0.0, skewed), tl.where(bottom & wrapped, skewed, 0.0)),
-        0,
-        _add_triples,
+    total, top_upper, bottom_lower = _column_sums_of_three(
+        skewed, tl.where(bottom | wrapped, 0.0, skewed), tl.where(bottom & wrapped, skewed, 0.0)
     )
     index = start_n - start_m + table_shift - 2 * BLOCK_N + tl.arange(0, BLOCK_N)
     _add_to_table(DTABLE + h * stride_dth, index, far + bottom_lower, table_len)
