@@ -102,8 +102,9 @@ def test_values_and_every_gradient_equal_eager(n_q, n_k, padded, causal, query_s
     padding = None
     if padded:
         padding = torch.ones(batch, n_k, dtype=torch.bool)
-        padding[0, :7] = False
-        padding[1, n_k - 5 :] = False
+        # Padding over whole 16-key blocks, which the kernels skip (`_key_span`).
+        padding[0, :20] = False
+        padding[1, n_k - 20 :] = False
         padding[2] = False
     if with_table:
         mask = build_attention_mask(padding, n_k, causal, torch.device("cpu"), query_start)
@@ -127,6 +128,60 @@ def test_values_and_every_gradient_equal_eager(n_q, n_k, padded, causal, query_s
     torch.testing.assert_close(ours, reference, atol=2e-6, rtol=2e-5)
     for a, b in zip(grads, reference_grads, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+# (causal, query_start, hidden keys per batch element, tails): blocks of padding no row sees.
+RIGHT_AND_LEFT = (slice(50, 70), slice(0, 66))  # the left past where rows' high tails begin
+SKIPPED_CASES = [
+    (False, 0, RIGHT_AND_LEFT, False),
+    (False, 0, RIGHT_AND_LEFT, True),
+    (True, 0, (slice(45, 70), slice(40, 70)), True),  # right only: no row opened to every key
+    (True, 30, (slice(45, 70), slice(0, 10)), True),  # decoding rows [30, 70): none opened
+]
+
+
+@pytest.mark.parametrize(("causal", "query_start", "hidden", "with_tails"), SKIPPED_CASES)
+def test_blocks_of_padding_are_never_read(causal, query_start, hidden, with_tails):
+    """Key blocks before a batch element's first visible key or after its last, which no row
+    sees, are skipped by every kernel (`_key_span`, `_query_begin`), also where they lie between
+    a flat table's tails at +-10 or inside them: NaN in their keys and values leaves the
+    output and every gradient equal to eager's with zeros there (a block read and masked
+    multiplies its NaN by 0), dK and dV 0 there."""
+    from posattn.kernels import triton_bias
+
+    torch.manual_seed(4)
+    n_k, heads = 70, 2
+    n_q = n_k - query_start
+    block = triton_bias.INTERPRETER_TILES.block_n
+    padding = torch.ones(len(hidden), n_k, dtype=torch.bool)
+    poison = torch.zeros(len(hidden), 1, n_k, 1, dtype=torch.bool)
+    for row, keys in enumerate(hidden):
+        padding[row, keys] = False
+        # The whole blocks inside the hidden run (the last block ends at n_k).
+        stop = n_k if keys.stop == n_k else keys.stop // block * block
+        whole = range(-(-keys.start // block) * block, stop)
+        poison[row, 0, whole.start : whole.stop] = True
+    assert poison.any()
+    mask = build_attention_mask(padding, n_k, causal, torch.device("cpu"), query_start)
+    q = torch.randn(len(hidden), heads, n_q, 16, requires_grad=True)
+    parameter = torch.randn(heads, n_q + n_k - 1, requires_grad=True)
+    flat = (n_k - 11, n_k + 9) if with_tails else (0, n_q + n_k - 2)
+    tails = TableTails(*(x - (n_k - 1) for x in flat)) if with_tails else None
+    k, v = (torch.randn(len(hidden), heads, n_k, 16) for _ in range(2))
+    poisoned, clean = (
+        [torch.where(poison, fill, x).requires_grad_() for x in (k, v)] for fill in (torch.nan, 0.0)
+    )
+    tables = TableBias(offset=clamped_table(parameter, flat), offset_tails=tails)
+    ours = get_kernel("triton")(q, *poisoned, mask=mask, bias=None, scale=0.3, tables=tables)
+    bias = toeplitz_rows(clamped_table(parameter, flat), n_q, n_k)
+    reference = eager_attention(q, *clean, mask=mask, bias=bias, scale=0.3)
+    torch.testing.assert_close(ours, reference, atol=2e-6, rtol=2e-5)
+    grad = torch.randn_like(ours)
+    grads = torch.autograd.grad(ours, (q, parameter, *poisoned), grad)
+    expected = torch.autograd.grad(reference, (q, parameter, *clean), grad)
+    for name, a, b in zip(("q", "table", "k", "v"), grads, expected, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=name)
+    assert all((g.masked_select(poison) == 0).all() for g in grads[2:])
 
 
 def assert_values_and_gradients_equal(out, reference, leaves, grad) -> None:
@@ -231,12 +286,13 @@ def clamped_table(parameter: torch.Tensor, flat: tuple[int, int]) -> torch.Tenso
 
 
 def tail_test_mask(batch: int, n_k: int, padded: bool, causal: bool, start: int):
-    """The tails tests' mask: left padding in the first row, right in the second."""
+    """The tails tests' mask: left padding in the first row, right in the second, each over
+    a whole 16-key block (skipped) and part of another."""
     padding = None
     if padded:
         padding = torch.ones(batch, n_k, dtype=torch.bool)
-        padding[0, :5] = False
-        padding[1, n_k - 4 :] = False
+        padding[0, :20] = False
+        padding[1, n_k - 20 :] = False
     return build_attention_mask(padding, n_k, causal, torch.device("cpu"), start)
 
 

@@ -24,7 +24,7 @@ from .triton_bias import Tiles, diagonal_block, dk_dv_flags, kernel_flags
 
 # Pointer arguments of the kernels by name (q, k, v and their gradients in the inputs' dtype).
 TABLES = ("LSE", "DELTA", "TABLE", "SLOPES", "DTABLE", "UNTIE", "DUNTIE", "SEGMENTS", "DSEGMENTS")
-INDICES = {"KEYS": "*i8", "FIRST": "*i32", "SEGMENT_IDS": "*i32"}
+INDICES = {"KEYS": "*i8", "SPANS": "*i32", "SEGMENT_IDS": "*i32"}
 TENSORS = ("Q", "K", "V", "OUT", "DO", "DK", "DV_", "DQ")
 FLOATS = ("scale", "scale2")
 # Shared memory one block may take (bytes): Hopper (H100, H200), Ampere (A100).

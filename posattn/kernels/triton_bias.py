@@ -155,14 +155,47 @@ def _key_end(start_m, q_start, first, N, BLOCK_M: tl.constexpr, CAUSAL: tl.const
 
 
 @triton.jit
-def _query_begin(start_n, q_start, first, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
-    """The first query block whose rows may see keys [start_n, start_n + BLOCK_N)."""
+def _query_begin(start_n, q_start, first, SPANS, b, M, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, HAS_KEYS: tl.constexpr, CAUSAL: tl.constexpr):  # fmt: skip
+    """The first query block whose rows may see keys [start_n, start_n + BLOCK_N); with a key
+    mask, the end of the last where no row sees them: the block holds no visible key
+    (`_key_span`) and no row is opened to every key (causal, before its first real key). A
+    bound of its own for that case (only the opened rows) spilled Triton 3.6's dK/dV for
+    TUPE-R's 128-wide fold."""
     begin = 0
     if CAUSAL:
         begin = tl.where(
             q_start < first, 0, (tl.maximum(start_n - q_start, 0) // BLOCK_M) * BLOCK_M
         )
+    if HAS_KEYS:
+        hidden = (start_n + BLOCK_N <= tl.load(SPANS + 3 * b + 1)) | (
+            start_n >= tl.load(SPANS + 3 * b + 2)
+        )
+        if CAUSAL:
+            hidden = hidden & (q_start >= first)
+        begin = tl.where(hidden, (M + BLOCK_M - 1) // BLOCK_M * BLOCK_M, begin)
     return begin
+
+
+@triton.jit
+def _key_span(SPANS, b, start_m, q_start, first, N, BLOCK_M: tl.constexpr,
+              BLOCK_N: tl.constexpr, HAS_KEYS: tl.constexpr, CAUSAL: tl.constexpr):  # fmt: skip
+    """[begin, end) of the keys that rows [start_m, start_m + BLOCK_M) may see, begin a block
+    start: `_key_end`, and with a key mask the blocks between batch element b's first and
+    last visible key (SPANS [B, 3]: first real key, first and one past the last visible
+    key), so that blocks of padding are never read - unless a row of the block is opened to
+    every key (causal, before its first real key)."""
+    begin = 0
+    end = _key_end(start_m, q_start, first, N, BLOCK_M, CAUSAL)
+    if HAS_KEYS:
+        low = tl.load(SPANS + 3 * b + 1) // BLOCK_N * BLOCK_N
+        high = tl.load(SPANS + 3 * b + 2)
+        if CAUSAL:
+            opened = start_m + q_start < first
+            low, high = tl.where(opened, 0, low), tl.where(opened, N, high)
+        end = tl.maximum(tl.minimum(end, high), low)
+        begin = tl.multiple_of(low, BLOCK_N)
+    return begin, end
 
 
 @triton.jit
@@ -199,22 +232,28 @@ def _tail_query_blocks(start_n, begin, tail_low, tail_high, M, BLOCK_M: tl.const
 
 
 @triton.jit
-def _key_parts(start_m, q_start, first, N, TABLE, SLOPES, h, H, stride_th, tail_low, tail_high,
-               M, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-               TAILS: tl.constexpr, LINEAR: tl.constexpr):  # fmt: skip
+def _key_parts(start_m, q_start, first, N, SPANS, b, TABLE, SLOPES, h, H, stride_th, tail_low,
+               tail_high, M, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               HAS_KEYS: tl.constexpr, CAUSAL: tl.constexpr, TAILS: tl.constexpr,
+               LINEAR: tl.constexpr):  # fmt: skip
     """A query-major kernel's key blocks in parts (`_blocks`) and its tails (`_tails`):
-    (key_end, low_end, high_start, low value, high value, low slope, high slope) for rows
-    [start_m, start_m + BLOCK_M), each tail empty without TAILS."""
-    key_end = _key_end(start_m, q_start, first, N, BLOCK_M, CAUSAL)
+    (key_begin, key_end, low_end, high_start, low value, high value, low slope, high slope)
+    for rows [start_m, start_m + BLOCK_M) (`_key_span`), each tail empty without TAILS."""
+    key_begin, key_end = _key_span(
+        SPANS, b, start_m, q_start, first, N, BLOCK_M, BLOCK_N, HAS_KEYS, CAUSAL
+    )
     low_end, high_start = key_end, key_end
     if TAILS:
         low_end, high_start = _tail_key_blocks(
             start_m, key_end, tail_low, tail_high, M, BLOCK_M, BLOCK_N
         )
+        if HAS_KEYS:  # the blocks before the span are in no part
+            low_end = tl.multiple_of(tl.maximum(low_end, key_begin), BLOCK_N)
+            high_start = tl.multiple_of(tl.maximum(high_start, key_begin), BLOCK_N)
     low_value, high_value, low_slope, high_slope = _tails(
         TABLE, SLOPES, h, H, stride_th, tail_low, tail_high, TAILS, LINEAR
     )
-    return key_end, low_end, high_start, low_value, high_value, low_slope, high_slope
+    return key_begin, key_end, low_end, high_start, low_value, high_value, low_slope, high_slope
 
 
 @triton.jit
@@ -472,7 +511,7 @@ def _forward_step(
 
 @triton.jit
 def _forward(
-    Q, K, V, OUT, LSE, TABLE, SLOPES, UNTIE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS,
+    Q, K, V, OUT, LSE, TABLE, SLOPES, UNTIE, KEYS, SPANS, SEGMENTS, SEGMENT_IDS,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, stride_th, stride_tk, stride_kb,
     stride_sb,
     H, M, N, D, DV, q_start, rows, table_shift, untie_row, untie_column, tail_low, tail_high,
@@ -495,13 +534,15 @@ def _forward(
     q = _load_tile(Q + b * sqb + h * sqh, offs_m, sqm, M, offs_d, D, EVEN_D)
     first = 0
     if CAUSAL:
-        first = tl.load(FIRST + b)
+        first = tl.load(SPANS + 3 * b)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.full([BLOCK_M], 0.0, tl.float32)
     acc = tl.full([BLOCK_M, BLOCK_DV], 0.0, tl.float32)
-    key_end, low_end, high_start, low_value, high_value, low_slope, high_slope = _key_parts(
-        start_m, q_start, first, N, TABLE, SLOPES, h, H, stride_th, tail_low, tail_high, M,
-        BLOCK_M, BLOCK_N, CAUSAL, TAILS, LINEAR,
+    key_begin, key_end, low_end, high_start, low_value, high_value, low_slope, high_slope = (
+        _key_parts(
+            start_m, q_start, first, N, SPANS, b, TABLE, SLOPES, h, H, stride_th, tail_low,
+            tail_high, M, BLOCK_M, BLOCK_N, HAS_KEYS, CAUSAL, TAILS, LINEAR,
+        )
     )  # fmt: skip
     # Causal without padding: the key blocks below the diagonal take no mask (half 0).
     SPLIT: tl.constexpr = CAUSAL & (not HAS_KEYS)
@@ -509,7 +550,9 @@ def _forward(
     # The low tail, the blocks that read the table, the high tail (one part without tails).
     for part in tl.static_range(3 if TAILS else 1):
         for half in tl.static_range(2 if SPLIT else 1):
-            begin, end = _blocks(part, half, 0, low_end, high_start, key_end, seen, SPLIT, BLOCK_N)
+            begin, end = _blocks(
+                part, half, key_begin, low_end, high_start, key_end, seen, SPLIT, BLOCK_N
+            )
             for start_n in range(begin, end, BLOCK_N):
                 acc, l_i, m_i = _forward_step(
                     acc, l_i, m_i, q, start_m, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
@@ -658,7 +701,7 @@ def _dk_dv_step(
 
 @triton.jit
 def _backward_dk_dv(
-    Q, K, V, DO, LSE, DELTA, DK, DV_, TABLE, SLOPES, UNTIE, KEYS, FIRST, SEGMENTS, SEGMENT_IDS,
+    Q, K, V, DO, LSE, DELTA, DK, DV_, TABLE, SLOPES, UNTIE, KEYS, SPANS, SEGMENTS, SEGMENT_IDS,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom,
     sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, stride_th, stride_tk, stride_kb, stride_sb,
     H, M, N, D, DV, q_start, rows, table_shift, untie_row, untie_column, tail_low, tail_high,
@@ -682,10 +725,10 @@ def _backward_dk_dv(
     v = _load_tile(V + b * svb + h * svh, offs_n, svn, N, offs_dv, DV, EVEN_DV)
     first = 0
     if CAUSAL:
-        first = tl.load(FIRST + b)
+        first = tl.load(SPANS + 3 * b)
     dk = tl.full([BLOCK_N, BLOCK_D], 0.0, tl.float32)
     dv = tl.full([BLOCK_N, BLOCK_DV], 0.0, tl.float32)
-    begin = _query_begin(start_n, q_start, first, BLOCK_M, CAUSAL)
+    begin = _query_begin(start_n, q_start, first, SPANS, b, M, BLOCK_M, BLOCK_N, HAS_KEYS, CAUSAL)
     high_end, low_start = M, M
     if TAILS:
         high_end, low_start = _tail_query_blocks(
@@ -798,7 +841,7 @@ def _dq_step(
 
 @triton.jit
 def _backward_dq_dtable(
-    Q, K, V, OUT, DO, LSE, DELTA, DQ, TABLE, SLOPES, DTABLE, UNTIE, DUNTIE, KEYS, FIRST, SEGMENTS,
+    Q, K, V, OUT, DO, LSE, DELTA, DQ, TABLE, SLOPES, DTABLE, UNTIE, DUNTIE, KEYS, SPANS, SEGMENTS,
     SEGMENT_IDS, DSEGMENTS,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, sdob, sdoh, sdom,
     sdqb, sdqh, sdqm,
@@ -833,15 +876,17 @@ def _backward_dq_dtable(
     lse = tl.load(LSE + bh * rows + offs_m, mask=offs_m < M, other=float("inf"))
     first = 0
     if CAUSAL:
-        first = tl.load(FIRST + b)
+        first = tl.load(SPANS + 3 * b)
     dq = tl.full([BLOCK_M, BLOCK_D], 0.0, tl.float32)
     # The circular skew's sums are carried across key blocks (`_carried_diagonal_sums`).
     CARRIED: tl.constexpr = TABLE_GRAD & (DIAGONALS == BLOCK_N)
     near = tl.full([BLOCK_N], 0.0, tl.float32)
     far = tl.full([BLOCK_N], 0.0, tl.float32)
-    key_end, low_end, high_start, low_value, high_value, low_slope, high_slope = _key_parts(
-        start_m, q_start, first, N, TABLE, SLOPES, h, H, stride_th, tail_low, tail_high, M,
-        BLOCK_M, BLOCK_N, CAUSAL, TAILS, LINEAR,
+    key_begin, key_end, low_end, high_start, low_value, high_value, low_slope, high_slope = (
+        _key_parts(
+            start_m, q_start, first, N, SPANS, b, TABLE, SLOPES, h, H, stride_th, tail_low,
+            tail_high, M, BLOCK_M, BLOCK_N, HAS_KEYS, CAUSAL, TAILS, LINEAR,
+        )
     )  # fmt: skip
     # Causal without padding: the key blocks below the diagonal take no mask (half 0); the
     # carried sums run on across the two halves, which are contiguous.
@@ -849,11 +894,11 @@ def _backward_dq_dtable(
     seen = _keys_seen_whole(start_m, q_start, N, BLOCK_N)
     # The low tail, the blocks that read the table, the high tail (one part without tails).
     for part in tl.static_range(3 if TAILS else 1):
-        start, end = _part(part, 0, low_end, high_start, key_end)
+        start, end = _part(part, key_begin, low_end, high_start, key_end)
         tail = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)
         for half in tl.static_range(2 if SPLIT else 1):
             first_n, end_n = _blocks(
-                part, half, 0, low_end, high_start, key_end, seen, SPLIT, BLOCK_N
+                part, half, key_begin, low_end, high_start, key_end, seen, SPLIT, BLOCK_N
             )
             for start_n in range(first_n, end_n, BLOCK_N):
                 dq, ds_table = _dq_step(
@@ -1222,6 +1267,24 @@ def absent(device: torch.device, dtype: torch.dtype, dims: int = 1) -> Tensor:
     return torch.zeros((1,) * dims, dtype=dtype, device=device)
 
 
+def key_spans(keys: Tensor | None, first: Tensor | None, n_k: int) -> Tensor | None:
+    """int32 [B, 3] per batch element for the kernels (`_key_span`): the first real key (a
+    causal row before it is opened to every key; 0 without `first`), and the first and one
+    past the last visible key (nonzero in keys [B, n_k]; [0, n_k) without keys, [0, 0)
+    where none is), or None without either."""
+    if keys is None:
+        if first is None:
+            return None
+        span = torch.tensor([0, n_k], dtype=torch.int32, device=first.device)
+        return torch.cat([first[:, None].int(), span.expand(first.shape[0], 2)], 1).contiguous()
+    visible = keys != 0
+    seen = visible.any(-1)
+    low = torch.where(seen, visible.int().argmax(-1), 0)
+    high = torch.where(seen, n_k - visible.flip(-1).int().argmax(-1), 0)
+    first = torch.zeros_like(low) if first is None else first
+    return torch.stack([first, low, high], 1).int().contiguous()
+
+
 def last_dim_contiguous(x: Tensor) -> Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
@@ -1241,7 +1304,8 @@ class TableBiasAttention(torch.autograd.Function):
         # The tables in the kernels' base-2 units: multiplied by log2(e) once, not per score.
         device, float32 = q.device, torch.float32
         keys_ = absent(device, torch.int8) if keys is None else keys
-        first_ = absent(device, torch.int32) if first is None else first
+        spans = key_spans(keys, first, N)
+        spans = absent(device, torch.int32) if spans is None else spans
         segments32 = (
             absent(device, float32) if segments is None
             else (segments.float() * LOG2E).contiguous()
@@ -1279,7 +1343,7 @@ class TableBiasAttention(torch.autograd.Function):
         )
         launch(
             _forward, grid, settings.launch_mode,
-            (q, k, v, out, lse, copies, slopes, untie32, keys_, first_, segments32, ids),
+            (q, k, v, out, lse, copies, slopes, untie32, keys_, spans, segments32, ids),
             (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
              copies.stride(0), copies.stride(1), keys_.stride(0), ids.stride(0),
              heads, M, N, D, DV, q_start, rows, M - 1, untie_row, untie_column, tail_low,
@@ -1288,7 +1352,7 @@ class TableBiasAttention(torch.autograd.Function):
                  **settings.schedules["forward"]),
         )  # fmt: skip
         ctx.save_for_backward(
-            q, k, v, out, lse, copies, slopes, untie32, keys_, first_, segments32, ids
+            q, k, v, out, lse, copies, slopes, untie32, keys_, spans, segments32, ids
         )
         ctx.table_shape = None if table is None else table.shape
         ctx.call, ctx.rows = settings, rows
@@ -1301,7 +1365,7 @@ class TableBiasAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, out, lse, copies, slopes, untie32, keys_, first_, segments32, ids = (
+        q, k, v, out, lse, copies, slopes, untie32, keys_, spans, segments32, ids = (
             ctx.saved_tensors
         )
         scale, q_start, flags, table_grad = ctx.settings
@@ -1332,7 +1396,7 @@ class TableBiasAttention(torch.autograd.Function):
         launch(
             _backward_dq_dtable, (blocks(M, tile.block_m), batch * heads), settings.launch_mode,
             (q, k, v, out, grad_out, lse, delta, dq, copies, slopes, dtable, untie32, duntie,
-             keys_, first_, segments32, ids, dsegments),
+             keys_, spans, segments32, ids, dsegments),
             (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
              *grad_out.stride()[:3], *dq.stride()[:3], copies.stride(0), copies.stride(1),
              stride_dtb, stride_dth, keys_.stride(0), ids.stride(0),
@@ -1350,7 +1414,7 @@ class TableBiasAttention(torch.autograd.Function):
             keys_copies, keys_shift = copies[:, 4:], N - 1
         launch(
             _backward_dk_dv, (blocks(N, keys_tile.block_n), batch * heads), settings.launch_mode,
-            (q, k, v, grad_out, lse, delta, dk, dv, keys_copies, slopes, untie32, keys_, first_,
+            (q, k, v, grad_out, lse, delta, dk, dv, keys_copies, slopes, untie32, keys_, spans,
              segments32, ids),
             (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
              *dk.stride()[:3], *dv.stride()[:3], keys_copies.stride(0), keys_copies.stride(1),
@@ -1395,6 +1459,8 @@ def table_bias_attention(
     keys: [B, N] int8, nonzero for keys that may be seen, or None (all).
     causal: row i sees keys j <= i + query_start, unless i + query_start < first_real[b]
         (int32 [B]: a row without a real key up to its position is opened to every key).
+        Blocks of keys that no row sees (before the first or after the last visible key,
+        and not seen by an opened row) are skipped.
     segments: [H, S * S] float, bias[b, h, i, j] += segments[h, S * ids[b, i + query_start] +
         ids[b, j]] with segment_ids int32 [B, N] (DIET's segment pairs), or None.
     untie: (row, column, values [H]), TUPE's [CLS] untie on the table's bias (on zeros
