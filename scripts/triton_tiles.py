@@ -5,7 +5,9 @@ tile was split (query-major at dQ's 64 x 32), and at the best tiles where the ta
 is added (one shared table or one per batch element) and how dQ skews its tiles for it
 (zero-padded or rotated in place); then a table flat past offset +-128 (T5's buckets at its
 default max_distance) and ALiBi's lines with their tails handled without the table and read
-from it (POSATTN_TRITON_TABLE_TAILS on / off). Writes tiles.env (the fastest correct tiles and
+from it (POSATTN_TRITON_TABLE_TAILS on / off); then a padded batch (its rows' real lengths
+n/8, 2n/8 ... n) with its key mask and without, whose blocks of padding the kernels skip.
+Writes tiles.env (the fastest correct tiles and
 choices, as the POSATTN_TRITON_* variables `posattn.kernels.triton_bias` reads) and
 tiles.json.
 
@@ -172,6 +174,7 @@ def main() -> None:
     keep_fastest("TABLE_GRAD", "dT", TABLE_GRAD_MODES)
     keep_fastest("SKEW", "skew", SKEWS)
     rows.extend(tail_rows(n, time, flash))
+    rows.extend(padded_rows(n, time, flash))
     for kind in ("forward", "training"):
         train = kind == "training"
         floor, ms = time(flash, train), time(bias_free, train)
@@ -227,6 +230,56 @@ def tail_rows(n: int, time, flash) -> list[dict]:
         os.environ["POSATTN_TRITON_FORWARD"] = kept
     del os.environ["POSATTN_TRITON_TABLE_TAILS"]
     return rows
+
+
+def padded_rows(n: int, time, flash) -> list[dict]:
+    """Forward and forward + backward of a batch whose rows hold n/8, 2n/8 ... n real keys
+    (right padding), with its key mask (the kernels skip the blocks of padding) and without
+    (every key read, as if the batch were full), both against bias-free flash over the full
+    batch; error: `padded_error`."""
+    q, k, v, table = inputs(BATCH, n, torch.bfloat16)
+    grad = torch.randn_like(q)
+    lengths = torch.arange(1, BATCH + 1, device=q.device) * n // BATCH
+    keys = (torch.arange(n, device=q.device) < lengths[:, None]).to(torch.int8)
+    error = padded_error()
+
+    def call(masked: bool):
+        def run(train: bool):
+            with torch.set_grad_enabled(train):
+                out = table_bias_attention(q, k, v, scale=HEAD_DIM**-0.5, table=table,
+                                           keys=keys if masked else None)  # fmt: skip
+                if train:
+                    out.backward(grad)
+
+        return run
+
+    rows = []
+    for train in (False, True):
+        for masked in (False, True):
+            floor, ms = time(flash, train), time(call(masked), train)
+            kind = f"{'training' if train else 'forward'} padded {'mask' if masked else 'full'}"
+            rows.append(dict(kind=kind, tile="", error=error, ok=error < 2e-2, ms=ms,
+                             ratio=ms / floor))  # fmt: skip
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def padded_error(n: int = 512) -> float:
+    """The largest relative error of a right-padded call (real lengths n/8 ... n), bf16
+    against float32 eager, over the real rows' outputs."""
+    q, k, v, table = inputs(BATCH, n, torch.bfloat16)
+    lengths = torch.arange(1, BATCH + 1, device=q.device) * n // BATCH
+    real = torch.arange(n, device=q.device) < lengths[:, None]
+    with torch.no_grad():
+        ours = table_bias_attention(q, k, v, scale=HEAD_DIM**-0.5, table=table,
+                                    keys=real.to(torch.int8))  # fmt: skip
+        offsets = torch.arange(n, device=q.device)
+        bias = table[:, offsets[None, :] - offsets[:, None] + n - 1]
+        scores = (q.float() @ k.float().transpose(-1, -2)) * HEAD_DIM**-0.5 + bias
+        scores = scores.masked_fill(~real[:, None, None, :], float("-inf"))
+        reference = scores.softmax(-1) @ v.float()
+    rows = real[:, None, :, None].expand_as(reference)
+    return relative_error(ours.float()[rows], reference[rows])
 
 
 def tail_call(q, k, v, grad, table_of, tail_options: dict):

@@ -207,6 +207,25 @@ def test_a_table_of_another_length_is_refused_by_name():
             table_bias_attention(q, k, v, scale=0.25, table=torch.randn(2, length))
 
 
+def test_causal_calls_without_first_real_take_it_from_the_keys():
+    """first_real left out: the first key `keys` shows (n_k where none is), as key_rules
+    gives it, or 0 without keys - eager's causal rows either way, every batch element."""
+    from posattn.kernels.triton_bias import table_bias_attention
+
+    torch.manual_seed(5)
+    cpu = torch.device("cpu")
+    q, k, v = (torch.randn(3, 2, 40, 16) for _ in range(3))
+    padding = torch.ones(3, 40, dtype=torch.bool)
+    padding[0, :20] = False
+    padding[2] = False
+    for keys_mask in (padding, None):
+        mask = build_attention_mask(keys_mask, 40, True, cpu)
+        keys, causal, _, _ = key_rules(mask, 3, 40)
+        ours = table_bias_attention(q, k, v, scale=0.3, keys=keys, causal=causal)
+        reference = eager_attention(q, k, v, mask=mask, bias=None, scale=0.3)
+        torch.testing.assert_close(ours, reference, atol=2e-6, rtol=2e-5)
+
+
 def test_absent_arguments_are_made_once_and_outlive_inference_mode():
     """Stand-ins for absent tensors (no table, no mask, no segments) are made once per device
     and dtype, not per call; made first under inference mode, they are still ordinary

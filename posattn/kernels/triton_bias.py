@@ -1267,22 +1267,28 @@ def absent(device: torch.device, dtype: torch.dtype, dims: int = 1) -> Tensor:
     return torch.zeros((1,) * dims, dtype=dtype, device=device)
 
 
-def key_spans(keys: Tensor | None, first: Tensor | None, n_k: int) -> Tensor | None:
-    """int32 [B, 3] per batch element for the kernels (`_key_span`): the first real key (a
-    causal row before it is opened to every key; 0 without `first`), and the first and one
-    past the last visible key (nonzero in keys [B, n_k]; [0, n_k) without keys, [0, 0)
-    where none is), or None without either."""
+def key_spans(
+    keys: Tensor | None, first: Tensor | None, causal: bool, batch: int, n_k: int, device
+) -> Tensor | None:
+    """int32 [B, 3] per batch element for the kernels (`_key_span`), or None where they read
+    none (no keys, not causal): the first real key, where a causal row before it is opened to
+    every key (`first`; None: the first visible key, n_k where none is), and the first and
+    one past the last visible key (nonzero in keys [B, n_k]; [0, n_k) without keys, [0, 0)
+    where none is)."""
     if keys is None:
-        if first is None:
+        if not causal:
             return None
-        span = torch.tensor([0, n_k], dtype=torch.int32, device=first.device)
-        return torch.cat([first[:, None].int(), span.expand(first.shape[0], 2)], 1).contiguous()
+        spans = torch.tensor([0, 0, n_k], dtype=torch.int32, device=device).repeat(batch, 1)
+        if first is not None:
+            spans[:, 0] = first
+        return spans
     visible = keys != 0
     seen = visible.any(-1)
     low = torch.where(seen, visible.int().argmax(-1), 0)
     high = torch.where(seen, n_k - visible.flip(-1).int().argmax(-1), 0)
-    first = torch.zeros_like(low) if first is None else first
-    return torch.stack([first, low, high], 1).int().contiguous()
+    if first is None:
+        first = torch.where(seen, low, n_k)
+    return torch.stack([first.to(low.dtype), low, high], 1).int().contiguous()
 
 
 def last_dim_contiguous(x: Tensor) -> Tensor:
@@ -1304,7 +1310,7 @@ class TableBiasAttention(torch.autograd.Function):
         # The tables in the kernels' base-2 units: multiplied by log2(e) once, not per score.
         device, float32 = q.device, torch.float32
         keys_ = absent(device, torch.int8) if keys is None else keys
-        spans = key_spans(keys, first, N)
+        spans = key_spans(keys, first, causal, batch, N, device)
         spans = absent(device, torch.int32) if spans is None else spans
         segments32 = (
             absent(device, float32) if segments is None
@@ -1458,7 +1464,8 @@ def table_bias_attention(
     table: [H, M + N - 1] float, bias[h, i, j] = table[h, j - i + M - 1], or None.
     keys: [B, N] int8, nonzero for keys that may be seen, or None (all).
     causal: row i sees keys j <= i + query_start, unless i + query_start < first_real[b]
-        (int32 [B]: a row without a real key up to its position is opened to every key).
+        (int32 [B]: a row without a real key up to its position is opened to every key;
+        None: the first key that `keys` shows, 0 without keys).
         Blocks of keys that no row sees (before the first or after the last visible key,
         and not seen by an opened row) are skipped.
     segments: [H, S * S] float, bias[b, h, i, j] += segments[h, S * ids[b, i + query_start] +
