@@ -20,6 +20,7 @@ from transformers import DynamicCache
 
 from posattn import PosAttnConfigError, PosAttnForCausalLM
 from posattn.kernels import build_attention_mask, eager_attention, get_kernel
+from posattn.kernels.masks import key_spans
 from posattn.kernels.table_bias import TableBias, key_rules
 from posattn.toeplitz import ClsUntie, TableTails
 
@@ -220,10 +221,31 @@ def test_causal_calls_without_first_real_take_it_from_the_keys():
     padding[2] = False
     for keys_mask in (padding, None):
         mask = build_attention_mask(keys_mask, 40, True, cpu)
-        keys, causal, _, _ = key_rules(mask, 3, 40)
+        keys, causal, _, _, _ = key_rules(mask, 3, 40)
         ours = table_bias_attention(q, k, v, scale=0.3, keys=keys, causal=causal)
         reference = eager_attention(q, k, v, mask=mask, bias=None, scale=0.3)
         torch.testing.assert_close(ours, reference, atol=2e-6, rtol=2e-5)
+
+
+def test_a_masks_key_rules_are_made_once_and_anew_when_it_is_written(monkeypatch):
+    """key_rules keeps what it derives on the mask (`derived_once`): the layers of a forward
+    get the same keys and spans, made once; a mask written in place is derived anew."""
+    from posattn.kernels import table_bias
+
+    made = []
+    monkeypatch.setattr(table_bias, "key_spans", lambda *a: made.append(1) or key_spans(*a))
+    ids, mask, segment_ids = padded_batch()
+    model = tiny_encoder("t5", num_layers=2)
+    model.set_kernel("triton")
+    model(ids, mask, segment_ids)
+    assert len(made) == 1
+    keys = torch.ones(2, 1, 1, 40, dtype=torch.bool)
+    keys[0, ..., 30:] = False
+    rules = key_rules(keys, 2, 40)
+    assert all(a is b for a, b in zip(key_rules(keys, 2, 40), rules, strict=True))
+    assert rules[4].tolist() == [[0, 0, 30], [0, 0, 40]]
+    keys[1, ..., 35:] = False
+    assert key_rules(keys, 2, 40)[4].tolist() == [[0, 0, 30], [0, 0, 35]]
 
 
 def test_absent_arguments_are_made_once_and_outlive_inference_mode():
@@ -347,7 +369,7 @@ def test_tails_equal_eager_in_values_and_every_gradient(
     reference = eager_attention(q, k, v, mask=mask, bias=bias, scale=0.3)
     assert_values_and_gradients_equal(out, reference, leaves, torch.randn_like(out))
     not_flat = torch.randn(heads, n_q + n_k - 1)
-    keys, causal_rule, first, query_start = key_rules(mask, batch, n_k)
+    keys, causal_rule, first, query_start, _ = key_rules(mask, batch, n_k)
     inputs = (q.detach(), k.detach(), v.detach())
     common = dict(scale=0.3, table=not_flat, keys=keys, causal=causal_rule, first_real=first,
                   query_start=query_start)  # fmt: skip
@@ -405,7 +427,7 @@ def test_linear_tails_equal_eager_in_values_and_input_gradients(
         line = table[:, bound, None] + slope[:, None] * (index - bound)
         table = torch.where(beyond, line, table)
     mask = tail_test_mask(batch, n_k, padded, causal, start)
-    keys, causal_rule, first, query_start = key_rules(mask, batch, n_k)
+    keys, causal_rule, first, query_start, _ = key_rules(mask, batch, n_k)
     common = dict(scale=0.3, table=table, keys=keys, causal=causal_rule, first_real=first,
                   query_start=query_start)  # fmt: skip
     out = table_bias_attention(q, k, v, **common, tails=bounds, tail_slopes=slopes)

@@ -65,3 +65,42 @@ def build_attention_mask(
     if documents is None:  # a layout describes padding and causality only
         mask.posattn_layout = MaskLayout(keys, causal, query_start)
     return mask
+
+
+def derived_once(owner: Tensor, key: tuple, make):
+    """make(), kept on `owner` under `key` and handed out again while the key is the same: a
+    mask serves every layer of a forward, and what a kernel derives from it (a handful of
+    small device ops, which a GPU call at n <= 1024 waits on) is then made once per forward,
+    not once per layer. Nothing is kept while torch.compile traces: the ops go into its graph."""
+    if torch.compiler.is_compiling():
+        return make()
+    kept = getattr(owner, "posattn_derived", None)
+    if kept is not None and kept[0] == key:
+        return kept[1]
+    value = make()
+    owner.posattn_derived = (key, value)
+    return value
+
+
+def key_spans(
+    keys: Tensor | None, first: Tensor | None, causal: bool, batch: int, n_k: int, device
+) -> Tensor | None:
+    """int32 [B, 3] per batch element for kernel="triton" (it skips the blocks of keys that no
+    row sees), or None where it reads none (no keys, not causal): the first real key, where a
+    causal row before it is opened to every key (`first`; None: the first visible key, n_k
+    where none is), and the first and one past the last visible key (nonzero in keys
+    [B, n_k]; [0, n_k) without keys, [0, 0) where none is)."""
+    if keys is None:
+        if not causal:
+            return None
+        spans = torch.tensor([0, 0, n_k], dtype=torch.int32, device=device).repeat(batch, 1)
+        if first is not None:
+            spans[:, 0] = first
+        return spans
+    visible = keys != 0
+    seen = visible.any(-1)
+    low = torch.where(seen, visible.int().argmax(-1), 0)
+    high = torch.where(seen, n_k - visible.flip(-1).int().argmax(-1), 0)
+    if first is None:
+        first = torch.where(seen, low, n_k)
+    return torch.stack([first.to(low.dtype), low, high], 1).int().contiguous()

@@ -21,7 +21,7 @@ from torch import Tensor
 
 from ..errors import PosAttnConfigError, invalid
 from ..toeplitz import ClsUntie, TableTails, require_table_shape
-from .masks import mask_layout
+from .masks import derived_once, key_spans, mask_layout
 
 # The built-in kernels that serve every configuration (flex trains on GPU only).
 OTHER_KERNELS = "'auto', 'sdpa', 'sdpa-lowmem', 'flex' or 'eager'"
@@ -119,20 +119,37 @@ def serves_table(
     return mask.dim() == 4 and mask.shape[1] == 1 and mask.shape[2] == 1
 
 
-def key_rules(mask: Tensor | None, batch: int, n_k: int):
-    """(keys int8 [B, n_k] or None, causal, first_real int32 [B] or None, query_start) for the
-    kernel, from a mask built by `build_attention_mask` or a key mask [B or 1, 1, 1, n_k]."""
+def key_rules(mask: Tensor | None, batch: int, n_k: int) -> tuple:
+    """(keys int8 [B, n_k] or None, causal, first_real int32 [B] or None, query_start,
+    key spans int32 [B, 3] or None: `key_spans`) for the kernel, from a mask built by
+    `build_attention_mask` or a key mask [B or 1, 1, 1, n_k]; made once per mask and shape
+    (`derived_once`: every layer of a forward takes the same mask)."""
     if mask is None:
-        return None, False, None, 0
+        return None, False, None, 0, None
     layout = mask_layout(mask)
+    if layout is None and (mask.dim() != 4 or mask.shape[1] != 1 or mask.shape[2] != 1):
+        raise invalid(
+            "mask",
+            f"a tensor of shape {tuple(mask.shape)}",
+            "for kernel='triton' a mask built by posattn.kernels.build_attention_mask "
+            "(padding, causal; no packed documents) or a key mask of shape [B, 1, 1, n_k]",
+        )
+
+    def rules() -> tuple:
+        keys, causal, first, query_start = _key_rules(mask, layout, batch, n_k)
+        spans = key_spans(keys, first, causal, batch, n_k, mask.device)
+        return keys, causal, first, query_start, spans
+
+    # Tensors' versions: a mask (or its layout's keys) written in place is derived anew.
+    versions = (
+        mask._version,
+        None if layout is None or layout.keys is None else layout.keys._version,
+    )
+    return derived_once(mask, ("triton key rules", batch, n_k, versions), rules)
+
+
+def _key_rules(mask: Tensor, layout, batch: int, n_k: int) -> tuple:
     if layout is None:
-        if mask.dim() != 4 or mask.shape[1] != 1 or mask.shape[2] != 1:
-            raise invalid(
-                "mask",
-                f"a tensor of shape {tuple(mask.shape)}",
-                "for kernel='triton' a mask built by posattn.kernels.build_attention_mask "
-                "(padding, causal; no packed documents) or a key mask of shape [B, 1, 1, n_k]",
-            )
         # Taken as it is: a row whose keys are all hidden gives 0 (eager: NaN).
         return mask[:, 0, 0, :].expand(batch, n_k).to(torch.int8).contiguous(), False, None, 0
     keys = layout.keys
@@ -176,7 +193,7 @@ def triton_attention(
         require_table_shape("tables.offset.shape", table, q, k)
     untie = None if tables is None else tables.cls_untie
     tails, slopes = tail_rules(table, None if tables is None else tables.offset_tails, k, untie)
-    keys, causal, first, query_start = key_rules(mask, q.shape[0], k.shape[-2])
+    keys, causal, first, query_start, spans = key_rules(mask, q.shape[0], k.shape[-2])
     pairs = None if tables is None else tables.segments
     return table_bias_attention(
         q, k, v, scale=scale, table=table, keys=keys, causal=causal, first_real=first,
@@ -184,7 +201,7 @@ def triton_attention(
         segments=None if pairs is None else pairs.table,
         segment_ids=None if pairs is None else pairs.ids.to(torch.int32).contiguous(),
         untie=None if untie is None else (untie.row, untie.column, untie.column_value),
-        tails=tails, tail_slopes=slopes,
+        tails=tails, tail_slopes=slopes, spans=spans,
     )  # fmt: skip
 
 

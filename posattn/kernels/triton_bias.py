@@ -59,6 +59,7 @@ from torch import Tensor
 
 from ..errors import PosAttnConfigError, require
 from ..toeplitz import require_table_shape
+from .masks import key_spans
 from .triton_launch import DirectLaunch
 
 LOG2E = 1.4426950408889634
@@ -1267,30 +1268,6 @@ def absent(device: torch.device, dtype: torch.dtype, dims: int = 1) -> Tensor:
     return torch.zeros((1,) * dims, dtype=dtype, device=device)
 
 
-def key_spans(
-    keys: Tensor | None, first: Tensor | None, causal: bool, batch: int, n_k: int, device
-) -> Tensor | None:
-    """int32 [B, 3] per batch element for the kernels (`_key_span`), or None where they read
-    none (no keys, not causal): the first real key, where a causal row before it is opened to
-    every key (`first`; None: the first visible key, n_k where none is), and the first and
-    one past the last visible key (nonzero in keys [B, n_k]; [0, n_k) without keys, [0, 0)
-    where none is)."""
-    if keys is None:
-        if not causal:
-            return None
-        spans = torch.tensor([0, 0, n_k], dtype=torch.int32, device=device).repeat(batch, 1)
-        if first is not None:
-            spans[:, 0] = first
-        return spans
-    visible = keys != 0
-    seen = visible.any(-1)
-    low = torch.where(seen, visible.int().argmax(-1), 0)
-    high = torch.where(seen, n_k - visible.flip(-1).int().argmax(-1), 0)
-    if first is None:
-        first = torch.where(seen, low, n_k)
-    return torch.stack([first.to(low.dtype), low, high], 1).int().contiguous()
-
-
 def last_dim_contiguous(x: Tensor) -> Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
@@ -1302,7 +1279,7 @@ class TableBiasAttention(torch.autograd.Function):
     @staticmethod
     def forward(
         ctx, q, k, v, table, keys, first, causal, q_start, scale, segments, segment_ids, untie,
-        column_value, grad_enabled, tails, tail_slopes,
+        column_value, grad_enabled, tails, tail_slopes, spans,
     ):  # fmt: skip
         q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
         batch, heads, M, D = q.shape
@@ -1310,7 +1287,8 @@ class TableBiasAttention(torch.autograd.Function):
         # The tables in the kernels' base-2 units: multiplied by log2(e) once, not per score.
         device, float32 = q.device, torch.float32
         keys_ = absent(device, torch.int8) if keys is None else keys
-        spans = key_spans(keys, first, causal, batch, N, device)
+        if spans is None:
+            spans = key_spans(keys, first, causal, batch, N, device)
         spans = absent(device, torch.int32) if spans is None else spans
         segments32 = (
             absent(device, float32) if segments is None
@@ -1438,7 +1416,7 @@ class TableBiasAttention(torch.autograd.Function):
         grad_untie = duntie.to(ctx.dtypes[2]) if untie_grad else None
         return (
             dq, dk, dv, grad_table, None, None, None, None, None, grad_segments, None, None,
-            grad_untie, None, None, None,
+            grad_untie, None, None, None, None,
         )  # fmt: skip
 
 
@@ -1458,6 +1436,7 @@ def table_bias_attention(
     untie: tuple[int, int, Tensor] | None = None,
     tails: tuple[int, int] | None = None,
     tail_slopes: tuple[Tensor, Tensor] | None = None,
+    spans: Tensor | None = None,
 ) -> Tensor:
     """q [B, H, M, D], k [B, H, N, D], v [B, H, N, DV] -> [B, H, M, DV].
 
@@ -1482,6 +1461,8 @@ def table_bias_attention(
     tail_slopes: ([H], [H]), the low and the high tail's slope per index: table[t] =
         table[bound] + slope (t - bound) past a bound (ALiBi), for a table that takes no
         gradient and has no untie; or None (flat tails).
+    spans: `posattn.kernels.masks.key_spans` of keys and first_real, where the caller keeps
+        them across calls (`table_bias.key_rules`: once per mask); None: made here.
     """
     if table is not None:
         require_table_shape("table.shape", table, q, k)
@@ -1503,5 +1484,5 @@ def table_bias_attention(
     # grad is on is read here: inside the forward it is always off.
     return TableBiasAttention.apply(
         q, k, v, table, keys, first_real, causal, int(query_start), float(scale), segments,
-        segment_ids, rule, column_value, torch.is_grad_enabled(), tails, tail_slopes,
+        segment_ids, rule, column_value, torch.is_grad_enabled(), tails, tail_slopes, spans,
     )  # fmt: skip
