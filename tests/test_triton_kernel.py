@@ -229,7 +229,8 @@ def test_causal_calls_without_first_real_take_it_from_the_keys():
 
 def test_a_masks_key_rules_are_made_once_and_anew_when_it_is_written(monkeypatch):
     """key_rules keeps what it derives on the mask (`derived_once`): the layers of a forward
-    get the same keys and spans, made once; a mask written in place is derived anew."""
+    get the same keys and spans, made once; a mask written in place is derived anew, and one
+    made under inference mode (no version counter) in each call."""
     from posattn.kernels import table_bias
 
     made = []
@@ -239,6 +240,10 @@ def test_a_masks_key_rules_are_made_once_and_anew_when_it_is_written(monkeypatch
     model.set_kernel("triton")
     model(ids, mask, segment_ids)
     assert len(made) == 1
+    with torch.inference_mode():  # a mask without a version counter: the same outputs
+        ours = model(ids, mask, segment_ids)
+        model.set_kernel("eager")
+        torch.testing.assert_close(ours, model(ids, mask, segment_ids), atol=2e-5, rtol=2e-5)
     keys = torch.ones(2, 1, 1, 40, dtype=torch.bool)
     keys[0, ..., 30:] = False
     rules = key_rules(keys, 2, 40)
@@ -246,6 +251,11 @@ def test_a_masks_key_rules_are_made_once_and_anew_when_it_is_written(monkeypatch
     assert rules[4].tolist() == [[0, 0, 30], [0, 0, 40]]
     keys[1, ..., 35:] = False
     assert key_rules(keys, 2, 40)[4].tolist() == [[0, 0, 30], [0, 0, 35]]
+    with torch.inference_mode():  # no version counter: derived in each call
+        frozen = torch.ones(2, 1, 1, 40, dtype=torch.bool)
+        assert key_rules(frozen, 2, 40)[4].tolist() == [[0, 0, 40], [0, 0, 40]]
+        frozen[1, ..., 35:] = False
+        assert key_rules(frozen, 2, 40)[4].tolist() == [[0, 0, 40], [0, 0, 35]]
 
 
 def test_absent_arguments_are_made_once_and_outlive_inference_mode():

@@ -67,12 +67,13 @@ def build_attention_mask(
     return mask
 
 
-def derived_once(owner: Tensor, key: tuple, make):
+def derived_once(owner: Tensor, key: tuple | None, make):
     """make(), kept on `owner` under `key` and handed out again while the key is the same: a
     mask serves every layer of a forward, and what a kernel derives from it (a handful of
     small device ops, which a GPU call at n <= 1024 waits on) is then made once per forward,
-    not once per layer. Nothing is kept while torch.compile traces: the ops go into its graph."""
-    if torch.compiler.is_compiling():
+    not once per layer. Nothing is kept with key None, nor while torch.compile traces (the
+    ops go into its graph)."""
+    if key is None or torch.compiler.is_compiling():
         return make()
     kept = getattr(owner, "posattn_derived", None)
     if kept is not None and kept[0] == key:

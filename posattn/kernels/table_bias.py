@@ -140,12 +140,13 @@ def key_rules(mask: Tensor | None, batch: int, n_k: int) -> tuple:
         spans = key_spans(keys, first, causal, batch, n_k, mask.device)
         return keys, causal, first, query_start, spans
 
-    # Tensors' versions: a mask (or its layout's keys) written in place is derived anew.
-    versions = (
-        mask._version,
-        None if layout is None or layout.keys is None else layout.keys._version,
-    )
-    return derived_once(mask, ("triton key rules", batch, n_k, versions), rules)
+    # A tensor's version counts its writes in place: a mask (or its layout's keys) written
+    # so is derived anew. Inference tensors count none: derived in each call.
+    tensors = [mask] + ([] if layout is None or layout.keys is None else [layout.keys])
+    key = None
+    if not any(tensor.is_inference() for tensor in tensors):
+        key = ("triton key rules", batch, n_k, *(tensor._version for tensor in tensors))
+    return derived_once(mask, key, rules)
 
 
 def _key_rules(mask: Tensor, layout, batch: int, n_k: int) -> tuple:
