@@ -7,7 +7,7 @@ on an sm_90 GPU, launching nothing; the tensors are tiny CPU tensors, so each to
 about its dispatch, which on a GPU is what it costs the host too.
 
     PYTHONPATH=. python scripts/triton_host.py [--calls 200] [--repeats 9]
-        [--against FILE] [--profile CASE]
+        [--against FILE] [--profile CASE] [--split] [--mask-memo]
 
 Prints microseconds per call for each case: the least of `repeats` runs of `calls` calls (the
 garbage collector held off), which on a busy 2-core machine is what repeats; the median moved
@@ -18,6 +18,9 @@ process: the median ratio of alternated runs, this over that, and each version's
 --profile CASE: Python's profile of that case, the functions with the most time of their own.
 --split: each case again with its launches replaced by no-ops (the difference is Triton's
 launch path), beside autograd's floor, a Function that computes nothing.
+--mask-memo: a forward + backward of 4 layers sharing one padded mask, through
+`table_bias.triton_attention` as a model's layers call it, with what the mask derives for
+the kernel kept on it (`masks.derived_once`) and derived in each layer, alternated.
 """
 
 from __future__ import annotations
@@ -156,6 +159,47 @@ def split(ours: dict, repeats: int, calls: int) -> None:
         )
 
 
+def mask_memo(repeats: int, calls: int, layers: int = 4) -> None:
+    """`--mask-memo`: one padded forward + backward of `layers` layers, what the mask
+    derives kept on it and derived in each layer, alternated run by run."""
+    from posattn.kernels import masks, table_bias
+
+    batch = 2
+    padding = torch.ones(batch, LENGTH, dtype=torch.bool)
+    padding[0, LENGTH * 3 // 4 :] = False
+    shape = (batch, HEADS, LENGTH, 64)
+    q, k, v = (torch.randn(shape, dtype=torch.bfloat16, requires_grad=True) for _ in "qkv")
+    table = torch.randn(HEADS, 2 * LENGTH - 1, requires_grad=True)
+    grad = torch.randn(shape, dtype=torch.bfloat16)
+
+    def forward() -> None:
+        mask = masks.build_attention_mask(padding, LENGTH, False, torch.device("cpu"))
+        tables = table_bias.TableBias(offset=table)
+        for _ in range(layers):
+            out = table_bias.triton_attention(
+                q, k, v, mask=mask, bias=None, scale=0.125, tables=tables
+            )
+            out.backward(grad)
+
+    kept = table_bias.derived_once
+    each_time = {"kept": kept, "derived": lambda owner, key, make: make()}
+    times = {name: [] for name in each_time}
+    try:
+        for _ in range(10):
+            forward()
+        for _ in range(repeats):
+            for name, rule in each_time.items():
+                table_bias.derived_once = rule
+                times[name].append(run_us(forward, calls))
+    finally:
+        table_bias.derived_once = kept
+    ratio = statistics.median(a / b for a, b in zip(*times.values(), strict=True))
+    print(
+        f"{layers} layers sharing a padded mask (B={batch}): kept {min(times['kept']):.0f} us, "
+        f"derived in each layer {min(times['derived']):.0f} us; x{ratio:.3f} (median of pairs)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=50)
@@ -164,6 +208,9 @@ def main() -> None:
     parser.add_argument("--profile", help="a case's name, e.g. 't5 train'")
     parser.add_argument(
         "--split", action="store_true", help="Triton's launch path apart from the rest"
+    )
+    parser.add_argument(
+        "--mask-memo", action="store_true", help="a mask's derivations kept, and not"
     )
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -190,6 +237,8 @@ def main() -> None:
             print(line)
         if args.split:
             split(ours, args.repeats, args.calls)
+        if args.mask_memo:
+            mask_memo(args.repeats, args.calls)
         if args.profile:
             profiler = cProfile.Profile()
             profiler.enable()
