@@ -94,6 +94,14 @@ class TableTails:
             raise invalid("TableTails", (self.low, self.high), "integer offsets low <= high")
 
 
+def lines_served(table: Tensor | None, untie) -> bool:
+    """Whether a table's linear tails (`TableTails.slopes`) may stand in for reading it: only
+    where it takes no gradient now and no [CLS] untie sits on it - a line's gradient is not
+    one entry's, and a kernel takes the untie off one value per head, not off a line."""
+    learned = table is not None and table.requires_grad and torch.is_grad_enabled()
+    return not learned and untie is None
+
+
 def require_table_shape(parameter: str, table: Tensor, q: Tensor, k: Tensor) -> None:
     """An offset table holds one value per head and offset j - i: [H, n_q + n_k - 1]. One of
     another length would be read shifted (the Triton kernel's reversed copies run from its last

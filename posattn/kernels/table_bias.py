@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from ..errors import PosAttnConfigError, invalid
-from ..toeplitz import ClsUntie, TableTails, require_table_shape
+from ..toeplitz import ClsUntie, TableTails, lines_served, require_table_shape
 from .masks import derived_once, key_spans, mask_layout
 
 # The built-in kernels that serve every configuration (flex trains on GPU only).
@@ -136,8 +136,10 @@ def key_rules(mask: Tensor | None, batch: int, n_k: int) -> tuple:
         )
 
     def rules() -> tuple:
-        keys, causal, first, query_start = _key_rules(mask, layout, batch, n_k)
-        spans = key_spans(keys, first, causal, batch, n_k, mask.device)
+        keys, causal, query_start = _key_rules(mask, layout, batch, n_k)
+        spans = key_spans(keys, None, causal, batch, n_k, mask.device)
+        # The first real key (causal rows before it are opened to every key): the spans'.
+        first = spans[:, 0] if causal else None
         return keys, causal, first, query_start, spans
 
     # A tensor's version counts its writes in place: a mask (or its layout's keys) written
@@ -150,21 +152,19 @@ def key_rules(mask: Tensor | None, batch: int, n_k: int) -> tuple:
 
 
 def _key_rules(mask: Tensor, layout, batch: int, n_k: int) -> tuple:
+    """(keys, causal, query_start) of `key_rules`."""
     if layout is None:
         # Taken as it is: a row whose keys are all hidden gives 0 (eager: NaN).
-        return mask[:, 0, 0, :].expand(batch, n_k).to(torch.int8).contiguous(), False, None, 0
+        return mask[:, 0, 0, :].expand(batch, n_k).to(torch.int8).contiguous(), False, 0
     keys = layout.keys
     if keys is None:
-        first = torch.zeros(batch, dtype=torch.int32, device=mask.device)
-        return None, layout.causal, first if layout.causal else None, layout.query_start
+        return None, layout.causal, layout.query_start
     keys = keys.expand(batch, n_k)
     if not layout.causal:
         # A row that sees no key sees every key (build_attention_mask's rule).
         keys = keys | ~keys.any(-1, keepdim=True)
-        return keys.to(torch.int8).contiguous(), False, None, 0
-    has_real = keys.any(-1)
-    first = torch.where(has_real, keys.int().argmax(-1), n_k).to(torch.int32)
-    return keys.to(torch.int8).contiguous(), True, first, layout.query_start
+        return keys.to(torch.int8).contiguous(), False, 0
+    return keys.to(torch.int8).contiguous(), True, layout.query_start
 
 
 def triton_attention(
@@ -214,10 +214,8 @@ def tail_rules(table: Tensor | None, known: TableTails | None, k: Tensor, untie)
     table is read (it holds the same values)."""
     if table is None or known is None:
         return None, None
-    if known.slopes is not None:
-        learned = table.requires_grad and torch.is_grad_enabled()
-        if learned or untie is not None:
-            return None, None
+    if known.slopes is not None and not lines_served(table, untie):
+        return None, None
     tails = (known.low + k.shape[-2] - 1, known.high + k.shape[-2] - 1)
     return tails, known.slopes
 

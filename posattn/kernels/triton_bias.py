@@ -58,7 +58,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ..errors import PosAttnConfigError, require
-from ..toeplitz import require_table_shape
+from ..toeplitz import lines_served, require_table_shape
 from .masks import key_spans
 from .triton_launch import DirectLaunch
 
@@ -1472,9 +1472,8 @@ def table_bias_attention(
             "tails", tails, "(low, high): integer table indices with low <= high",
         )  # fmt: skip
     if tail_slopes is not None:
-        learned = table is not None and table.requires_grad and torch.is_grad_enabled()
         require(
-            tails is not None and not learned and untie is None,
+            tails is not None and lines_served(table, untie),
             "tail_slopes", "given", "linear tails with `tails`, for a table that takes no "
             "gradient and has no untie (a line's gradient is not one entry's)",
         )  # fmt: skip
