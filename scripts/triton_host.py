@@ -14,7 +14,9 @@ garbage collector held off), which on a busy 2-core machine is what repeats; the
 by 1.5x from one invocation to the next.
 --against FILE: another version of posattn/kernels/triton_bias.py (e.g. `git show
 REV:posattn/kernels/triton_bias.py > FILE`), its calls alternated with this one's in the same
-process: the median ratio of alternated runs, this over that, and each version's least.
+process: the median ratio of alternated runs, this over that, and each version's least. Only
+a version that holds its kernels itself (51b495e or earlier): a later one imports them from
+this tree's modules (triton_forward, triton_backward, ...), so it would time this tree's.
 --profile CASE: Python's profile of that case, the functions with the most time of their own.
 --split: each case again with its launches replaced by no-ops (the difference is Triton's
 launch path), beside autograd's floor, a Function that computes nothing.

@@ -33,7 +33,7 @@ from posattn.kernels.triton_aot import (
     resources,
     warps_per_sm,
 )
-from posattn.kernels.triton_bias import GPU_TILES, Tiles
+from posattn.kernels.triton_settings import GPU_TILES, Tiles
 from scripts.triton_tiles import CANDIDATES, DK_DV_BEFORE
 
 RULES = {"full": {}, "padding": {"has_keys": True}, "causal": {"has_keys": True, "causal": True},

@@ -8,7 +8,7 @@ default max_distance) and ALiBi's lines with their tails handled without the tab
 from it (POSATTN_TRITON_TABLE_TAILS on / off); then a padded batch (its rows' real lengths
 n/8, 2n/8 ... n) with its key mask and without, whose blocks of padding the kernels skip.
 Writes tiles.env (the fastest correct tiles and
-choices, as the POSATTN_TRITON_* variables `posattn.kernels.triton_bias` reads) and
+choices, as the POSATTN_TRITON_* variables `posattn.kernels.triton_settings` reads) and
 tiles.json.
 
     PYTHONPATH=. python scripts/triton_tiles.py OUT_DIR [--length 4096]
@@ -26,13 +26,8 @@ import triton.testing
 from torch.nn import functional as F
 
 from posattn.encodings.alibi import alibi_slopes
-from posattn.kernels.triton_bias import (
-    DK_DV_ORDERS,
-    GPU_TILES,
-    SKEWS,
-    TABLE_GRAD_MODES,
-    table_bias_attention,
-)
+from posattn.kernels.triton_bias import table_bias_attention
+from posattn.kernels.triton_settings import DK_DV_ORDERS, GPU_TILES, SKEWS, TABLE_GRAD_MODES
 
 # Candidates per kernel (the earlier sweeps' losers by 10% or more left out: forward 128 x 64
 # and 64 x 64 with 4 warps, 128 x 16; dQ 32 x 32, 32 x 16, 64 x 32 with 8 warps). The

@@ -6,32 +6,25 @@ that does not is refused only at launch, on the GPU: "out of resource: shared me
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 import torch
 
 pytest.importorskip("triton")
 
-MODULES = ("posattn.kernels.triton_bias", "posattn.kernels.triton_aot")
-
 
 @pytest.fixture(scope="module")
 def aot():
     """The kernels built for the compiler (a test module before may have built them for the
     interpreter)."""
-    previous = os.environ.pop("TRITON_INTERPRET", None)
-    for name in MODULES:
-        sys.modules.pop(name, None)
-    import posattn.kernels
+    from posattn.kernels.table_bias import forget_built_kernels
 
-    posattn.kernels.__dict__.pop("triton_bias", None)
+    previous = os.environ.pop("TRITON_INTERPRET", None)
+    forget_built_kernels()
     from posattn.kernels import triton_aot
 
     yield triton_aot
-    for name in MODULES:
-        sys.modules.pop(name, None)
-    posattn.kernels.__dict__.pop("triton_bias", None)
+    forget_built_kernels()
     if previous is not None:
         os.environ["TRITON_INTERPRET"] = previous
 
@@ -67,7 +60,7 @@ RULES = [
 def test_every_kernel_compiles_for_hopper_within_its_shared_memory(
     aot, dtype, head, rules, table_grad
 ):
-    from posattn.kernels.triton_bias import GPU_TILES
+    from posattn.kernels.triton_settings import GPU_TILES
 
     flags = aot.call_flags(dtype, head, **rules)
     for launch in aot.launches(flags, GPU_TILES, table_grad):
@@ -100,7 +93,7 @@ def test_the_default_tiles_do_not_spill_registers(aot, head, rules):
     warpgroup MMA (wgmma), none the older mma.sync: dK/dV at dQ's 64 x 32 tile, query-major,
     had its products with the keys as rows 32 rows tall and compiled them to mma.sync (32 of
     its 40 MMA instructions in the PTX)."""
-    from posattn.kernels.triton_bias import GPU_TILES
+    from posattn.kernels.triton_settings import GPU_TILES
 
     flags = aot.call_flags(torch.bfloat16, head, **rules)
     dq_wide = aot.launches(flags, GPU_TILES, True, skew="wide")[-1]
@@ -121,7 +114,7 @@ def assert_spill_free_warpgroup_mma(aot, launch) -> None:
 def loop_counts(aot, table_grad: bool = True, **rules) -> dict[str, list[int]]:
     """Each kernel's loop instructions per warp and step (`each_loop_instructions`), bf16,
     d_h=64, default tiles, whole key blocks, under these rules (`call_flags`)."""
-    from posattn.kernels.triton_bias import GPU_TILES
+    from posattn.kernels.triton_settings import GPU_TILES
 
     flags = aot.call_flags(torch.bfloat16, 64, **rules)
     built = aot.launches(flags, GPU_TILES, table_grad, mask_tail=False)
@@ -164,7 +157,7 @@ def test_whole_key_blocks_compile_without_the_tail_mask(aot):
     """A length that fills its key blocks (n = 1024, 4096, ...: MASK_TAIL off) and no padding
     or causality: the forward and dQ hide no score, and still compile spill-free to warpgroup
     MMA."""
-    from posattn.kernels.triton_bias import GPU_TILES
+    from posattn.kernels.triton_settings import GPU_TILES
 
     flags = aot.call_flags(torch.bfloat16, 64)
     for launch in aot.launches(flags, GPU_TILES, True, mask_tail=False):
@@ -176,7 +169,7 @@ def test_query_major_dk_dv_at_dqs_tile_falls_back_to_mma_sync(aot):
     (the kernel before the split) most of its products are mma.sync, and its main loop issues
     more warp instructions per score than the key-major default's (684 against 420 per 1000
     when this was written, T5-like table)."""
-    from posattn.kernels.triton_bias import GPU_TILES, Tiles
+    from posattn.kernels.triton_settings import GPU_TILES, Tiles
 
     flags = aot.call_flags(torch.bfloat16, 64)
     before = {**GPU_TILES, "dk_dv": Tiles(64, 32, 4, 3)}
@@ -196,7 +189,7 @@ def test_warps_per_sm_is_bounded_by_registers_shared_memory_and_the_warp_limit(a
     """The earlier forward sweep's tiles: 111 registers and 72 KiB at 8 warps -> two blocks,
     16 warps (registers bound: 112 x 256 x 3 > 65536); 255 registers and 128 KiB at 4 warps ->
     one block (shared memory bound), 4 warps; a tiny block is bound by the 64 warps."""
-    from posattn.kernels.triton_bias import Tiles
+    from posattn.kernels.triton_settings import Tiles
 
     assert aot.warps_per_sm({"registers": 111, "shared": 73728}, Tiles(128, 32, 8, 3)) == 16
     assert aot.warps_per_sm({"registers": 255, "shared": 131072}, Tiles(128, 64, 4, 3)) == 4
@@ -213,9 +206,12 @@ def test_a_training_call_goes_through_tritons_own_launch_path_as_on_the_gpu(aot)
     caches and the direct launches hold none of the stand-in's kernels."""
     from triton.runtime.driver import driver
 
-    from posattn.kernels import triton_bias
+    from posattn.kernels import triton_bias, triton_settings
 
-    before = (driver._active, triton_bias.tiles, triton_bias.schedule)
+    def choosers():
+        return triton_settings.tiles, triton_settings.schedule
+
+    before = (driver._active, choosers())
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 3, 70, 64, dtype=torch.bfloat16, requires_grad=True) for _ in "qkv")
     table = torch.randn(3, 139, requires_grad=True)
@@ -227,10 +223,10 @@ def test_a_training_call_goes_through_tritons_own_launch_path_as_on_the_gpu(aot)
         with aot.recording() as stretch, torch.no_grad():
             triton_bias.table_bias_attention(q, k, v, scale=0.125, table=table)
     assert [launch.name for launch in stretch] == ["_forward"]
-    assert (driver._active, triton_bias.tiles, triton_bias.schedule) == before
+    assert (driver._active, choosers()) == before
     # No stand-in kernel is left where a real launch would find it.
     assert not triton_bias._forward.device_caches and not triton_bias._DIRECT
-    tiles = triton_bias.GPU_TILES
+    tiles = triton_settings.GPU_TILES
     kernels = [getattr(triton_bias, name) for name in aot.KERNEL_NAMES]
     grids = [(1, 6, 1), (-(-70 // tiles["dq"].block_m), 6, 1), (1, 6, 1)]  # 70 rows, B * H = 6
     assert [(launch.name, launch.grid, len(launch.arguments)) for launch in launches] == [

@@ -9,7 +9,6 @@ the interpreted kernels are dropped afterwards (a GPU run later in the process c
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 import torch
@@ -21,7 +20,7 @@ from transformers import DynamicCache
 from posattn import PosAttnConfigError, PosAttnForCausalLM
 from posattn.kernels import build_attention_mask, eager_attention, get_kernel
 from posattn.kernels.masks import key_spans
-from posattn.kernels.table_bias import TableBias, key_rules
+from posattn.kernels.table_bias import TableBias, forget_built_kernels, key_rules
 from posattn.toeplitz import ClsUntie, TableTails
 
 triton = pytest.importorskip("triton")
@@ -36,23 +35,14 @@ if Version(triton.__version__) < Version("3.7"):
         allow_module_level=True,
     )
 
-KERNEL_MODULE = "posattn.kernels.triton_bias"
-
-
-def drop_built_kernels() -> None:
-    sys.modules.pop(KERNEL_MODULE, None)
-    import posattn.kernels
-
-    posattn.kernels.__dict__.pop("triton_bias", None)
-
 
 @pytest.fixture(scope="module", autouse=True)
 def interpreter():
     previous = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"
-    drop_built_kernels()
+    forget_built_kernels()
     yield
-    drop_built_kernels()
+    forget_built_kernels()
     if previous is None:
         del os.environ["TRITON_INTERPRET"]
     else:
@@ -148,12 +138,12 @@ def test_blocks_of_padding_are_never_read(causal, query_start, hidden, with_tail
     a flat table's tails at +-10 or inside them: NaN in their keys and values leaves the
     output and every gradient equal to eager's with zeros there (a block read and masked
     multiplies its NaN by 0), dK and dV 0 there."""
-    from posattn.kernels import triton_bias
+    from posattn.kernels import triton_settings
 
     torch.manual_seed(4)
     n_k, heads = 70, 2
     n_q = n_k - query_start
-    block = triton_bias.INTERPRETER_TILES.block_n
+    block = triton_settings.INTERPRETER_TILES.block_n
     padding = torch.ones(len(hidden), n_k, dtype=torch.bool)
     poison = torch.zeros(len(hidden), 1, n_k, 1, dtype=torch.bool)
     for row, keys in enumerate(hidden):
@@ -262,20 +252,20 @@ def test_absent_arguments_are_made_once_and_outlive_inference_mode():
     """Stand-ins for absent tensors (no table, no mask, no segments) are made once per device
     and dtype, not per call; made first under inference mode, they are still ordinary
     tensors that a later training call saves for backward, with eager's gradients."""
-    from posattn.kernels import triton_bias
+    from posattn.kernels import triton_bias, triton_inputs
 
-    triton_bias.absent.cache_clear()
+    triton_inputs.absent.cache_clear()
     torch.manual_seed(2)
     q, k, v = (torch.randn(1, 2, 19, 16) for _ in range(3))
     with torch.inference_mode():
         triton_bias.table_bias_attention(q, k, v, scale=0.25)
-    stand_in = triton_bias.absent(q.device, torch.float32)
+    stand_in = triton_inputs.absent(q.device, torch.float32)
     assert not stand_in.is_inference()
     inputs = [t.clone().requires_grad_() for t in (q, k, v)]
     out = triton_bias.table_bias_attention(*inputs, scale=0.25)
     reference = eager_attention(*inputs, mask=None, bias=None, scale=0.25)
     assert_values_and_gradients_equal(out, reference, inputs, torch.randn_like(out))
-    assert triton_bias.absent(q.device, torch.float32) is stand_in
+    assert triton_inputs.absent(q.device, torch.float32) is stand_in
     assert stand_in.item() == 0.0  # never written
 
 
@@ -623,25 +613,25 @@ def test_gpu_tiles_come_from_the_table_or_the_environment(monkeypatch):
     """GPU tiles per kernel from `GPU_TILES`, overridden by POSATTN_TRITON_FORWARD / _DQ /
     _DK_DV (the sweep's knob); a malformed override is refused with the variable named. The
     CPU interpreter always takes its small tiles."""
-    from posattn.kernels import triton_bias
+    from posattn.kernels import triton_settings
 
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     monkeypatch.delenv("POSATTN_TRITON_FORWARD", raising=False)
-    assert triton_bias.tiles(cuda, "forward") == triton_bias.GPU_TILES["forward"]
-    assert set(triton_bias.GPU_TILES) == {"forward", "dq", "dk_dv"}
+    assert triton_settings.tiles(cuda, "forward") == triton_settings.GPU_TILES["forward"]
+    assert set(triton_settings.GPU_TILES) == {"forward", "dq", "dk_dv"}
     monkeypatch.setenv("POSATTN_TRITON_DQ", "32,64,8,3")
     monkeypatch.setenv("POSATTN_TRITON_DK_DV", "16,128,4,2")
-    assert triton_bias.tiles(cuda, "dq") == triton_bias.Tiles(32, 64, 8, 3)
-    assert triton_bias.tiles(cuda, "dk_dv") == triton_bias.Tiles(16, 128, 4, 2)
-    assert triton_bias.tiles(cpu, "dk_dv") == triton_bias.INTERPRETER_TILES
-    assert triton_bias.schedule(triton_bias.Tiles(32, 64, 8, 3), cuda) == dict(
+    assert triton_settings.tiles(cuda, "dq") == triton_settings.Tiles(32, 64, 8, 3)
+    assert triton_settings.tiles(cuda, "dk_dv") == triton_settings.Tiles(16, 128, 4, 2)
+    assert triton_settings.tiles(cpu, "dk_dv") == triton_settings.INTERPRETER_TILES
+    assert triton_settings.schedule(triton_settings.Tiles(32, 64, 8, 3), cuda) == dict(
         num_warps=8, num_stages=3
     )
-    assert triton_bias.schedule(triton_bias.INTERPRETER_TILES, cpu) == {}
+    assert triton_settings.schedule(triton_settings.INTERPRETER_TILES, cpu) == {}
     for bad in ("64,48,4,2", "64,64", "8,64,4,2", "a,b,c,d"):
         monkeypatch.setenv("POSATTN_TRITON_FORWARD", bad)
         with pytest.raises(PosAttnConfigError, match=rf"POSATTN_TRITON_FORWARD='{bad}'.*powers"):
-            triton_bias.tiles(cuda, "forward")
+            triton_settings.tiles(cuda, "forward")
 
 
 def test_the_tables_gradient_is_the_same_by_every_mode(monkeypatch):
@@ -651,7 +641,7 @@ def test_the_tables_gradient_is_the_same_by_every_mode(monkeypatch):
     halves), and POSATTN_TRITON_DK_DV_ORDER: dK/dV's score tiles key-major or query-major,
     give the same gradients as eager, causal and padded decoding rows, with TUPE's [CLS]
     untie left out of the table's gradient; unknown values are refused by name."""
-    from posattn.kernels import triton_bias
+    from posattn.kernels import triton_settings
 
     torch.manual_seed(4)
     n_q, n_k, start = 21, 40, 19
@@ -681,14 +671,14 @@ def test_the_tables_gradient_is_the_same_by_every_mode(monkeypatch):
         ours = torch.autograd.grad(out, (q, k, v, table), grad)
         for name, a, b in zip(["q", "k", "v", "table"], ours, expected, strict=True):
             assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), (mode, skew, order, name)
-    assert set(triton_bias.TABLE_GRAD_MODES) == {"shared", "per-batch"}
-    assert set(triton_bias.SKEWS) == {"wide", "circular"}
-    assert set(triton_bias.DK_DV_ORDERS) == {"key-major", "query-major"}
-    assert set(triton_bias.LAUNCHES) == {"direct", "triton"}
+    assert set(triton_settings.TABLE_GRAD_MODES) == {"shared", "per-batch"}
+    assert set(triton_settings.SKEWS) == {"wide", "circular"}
+    assert set(triton_settings.DK_DV_ORDERS) == {"key-major", "query-major"}
+    assert set(triton_settings.LAUNCHES) == {"direct", "triton"}
     # Refused by name where the backward reads them (the kernels' own choosers).
-    choosers = {"DK_DV_ORDER": triton_bias.dk_dv_order, "SKEW": triton_bias.skew_choice,
-                "TABLE_GRAD": triton_bias.table_grad_mode,
-                "LAUNCH": triton_bias.launch_choice}  # fmt: skip
+    choosers = {"DK_DV_ORDER": triton_settings.dk_dv_order, "SKEW": triton_settings.skew_choice,
+                "TABLE_GRAD": triton_settings.table_grad_mode,
+                "LAUNCH": triton_settings.launch_choice}  # fmt: skip
     bad_values = [("DK_DV_ORDER", "rows"), ("SKEW", "diagonal"), ("TABLE_GRAD", "atomic"),
                   ("LAUNCH", "fast")]  # fmt: skip
     for name, bad in bad_values:
@@ -701,37 +691,40 @@ def test_a_calls_settings_follow_the_environment_and_the_tile_chooser(monkeypatc
     """`call_settings` keeps what it built per distinct environment (built per call, it cost
     host time), yet a changed variable or a replaced tile chooser applies from the next call,
     and a refused value is refused at every call, not kept."""
-    from posattn.kernels import triton_bias
+    from posattn.kernels import triton_settings
 
-    for variable in triton_bias.SETTING_VARIABLES:
+    for variable in triton_settings.SETTING_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    first = triton_bias.call_settings(cpu)
-    assert triton_bias.call_settings(cpu) is first
+    first = triton_settings.call_settings(cpu)
+    assert triton_settings.call_settings(cpu) is first
     chosen = (first.key_major, first.skew, first.grad_mode, first.launch_mode)
     assert chosen == (True, "circular", "shared", "direct")
-    assert first.tiles == dict.fromkeys(triton_bias.GPU_TILES, triton_bias.INTERPRETER_TILES)
-    assert first.schedules == {kind: {} for kind in triton_bias.GPU_TILES}
+    interpreted = triton_settings.INTERPRETER_TILES
+    assert first.tiles == dict.fromkeys(triton_settings.GPU_TILES, interpreted)
+    assert first.schedules == {kind: {} for kind in triton_settings.GPU_TILES}
     assert first.longest_run == 32
     monkeypatch.setenv("POSATTN_TRITON_SKEW", "wide")
     monkeypatch.setenv("POSATTN_TRITON_DK_DV_ORDER", "query-major")
     monkeypatch.setenv("POSATTN_TRITON_TABLE_GRAD", "per-batch")
     monkeypatch.setenv("POSATTN_TRITON_LAUNCH", "triton")
-    changed = triton_bias.call_settings(cpu)
+    changed = triton_settings.call_settings(cpu)
     chosen = (changed.key_major, changed.skew, changed.grad_mode, changed.launch_mode)
     assert chosen == (False, "wide", "per-batch", "triton")
     monkeypatch.setenv("POSATTN_TRITON_FORWARD", "64,16,4,2")
-    on_gpu = triton_bias.call_settings(cuda)
-    assert on_gpu.tiles == {**triton_bias.GPU_TILES, "forward": triton_bias.Tiles(64, 16, 4, 2)}
+    on_gpu = triton_settings.call_settings(cuda)
+    overridden = triton_settings.Tiles(64, 16, 4, 2)
+    assert on_gpu.tiles == {**triton_settings.GPU_TILES, "forward": overridden}
     assert on_gpu.schedules["forward"] == dict(num_warps=4, num_stages=2)
     assert on_gpu.schedules["dk_dv"] == dict(num_warps=8, num_stages=2)
     assert on_gpu.longest_run == 128
-    monkeypatch.setattr(triton_bias, "tiles", lambda device, kind: triton_bias.Tiles(16, 64))
-    assert triton_bias.call_settings(cpu).tiles["dq"] == triton_bias.Tiles(16, 64)
+    small = triton_settings.Tiles(16, 64)
+    monkeypatch.setattr(triton_settings, "tiles", lambda device, kind: small)
+    assert triton_settings.call_settings(cpu).tiles["dq"] == small
     monkeypatch.setenv("POSATTN_TRITON_LAUNCH", "fast")
     for _ in range(2):
         with pytest.raises(PosAttnConfigError, match="POSATTN_TRITON_LAUNCH='fast'"):
-            triton_bias.call_settings(cpu)
+            triton_settings.call_settings(cpu)
 
 
 def test_the_gpu_default_tiles_equal_eager_under_the_interpreter(monkeypatch):
@@ -740,9 +733,10 @@ def test_the_gpu_default_tiles_equal_eager_under_the_interpreter(monkeypatch):
     dK/dV's 128 keys key-major (the reversed table's copies padded for 128-long runs), at
     d_h=64 and n=136: two blocks of each kind, the last partial. Causal with left padding and
     TUPE's [CLS] untie, values and every gradient against eager."""
-    from posattn.kernels import triton_bias
+    from posattn.kernels import triton_settings
 
-    monkeypatch.setattr(triton_bias, "tiles", lambda device, kind: triton_bias.GPU_TILES[kind])
+    gpu_tiles = triton_settings.GPU_TILES
+    monkeypatch.setattr(triton_settings, "tiles", lambda device, kind: gpu_tiles[kind])
     monkeypatch.setenv("POSATTN_TRITON_SKEW", "circular")
     torch.manual_seed(5)
     n = 136
@@ -765,11 +759,11 @@ def test_dk_dv_reads_filled_rows_where_its_query_blocks_outreach_the_forwards(mo
     """dK/dV reads LSE and D unmasked up to the end of its last query block. Where an override
     makes those blocks longer than the forward's and dQ's (32 rows against 16), the rows they
     never write are filled first (+inf, 0): values and gradients still equal eager's."""
-    from posattn.kernels import triton_bias
+    from posattn.kernels import triton_settings
 
-    chosen = {"forward": triton_bias.Tiles(16, 16), "dq": triton_bias.Tiles(16, 16)}
-    chosen["dk_dv"] = triton_bias.Tiles(32, 16)
-    monkeypatch.setattr(triton_bias, "tiles", lambda device, kind: chosen[kind])
+    chosen = {"forward": triton_settings.Tiles(16, 16), "dq": triton_settings.Tiles(16, 16)}
+    chosen["dk_dv"] = triton_settings.Tiles(32, 16)
+    monkeypatch.setattr(triton_settings, "tiles", lambda device, kind: chosen[kind])
     torch.manual_seed(6)
     n = 40  # 48 rows written, 64 read
     q, k, v = (torch.randn(2, 2, n, 16, requires_grad=True) for _ in range(3))
@@ -1026,7 +1020,7 @@ def test_table_copies_hold_the_table_and_its_reverse_from_each_shift_and_zeros_p
     (the table reversed), each 0 where that index leaves the table, written entry by entry
     from the definition; float32 whatever the table's dtype, contiguous, its index made once
     per shape."""
-    from posattn.kernels.triton_bias import copies_index, table_copies
+    from posattn.kernels.triton_inputs import copies_index, table_copies
 
     table = torch.randn(3, 9).t().contiguous().t()  # heads not contiguous, as T5's table
     for source in (table, table.to(torch.bfloat16)):

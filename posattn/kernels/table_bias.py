@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +23,25 @@ from torch import Tensor
 from ..errors import PosAttnConfigError, invalid
 from ..toeplitz import ClsUntie, TableTails, lines_served, require_table_shape
 from .masks import derived_once, key_spans, mask_layout
+
+# The modules that build the kernel's Triton functions, in import order, each as the
+# interpreter or the compiler was chosen (TRITON_INTERPRET) when it was imported.
+KERNEL_MODULES = tuple(
+    f"posattn.kernels.triton_{name}"
+    for name in ("tile_ops", "blocks", "scores", "table_grad", "forward", "backward", "bias")
+)
+
+
+def forget_built_kernels() -> None:
+    """Drop the kernel's modules (and triton_aot, which holds their functions), so that the
+    next import builds the kernels anew, for the interpreter or the compiler as
+    TRITON_INTERPRET then says (tests switch between them)."""
+    from .. import kernels
+
+    for name in (*KERNEL_MODULES, "posattn.kernels.triton_aot"):
+        sys.modules.pop(name, None)
+        kernels.__dict__.pop(name.rsplit(".", 1)[1], None)
+
 
 # The built-in kernels that serve every configuration (flex trains on GPU only).
 OTHER_KERNELS = "'auto', 'sdpa', 'sdpa-lowmem', 'flex' or 'eager'"

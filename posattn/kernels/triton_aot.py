@@ -20,7 +20,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from . import table_bias, triton_bias
-from .triton_bias import Tiles, diagonal_block, dk_dv_flags, kernel_flags
+from .triton_settings import Tiles, diagonal_block, dk_dv_flags, kernel_flags
 
 # Pointer arguments of the kernels by name (q, k, v and their gradients in the inputs' dtype).
 TABLES = ("LSE", "DELTA", "TABLE", "SLOPES", "DTABLE", "UNTIE", "DUNTIE", "SEGMENTS", "DSEGMENTS")
@@ -313,7 +313,10 @@ def stand_in_gpu(*modules, record: bool = True):
             "when posattn.kernels.triton_bias was imported); it needs them compiled"
         )
     modules = (triton_bias, *modules)
-    chosen = {module: (module.tiles, module.schedule) for module in modules}
+    # The tile choosers where each version's `call_settings` reads them (its own module, or
+    # triton_settings).
+    namespaces = [module.call_settings.__globals__ for module in modules]
+    chosen = [(space, space["tiles"], space["schedule"]) for space in namespaces]
     cuda = torch.device("cuda")
     previous = driver._active  # None where no driver was made yet (a machine without a GPU)
     recorded: list[RecordedLaunch] = []
@@ -324,17 +327,17 @@ def stand_in_gpu(*modules, record: bool = True):
     _forget_compiled(modules)
     driver.set_active(_STAND_IN)
     _STAND_IN.launches = recorded if record else None
-    for module, (tiles, schedule) in chosen.items():
-        module.tiles = lambda device, kind, tiles=tiles: tiles(cuda, kind)
-        module.schedule = lambda tile, device, schedule=schedule: schedule(tile, cuda)
+    for space, tiles, schedule in chosen:
+        space["tiles"] = lambda device, kind, tiles=tiles: tiles(cuda, kind)
+        space["schedule"] = lambda tile, device, schedule=schedule: schedule(tile, cuda)
     # The kernel's own refusal of CPU tensors outside the interpreter, lifted for the stand-in.
     unavailable = table_bias.unavailable
     table_bias.unavailable = lambda device: unavailable(cuda)
     try:
         yield recorded
     finally:
-        for module, (tiles, schedule) in chosen.items():
-            module.tiles, module.schedule = tiles, schedule
+        for space, tiles, schedule in chosen:
+            space["tiles"], space["schedule"] = tiles, schedule
         table_bias.unavailable = unavailable
         _STAND_IN.launches = None
         _forget_compiled(modules)

@@ -1,0 +1,318 @@
+"""The backward kernels of kernel="triton" (FlashAttention-2's, P recomputed from LSE): dK and
+dV with a block of keys held, dQ with a block of queries held, which also reduces the tables'
+gradients (offset table, segment pairs, the [CLS] untie's column) in registers."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .triton_blocks import (
+    _blocks,
+    _key_parts,
+    _keys_seen_whole,
+    _part,
+    _pick,
+    _queries_seeing_whole,
+    _query_begin,
+    _tail_query_blocks,
+    _tails,
+)
+from .triton_scores import (
+    _holds_untie,
+    _in_block,
+    _scores,
+    _segment_pairs,
+    _tail_shift,
+    _untied_positions,
+)
+from .triton_table_grad import _add_diagonal_sums, _add_to_table, _carried_diagonal_sums
+from .triton_tile_ops import _add, _load_tile, _tile_mask
+
+
+@triton.jit
+def _dk_dv_step(
+    dk, dv, k, v, start_m, offs_n, start_n, offs_d, offs_dv, b, h, LSE_ROW, DELTA_ROW, Q, DO,
+    sqb, sqh, sqm, sdob, sdoh, sdom, D, DV, scale2, TABLE, stride_th, stride_tk, table_shift, UNTIE,
+    untie_row, untie_column, KEYS, stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS,
+    stride_sb,
+    HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
+    CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
+    BLOCK_M: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+    KEY_MAJOR: tl.constexpr, TAIL: tl.constexpr = False, tail_value=0.0,
+    LINEAR: tl.constexpr = False, slope=0.0, base=0,
+):  # fmt: skip
+    """One query block's share of a key block's dK and dV; KEY_MAJOR: with P and dS as
+    [BLOCK_N, BLOCK_M] tiles (dV += P^T dO, dK += dS^T Q without turning them)."""
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    q = _load_tile(Q + b * sqb + h * sqh, offs_m, sqm, M, offs_d, D, EVEN_D)
+    do = _load_tile(DO + b * sdob + h * sdoh, offs_m, sdom, M, offs_dv, DV, EVEN_DV)
+    # Unmasked: rows past M hold LSE = +inf and D = 0 up to the last query block's end (a mask
+    # here was a select per query per thread and step: 11% of this loop's instructions).
+    lse = tl.load(LSE_ROW + offs_m)
+    delta = tl.load(DELTA_ROW + offs_m)
+    s = _scores(
+        q, k, offs_m, offs_n, start_m, start_n, b, h, scale2, TABLE, stride_th, stride_tk,
+        table_shift, UNTIE, untie_row, untie_column, KEYS, stride_kb,
+        first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
+        HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, False, KEY_MAJOR,
+        TAIL=TAIL, tail_value=tail_value, LINEAR=LINEAR, slope=slope,
+    )  # fmt: skip
+    if TAIL:  # s is less its rows' part (`_scores`)
+        lse -= _tail_shift(tail_value, slope, base, start_n, start_m, offs_m.shape[0], LINEAR)
+    if KEY_MAJOR:
+        p_t = tl.exp2(s - lse[None, :])
+        dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)
+        dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)
+    else:
+        p = tl.exp2(s - lse[:, None])
+        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        ds = p * (dp - delta[:, None])
+        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
+    return dk, dv
+
+
+@triton.jit
+def _backward_dk_dv(
+    Q, K, V, DO, LSE, DELTA, DK, DV_, TABLE, SLOPES, UNTIE, KEYS, SPANS, SEGMENTS, SEGMENT_IDS,
+    sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom,
+    sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, stride_th, stride_tk, stride_kb, stride_sb,
+    H, M, N, D, DV, q_start, rows, table_shift, untie_row, untie_column, tail_low, tail_high,
+    scale, scale2,
+    HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, KEY_MAJOR: tl.constexpr,
+    TAILS: tl.constexpr, LINEAR: tl.constexpr,
+):  # fmt: skip
+    """dK, dV of one key block, over every query block that sees it. TABLE: the aligned
+    copies of the offset table, or key-major of the table reversed (`_scores`). TAILS:
+    as the forward's, the query blocks in the table's high tail first."""
+    start_n = tl.program_id(0) * BLOCK_N
+    bh = tl.program_id(1)
+    b, h = bh // H, bh % H
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
+    k = _load_tile(K + b * skb + h * skh, offs_n, skn, N, offs_d, D, EVEN_D)
+    v = _load_tile(V + b * svb + h * svh, offs_n, svn, N, offs_dv, DV, EVEN_DV)
+    first = 0
+    if CAUSAL:
+        first = tl.load(SPANS + 3 * b)
+    dk = tl.full([BLOCK_N, BLOCK_D], 0.0, tl.float32)
+    dv = tl.full([BLOCK_N, BLOCK_DV], 0.0, tl.float32)
+    begin = _query_begin(start_n, q_start, first, SPANS, b, M, BLOCK_M, BLOCK_N, HAS_KEYS, CAUSAL)
+    high_end, low_start = M, M
+    if TAILS:
+        high_end, low_start = _tail_query_blocks(
+            start_n, begin, tail_low, tail_high, M, BLOCK_M, BLOCK_N
+        )
+    # Copy 0 holds the table, or key-major the table reversed: index M + N - 2 - x.
+    low_at, high_at = tail_low, tail_high
+    if KEY_MAJOR:
+        low_at, high_at = M + N - 2 - tail_low, M + N - 2 - tail_high
+    low_value, high_value, low_slope, high_slope = _tails(
+        TABLE, SLOPES, h, H, stride_th, low_at, high_at, TAILS, LINEAR
+    )
+    # Causal without padding: the query blocks that see this key block whole take no mask
+    # (half 1).
+    SPLIT: tl.constexpr = CAUSAL & (not HAS_KEYS)
+    seeing = _queries_seeing_whole(start_n, q_start, N, M, BLOCK_M, BLOCK_N)
+    # The high tail, the blocks that read the table, the low tail (one part without tails).
+    for part in tl.static_range(3 if TAILS else 1):
+        for half in tl.static_range(2 if SPLIT else 1):
+            start, end = _blocks(part, half, begin, high_end, low_start, M, seeing, SPLIT, BLOCK_M)
+            for start_m in range(start, end, BLOCK_M):
+                dk, dv = _dk_dv_step(
+                    dk, dv, k, v, start_m, offs_n, start_n, offs_d, offs_dv, b, h,
+                    LSE + bh * rows, DELTA + bh * rows, Q, DO,
+                    sqb, sqh, sqm, sdob, sdoh, sdom, D, DV, scale2, TABLE, stride_th, stride_tk,
+                    table_shift, UNTIE, untie_row, untie_column, KEYS,
+                    stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb, HAS_TABLE,
+                    HAS_UNTIE, HAS_KEYS, CAUSAL & ((not SPLIT) | (half == 0)), PRECISION,
+                    NUM_SEGMENTS, BLOCK_M, EVEN_D, EVEN_DV, KEY_MAJOR, TAIL=TAILS & (part != 1),
+                    tail_value=_pick(part, high_value, low_value), LINEAR=LINEAR,
+                    slope=_pick(part, high_slope, low_slope),
+                    base=M - 1 - _pick(part, tail_high, tail_low),
+                )  # fmt: skip
+    tl.store(
+        DK + b * sdkb + h * sdkh + offs_n[:, None] * sdkn + offs_d[None, :],
+        (dk * scale).to(DK.dtype.element_ty),
+        mask=_tile_mask(offs_n, N, offs_d, D, EVEN_D),
+    )
+    tl.store(
+        DV_ + b * sdvb + h * sdvh + offs_n[:, None] * sdvn + offs_dv[None, :],
+        dv.to(DV_.dtype.element_ty),
+        mask=_tile_mask(offs_n, N, offs_dv, DV, EVEN_DV),
+    )
+
+
+@triton.jit
+def _dq_step(
+    dq, q, do, lse, delta, start_m, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
+    skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, DTABLE, stride_th, stride_tk, stride_dth,
+    table_shift, UNTIE, DUNTIE, untie_row, untie_column,
+    table_len, KEYS, stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
+    DSEGMENTS,
+    HAS_TABLE: tl.constexpr, TABLE_GRAD: tl.constexpr, HAS_UNTIE: tl.constexpr,
+    UNTIE_GRAD: tl.constexpr, HAS_KEYS: tl.constexpr,
+    CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
+    SEGMENT_GRAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, DIAGONALS: tl.constexpr,
+    MASK_TAIL: tl.constexpr, TAIL: tl.constexpr = False, tail_value=0.0,
+    LINEAR: tl.constexpr = False, slope=0.0, base=0,
+):  # fmt: skip
+    """One key block's share of a query block's dQ, and of the tables' gradients; returns dQ
+    and the tile's dS as the offset table sees it (the circular skew's sums are carried by the
+    caller, `_carried_diagonal_sums`; a TAIL tile's, one value, summed by the caller too)."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    k = _load_tile(K + b * skb + h * skh, offs_n, skn, N, offs_d, D, EVEN_D)
+    v = _load_tile(V + b * svb + h * svh, offs_n, svn, N, offs_dv, DV, EVEN_DV)
+    s = _scores(
+        q, k, offs_m, offs_n, start_m, start_n, b, h, scale2, TABLE, stride_th, stride_tk,
+        table_shift, UNTIE, untie_row, untie_column, KEYS, stride_kb,
+        first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
+        HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, MASK_TAIL,
+        TAIL=TAIL, tail_value=tail_value, LINEAR=LINEAR, slope=slope,
+    )  # fmt: skip
+    if TAIL:  # s is less its rows' part (`_scores`)
+        lse -= _tail_shift(tail_value, slope, base, start_n, start_m, offs_m.shape[0], LINEAR)
+    p = tl.exp2(s - lse[:, None])
+    dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+    ds = p * (dp - delta[:, None])
+    dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
+    ds_table = ds
+    if TABLE_GRAD & HAS_UNTIE:  # noqa: SIM102 (compiled in or out; the test inside per tile)
+        # The untie's scores do not read the table.
+        if _holds_untie(start_m, start_n, BLOCK_M, BLOCK_N, untie_row, untie_column):
+            untied = _untied_positions(offs_m[:, None], offs_n[None, :], untie_row, untie_column)
+            ds_table = tl.where(untied, 0.0, ds)
+    if TABLE_GRAD & (DIAGONALS != BLOCK_N) & (not TAIL):  # wide: here; circular: the caller
+        _add_diagonal_sums(
+            ds_table, start_m, start_n, h, DTABLE, stride_dth, table_shift, table_len,
+            BLOCK_M, BLOCK_N, DIAGONALS,
+        )  # fmt: skip
+    if UNTIE_GRAD:  # noqa: SIM102 (compiled in or out; the test inside runs per block)
+        # The untied column's value: the sum of dS down that column off the untied row, in
+        # the one key block that holds the column.
+        if _in_block(untie_column, start_n, BLOCK_N):
+            column = (offs_n[None, :] == untie_column) & (offs_m[:, None] != untie_row)
+            total = tl.reduce(tl.reduce(tl.where(column, ds, 0.0), 1, _add), 0, _add)
+            tl.atomic_add(DUNTIE + h, total, sem="relaxed")
+    if SEGMENT_GRAD:
+        # One sum of dS per (query segment, key segment) pair per tile.
+        pair = _segment_pairs(
+            offs_m[:, None], offs_n[None, :], b, SEGMENT_IDS, stride_sb, q_start, M, N,
+            NUM_SEGMENTS,
+        )  # fmt: skip
+        for index in tl.static_range(NUM_SEGMENTS * NUM_SEGMENTS):
+            picked = tl.where(pair == index, ds, 0.0)
+            total = tl.reduce(tl.reduce(picked, 1, _add), 0, _add)
+            tl.atomic_add(DSEGMENTS + h * NUM_SEGMENTS * NUM_SEGMENTS + index, total, sem="relaxed")
+    return dq, ds_table
+
+
+@triton.jit
+def _backward_dq_dtable(
+    Q, K, V, OUT, DO, LSE, DELTA, DQ, TABLE, SLOPES, DTABLE, UNTIE, DUNTIE, KEYS, SPANS, SEGMENTS,
+    SEGMENT_IDS, DSEGMENTS,
+    sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, sdob, sdoh, sdom,
+    sdqb, sdqh, sdqm,
+    stride_th, stride_tk, stride_dtb, stride_dth, stride_kb, stride_sb,
+    H, M, N, D, DV, q_start, rows, table_shift, table_len, untie_row, untie_column, tail_low,
+    tail_high, scale, scale2,
+    HAS_TABLE: tl.constexpr, TABLE_GRAD: tl.constexpr, HAS_UNTIE: tl.constexpr,
+    UNTIE_GRAD: tl.constexpr, HAS_KEYS: tl.constexpr,
+    CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
+    SEGMENT_GRAD: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, DIAGONALS: tl.constexpr,
+    MASK_TAIL: tl.constexpr, TAILS: tl.constexpr, LINEAR: tl.constexpr,
+):  # fmt: skip
+    """dQ of one query block over the keys it sees, and that block's share of dT (in the
+    batch element's own copy of dT where stride_dtb is not 0). First D_i = sum_d dO_id O_id
+    of its rows, in float32, kept for dK/dV (launched after): a kernel of its own was one
+    more launch from the host, which bounds a call at n=1024. TAILS: as the forward's;
+    the tiles of a tail add their dS up in registers, and the sum goes to the tail's first
+    entry (tail_low or tail_high), where every entry of the tail sends its gradient."""
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1)
+    b, h = bh // H, bh % H
+    DTABLE_B = DTABLE + b * stride_dtb
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
+    q = _load_tile(Q + b * sqb + h * sqh, offs_m, sqm, M, offs_d, D, EVEN_D)
+    do = _load_tile(DO + b * sdob + h * sdoh, offs_m, sdom, M, offs_dv, DV, EVEN_DV)
+    out = _load_tile(OUT + b * sob + h * soh, offs_m, som, M, offs_dv, DV, EVEN_DV)
+    delta = tl.reduce(out.to(tl.float32) * do.to(tl.float32), 1, _add)
+    tl.store(DELTA + bh * rows + offs_m, delta, mask=offs_m < rows)  # 0 past M
+    lse = tl.load(LSE + bh * rows + offs_m, mask=offs_m < M, other=float("inf"))
+    first = 0
+    if CAUSAL:
+        first = tl.load(SPANS + 3 * b)
+    dq = tl.full([BLOCK_M, BLOCK_D], 0.0, tl.float32)
+    # The circular skew's sums are carried across key blocks (`_carried_diagonal_sums`).
+    CARRIED: tl.constexpr = TABLE_GRAD & (DIAGONALS == BLOCK_N)
+    near = tl.full([BLOCK_N], 0.0, tl.float32)
+    far = tl.full([BLOCK_N], 0.0, tl.float32)
+    key_begin, key_end, low_end, high_start, low_value, high_value, low_slope, high_slope = (
+        _key_parts(
+            start_m, q_start, first, N, SPANS, b, TABLE, SLOPES, h, H, stride_th, tail_low,
+            tail_high, M, BLOCK_M, BLOCK_N, HAS_KEYS, CAUSAL, TAILS, LINEAR,
+        )
+    )  # fmt: skip
+    # Causal without padding: the key blocks below the diagonal take no mask (half 0); the
+    # carried sums run on across the two halves, which are contiguous.
+    SPLIT: tl.constexpr = CAUSAL & (not HAS_KEYS)
+    seen = _keys_seen_whole(start_m, q_start, N, BLOCK_N)
+    # The low tail, the blocks that read the table, the high tail (one part without tails).
+    for part in tl.static_range(3 if TAILS else 1):
+        start, end = _part(part, key_begin, low_end, high_start, key_end)
+        tail = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)
+        for half in tl.static_range(2 if SPLIT else 1):
+            first_n, end_n = _blocks(
+                part, half, key_begin, low_end, high_start, key_end, seen, SPLIT, BLOCK_N
+            )
+            for start_n in range(first_n, end_n, BLOCK_N):
+                dq, ds_table = _dq_step(
+                    dq, q, do, lse, delta, start_m, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
+                    skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, DTABLE_B, stride_th,
+                    stride_tk, stride_dth, table_shift, UNTIE, DUNTIE, untie_row, untie_column,
+                    table_len, KEYS, stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS,
+                    stride_sb, DSEGMENTS, HAS_TABLE, TABLE_GRAD, HAS_UNTIE, UNTIE_GRAD, HAS_KEYS,
+                    CAUSAL & ((not SPLIT) | (half == 1)), PRECISION, NUM_SEGMENTS, SEGMENT_GRAD,
+                    BLOCK_M, BLOCK_N, EVEN_D, EVEN_DV, DIAGONALS,
+                    MASK_TAIL & ((not SPLIT) | (half == 1)), TAIL=TAILS & (part != 1),
+                    tail_value=_pick(part, low_value, high_value), LINEAR=LINEAR,
+                    slope=_pick(part, low_slope, high_slope),
+                    base=M - 1 - _pick(part, tail_low, tail_high),
+                )  # fmt: skip
+                if TABLE_GRAD & TAILS & (part != 1):
+                    tail += ds_table
+                elif CARRIED:
+                    near, far = _carried_diagonal_sums(
+                        ds_table, near, far, start_m, start_n, h, DTABLE_B, stride_dth,
+                        table_shift, table_len, BLOCK_M, BLOCK_N,
+                    )  # fmt: skip
+        if TABLE_GRAD & TAILS & (part != 1):  # (compiled in or out; the test at run time)
+            if end > start:
+                total = tl.reduce(tl.reduce(tail, 1, _add), 0, _add)
+                # The tail's gradient goes to its bound (flat tails: a table with a
+                # gradient has no linear ones, `tail_rules`).
+                entry = _pick(part, tail_low, tail_high)
+                tl.atomic_add(DTABLE_B + h * stride_dth + entry, total, sem="relaxed")
+        elif CARRIED:  # noqa: SIM102 (as above)
+            # The two runs still carried, where a block past the last would have added them.
+            if end > start:
+                end_n = (end + BLOCK_N - 1) // BLOCK_N * BLOCK_N
+                index = end_n - start_m + table_shift + tl.arange(0, BLOCK_N)
+                _add_to_table(DTABLE_B + h * stride_dth, index - 2 * BLOCK_N, far, table_len)
+                _add_to_table(DTABLE_B + h * stride_dth, index - BLOCK_N, near, table_len)
+    tl.store(
+        DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqm + offs_d[None, :],
+        (dq * scale).to(DQ.dtype.element_ty),
+        mask=_tile_mask(offs_m, M, offs_d, D, EVEN_D),
+    )

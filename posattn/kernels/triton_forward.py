@@ -1,0 +1,120 @@
+"""The forward kernel of kernel="triton" (FlashAttention-2's online softmax over key blocks,
+in parts at the table's tails): O and the rows' LSE in base 2 (`triton_bias` for the maths)."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .triton_blocks import _blocks, _key_parts, _keys_seen_whole, _pick
+from .triton_scores import _scores, _tail_shift
+from .triton_tile_ops import _add, _load_tile, _maximum, _tile_mask
+
+
+@triton.jit
+def _forward_step(
+    acc, l_i, m_i, q, start_m, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
+    skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, stride_th, stride_tk, table_shift, UNTIE,
+    untie_row, untie_column, KEYS, stride_kb,
+    first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
+    HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
+    CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
+    BLOCK_N: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, MASK_TAIL: tl.constexpr,
+    TAIL: tl.constexpr = False, tail_value=0.0, LINEAR: tl.constexpr = False, slope=0.0,
+    base=0,
+):  # fmt: skip
+    """One key block of the online softmax: (acc, l_i, m_i) updated."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    k = _load_tile(K + b * skb + h * skh, offs_n, skn, N, offs_d, D, EVEN_D)
+    v = _load_tile(V + b * svb + h * svh, offs_n, svn, N, offs_dv, DV, EVEN_DV)
+    s = _scores(
+        q, k, offs_m, offs_n, start_m, start_n, b, h, scale2, TABLE, stride_th, stride_tk,
+        table_shift, UNTIE, untie_row, untie_column, KEYS, stride_kb,
+        first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
+        HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, MASK_TAIL,
+        TAIL=TAIL, tail_value=tail_value, LINEAR=LINEAR, slope=slope,
+    )  # fmt: skip
+    if TAIL:  # s is less its rows' part (`_scores`)
+        shift = _tail_shift(tail_value, slope, base, start_n, start_m, offs_m.shape[0], LINEAR)
+        m_new = tl.maximum(m_i, tl.reduce(s, 1, _maximum) + shift)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw no key yet
+        p = tl.exp2(s - (m_safe - shift)[:, None])
+    else:
+        m_new = tl.maximum(m_i, tl.reduce(s, 1, _maximum))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp2(s - m_safe[:, None])
+    alpha = tl.exp2(m_i - m_safe)
+    l_i = l_i * alpha + tl.reduce(p, 1, _add)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    return acc, l_i, m_new
+
+
+@triton.jit
+def _forward(
+    Q, K, V, OUT, LSE, TABLE, SLOPES, UNTIE, KEYS, SPANS, SEGMENTS, SEGMENT_IDS,
+    sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, stride_th, stride_tk, stride_kb,
+    stride_sb,
+    H, M, N, D, DV, q_start, rows, table_shift, untie_row, untie_column, tail_low, tail_high,
+    scale2,
+    HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, MASK_TAIL: tl.constexpr,
+    TAILS: tl.constexpr, LINEAR: tl.constexpr,
+):  # fmt: skip
+    """TAILS: the table is known below tail_low and above tail_high (`table_bias_attention`'s
+    `tails`): flat, or with LINEAR a line (SLOPES); the key blocks inside either tail run in
+    loops of their own and read no table."""
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1)
+    b, h = bh // H, bh % H
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
+    q = _load_tile(Q + b * sqb + h * sqh, offs_m, sqm, M, offs_d, D, EVEN_D)
+    first = 0
+    if CAUSAL:
+        first = tl.load(SPANS + 3 * b)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.full([BLOCK_M], 0.0, tl.float32)
+    acc = tl.full([BLOCK_M, BLOCK_DV], 0.0, tl.float32)
+    key_begin, key_end, low_end, high_start, low_value, high_value, low_slope, high_slope = (
+        _key_parts(
+            start_m, q_start, first, N, SPANS, b, TABLE, SLOPES, h, H, stride_th, tail_low,
+            tail_high, M, BLOCK_M, BLOCK_N, HAS_KEYS, CAUSAL, TAILS, LINEAR,
+        )
+    )  # fmt: skip
+    # Causal without padding: the key blocks below the diagonal take no mask (half 0).
+    SPLIT: tl.constexpr = CAUSAL & (not HAS_KEYS)
+    seen = _keys_seen_whole(start_m, q_start, N, BLOCK_N)
+    # The low tail, the blocks that read the table, the high tail (one part without tails).
+    for part in tl.static_range(3 if TAILS else 1):
+        for half in tl.static_range(2 if SPLIT else 1):
+            begin, end = _blocks(
+                part, half, key_begin, low_end, high_start, key_end, seen, SPLIT, BLOCK_N
+            )
+            for start_n in range(begin, end, BLOCK_N):
+                acc, l_i, m_i = _forward_step(
+                    acc, l_i, m_i, q, start_m, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
+                    skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, stride_th, stride_tk,
+                    table_shift, UNTIE, untie_row, untie_column, KEYS, stride_kb, first, q_start,
+                    M, N, SEGMENTS, SEGMENT_IDS, stride_sb, HAS_TABLE, HAS_UNTIE, HAS_KEYS,
+                    CAUSAL & ((not SPLIT) | (half == 1)), PRECISION, NUM_SEGMENTS, BLOCK_N,
+                    EVEN_D, EVEN_DV, MASK_TAIL & ((not SPLIT) | (half == 1)),
+                    TAIL=TAILS & (part != 1), tail_value=_pick(part, low_value, high_value),
+                    LINEAR=LINEAR,
+                    slope=_pick(part, low_slope, high_slope),
+                    base=M - 1 - _pick(part, tail_low, tail_high),
+                )  # fmt: skip
+    # A row that sees no key (out of range, or every key hidden) gives 0, not 0 / 0.
+    l_safe = tl.where(l_i > 0, l_i, 1.0)
+    out = acc / l_safe[:, None]
+    tl.store(
+        OUT + b * sob + h * soh + offs_m[:, None] * som + offs_dv[None, :],
+        out.to(OUT.dtype.element_ty),
+        mask=_tile_mask(offs_m, M, offs_dv, DV, EVEN_DV),
+    )
+    # Such a row keeps LSE = +inf: its probabilities recompute to 0 in backward. So do the
+    # rows past M up to `rows`, which dK/dV then reads without a mask (`_dk_dv_step`).
+    lse = tl.where((l_i > 0) & (offs_m < M), m_i + tl.log2(l_safe), float("inf"))
+    tl.store(LSE + bh * rows + offs_m, lse, mask=offs_m < rows)

@@ -1,0 +1,269 @@
+"""What a call of kernel="triton" chooses from its device and the environment: each kernel's
+tiles and launch schedule, the backward's and the launches' choices (POSATTN_TRITON_*
+variables, read once per distinct environment: `call_settings`), and the compile-time flags
+the kernels of one call share."""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import PosAttnConfigError
+
+
+@dataclass(frozen=True)
+class Tiles:
+    """One launch's tile shape and its Triton schedule (warps per program, pipeline depth)."""
+
+    block_m: int
+    block_n: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+# Under the CPU interpreter: small and unequal tiles, so that test lengths cross several
+# blocks of each kind (warps and stages mean nothing there).
+INTERPRETER_TILES = Tiles(32, 16)
+# On a GPU, per kernel: "forward"; "dq", dQ and the tables' gradients (a block of queries
+# held, key blocks stepped over); "dk_dv" (a block of keys held, query blocks stepped over).
+# Each can be overridden with POSATTN_TRITON_FORWARD / _DQ / _DK_DV =
+# "block_m,block_n,num_warps,num_stages". Forward and dQ: the fastest of
+# scripts/triton_tiles.py's sweeps (bf16, B=8, H=8, n=4096, d_h=64, T5's table; the forward
+# 2.30x / 2.31x flash SDPA on an H100 in two runs against 2.57x / 2.61x with 4 warps, a tie on
+# the H200). dK/dV ran at dQ's 64 x 32 until those tiles were split: 32 keys held, so its
+# products with the keys as rows (dV += P^T dO, dK += dS^T Q) had 32 rows, fewer than Hopper's
+# warpgroup MMA takes (64), and compiled to mma.sync, and each program re-read Q and dO for 32
+# keys. Its tile holds 128 keys and computes the scores key-major (`_scores`), so every product
+# has 128 rows: chosen from sm_90 builds (all warpgroup MMA, no spills: tests/
+# test_triton_compile.py), not yet timed on a GPU - the tile sweep times it.
+GPU_TILES = {
+    "forward": Tiles(128, 32, 8, 3),
+    "dq": Tiles(64, 32, 4, 3),
+    "dk_dv": Tiles(64, 128, 8, 2),
+}
+
+
+def tiles(device: torch.device, kind: str) -> Tiles:
+    """The tiles of the `kind` kernel (a key of `GPU_TILES`): `GPU_TILES` or the environment's
+    override on a GPU, `INTERPRETER_TILES` under the CPU interpreter."""
+    if device.type != "cuda":
+        return INTERPRETER_TILES
+    variable = f"POSATTN_TRITON_{kind.upper()}"
+    text = os.environ.get(variable)
+    if not text:
+        return GPU_TILES[kind]
+    parts = text.split(",")
+    try:
+        chosen = Tiles(*(int(part) for part in parts)) if len(parts) == 4 else None
+    except ValueError:
+        chosen = None
+    sizes = () if chosen is None else (chosen.block_m, chosen.block_n)
+    if chosen is None or any(size < 16 or size & (size - 1) for size in sizes):
+        raise PosAttnConfigError(
+            f"{variable}={text!r}: expected block_m,block_n,num_warps,num_stages with "
+            "block sizes powers of two >= 16, e.g. '128,64,8,3'"
+        )
+    return chosen
+
+
+# Where the dQ kernel adds each tile's diagonal sums: "shared", one [H, L] table for every
+# batch element, or "per-batch", a table per element summed after the kernel (H100, T5 at
+# n=4096, forward + backward against flash SDPA: 2.71x and 2.77x, in an earlier run 2.72x and
+# 2.66x: a tie). Chosen by POSATTN_TRITON_TABLE_GRAD (scripts/triton_tiles.py times both).
+# A kernel of its own over block diagonals, one skew per diagonal instead of per tile, ran
+# 3.22x at its best tile: it recomputes P and dP, loads four tiles per step where dQ loads
+# two, and its causal skip kept the loop from being pipelined (commit a19eddf, removed).
+TABLE_GRAD_MODES = ("shared", "per-batch")
+
+
+def environment_choice(variable: str, choices: tuple[str, ...]) -> str:
+    """The environment's value of `variable`, one of `choices` (default: the first)."""
+    text = os.environ.get(variable, choices[0])
+    if text not in choices:
+        raise PosAttnConfigError(
+            f"{variable}={text!r}: expected one of {', '.join(map(repr, choices))}"
+        )
+    return text
+
+
+def table_grad_mode() -> str:
+    return environment_choice("POSATTN_TRITON_TABLE_GRAD", TABLE_GRAD_MODES)
+
+
+def schedule(tile: Tiles, device: torch.device) -> dict:
+    """The launch options of a tile on a GPU (the interpreter takes none)."""
+    if device.type != "cuda":
+        return {}
+    return dict(num_warps=tile.num_warps, num_stages=tile.num_stages)
+
+
+# How the dQ kernel skews each half of a dS tile for the table's diagonal sums: "circular"
+# (rotated in place, 32 wide, where a half is square, its sums carried from one key block to
+# the next: one atomic per diagonal per block; else wide) or "wide" (zero-padded to a power of
+# two >= the diagonals it spans: 64 for 32 x 32, four atomics per diagonal per block). Chosen
+# by POSATTN_TRITON_SKEW; the tile sweep times both. Circular is the default on sm_90 builds'
+# counts (dQ's loop 390 instructions per warp and step against 638, T5-like table, 64 x 32),
+# not yet on a GPU's clock; wide was measured (2.71x flash SDPA, T5 training at n=4096).
+SKEWS = ("circular", "wide")
+
+
+def skew_choice() -> str:
+    return environment_choice("POSATTN_TRITON_SKEW", SKEWS)
+
+
+# The orientation of the dK/dV kernel's score tiles: "key-major" ([keys, queries], every
+# product with the keys as its rows; the default, see GPU_TILES) or "query-major" ([queries,
+# keys] turned for those products, as before). Chosen by POSATTN_TRITON_DK_DV_ORDER; the tile
+# sweep times both.
+DK_DV_ORDERS = ("key-major", "query-major")
+
+
+def dk_dv_order() -> str:
+    return environment_choice("POSATTN_TRITON_DK_DV_ORDER", DK_DV_ORDERS)
+
+
+# How a kernel is launched: "direct", Triton's compiled launcher called with the kernel
+# kept per key (`triton_launch.DirectLaunch`: a third of a T5 training call's host time went
+# to Triton's launch path), or "triton", through `kernel[grid](...)` each time. Chosen by
+# POSATTN_TRITON_LAUNCH; the interpreter always takes Triton's path.
+LAUNCHES = ("direct", "triton")
+
+
+def launch_choice() -> str:
+    return environment_choice("POSATTN_TRITON_LAUNCH", LAUNCHES)
+
+
+# Whether a table's tails (`table_bias_attention`'s `tails`: T5's buckets past max_distance,
+# DIET-REL's clipped offsets, ALiBi's lines) run in loops of their own without reading the
+# table ("on") or read it like any other entry ("off"). Chosen by POSATTN_TRITON_TABLE_TAILS;
+# the tile sweep times both.
+TAIL_CHOICES = ("on", "off")
+
+
+def tails_choice() -> str:
+    return environment_choice("POSATTN_TRITON_TABLE_TAILS", TAIL_CHOICES)
+
+
+def diagonal_block(tile: Tiles, skew: str = "circular") -> int:
+    """DIAGONALS of the dQ kernel: BLOCK_N for the circular skew, where the tile is two squares
+    (`_carried_diagonal_sums`), else the wide skew's width for each half of the tile's rows
+    (`_add_diagonal_sums`)."""
+    if skew == "circular" and tile.block_m // 2 == tile.block_n:
+        return tile.block_n
+    return power_of_two_at_least(tile.block_m // 2 + tile.block_n - 1)
+
+
+# Host-side integer helpers instead of triton.cdiv / triton.next_power_of_2: Triton 3.9 makes
+# those constexpr functions with a call wrapper (ten calls cost a call about 50 us under the
+# profiler; scripts/triton_host.py --profile), and at n=1024 a GPU call waits on the host.
+def power_of_two_at_least(size: int) -> int:
+    return 1 << max(0, size - 1).bit_length()
+
+
+def blocks(length: int, block: int) -> int:
+    """How many blocks of `block` cover `length`."""
+    return -(-length // block)
+
+
+def rounded_up(length: int, block: int) -> int:
+    """`length` rounded up to a whole number of blocks."""
+    return blocks(length, block) * block
+
+
+def head_block(size: int) -> int:
+    """A power of two >= the head size (tl.arange), at least 16 (tl.dot)."""
+    return max(16, power_of_two_at_least(size))
+
+
+def kernel_flags(
+    dtype: torch.dtype, D: int, DV: int, *, has_table: bool, has_keys: bool, causal: bool,
+    num_segments: int, has_untie: bool = False, tails: bool = False, linear_tails: bool = False,
+) -> dict:  # fmt: skip
+    """The compile-time flags every kernel of one call shares."""
+    return dict(
+        HAS_TABLE=has_table,
+        TAILS=has_table and tails,
+        LINEAR=has_table and tails and linear_tails,
+        HAS_UNTIE=has_untie,
+        HAS_KEYS=has_keys,
+        CAUSAL=causal,
+        PRECISION="ieee" if dtype == torch.float32 else "tf32",
+        NUM_SEGMENTS=num_segments,
+        BLOCK_D=head_block(D),
+        BLOCK_DV=head_block(DV),
+        EVEN_D=head_block(D) == D,
+        EVEN_DV=head_block(DV) == DV,
+    )
+
+
+def dk_dv_flags(flags: dict) -> dict:
+    """The dK/dV kernel's flags: without the table's tails where q and k are wider than 64
+    (TUPE-R's fold, 128): with them, Triton 3.6 (the lent GPU image's) spilled 256 bytes per
+    thread in its key-major 64 x 128 tile, holding 128-wide keys and their gradient; it reads
+    its table there as before (3.9 fitted it in 255 registers)."""
+    if flags["BLOCK_D"] <= 64:
+        return flags
+    return {**flags, "TAILS": False, "LINEAR": False}
+
+
+# The environment variables a call's choices are read from: each kernel's tiles, then the
+# backward's and the launches' choices.
+SETTING_VARIABLES = (
+    *(f"POSATTN_TRITON_{kind.upper()}" for kind in GPU_TILES),
+    "POSATTN_TRITON_DK_DV_ORDER",
+    "POSATTN_TRITON_SKEW",
+    "POSATTN_TRITON_TABLE_GRAD",
+    "POSATTN_TRITON_LAUNCH",
+    "POSATTN_TRITON_TABLE_TAILS",
+)
+
+
+@dataclass(frozen=True)
+class CallSettings:
+    """Everything a call chooses from its device and the environment, read in its forward and
+    kept for its backward: each kernel's tiles and launch options, the longest table run a
+    tile reads, and the backward's and launches' choices."""
+
+    tiles: dict[str, Tiles]
+    schedules: dict[str, dict]
+    longest_run: int
+    key_major: bool
+    skew: str
+    grad_mode: str
+    launch_mode: str
+    tails: bool
+
+
+def call_settings(device: torch.device) -> CallSettings:
+    """The call's settings, as the environment says now (a change applies from the next call),
+    built once per device type, distinct environment and tile chooser (`tiles` and `schedule`,
+    which the stand-in GPU and tests replace): built per call, the tiles and the choices took
+    about a tenth of a training call's host time (scripts/triton_host.py)."""
+    environment = tuple(map(os.environ.get, SETTING_VARIABLES))
+    return _settings(device.type, environment, tiles, schedule)
+
+
+@functools.lru_cache(maxsize=16)
+def _settings(device_type: str, environment: tuple, choose_tiles, choose_schedule) -> CallSettings:
+    """(`environment`, the variables' values, is part of the key: the choosers read them.)"""
+    device = torch.device(device_type)
+    chosen = {kind: choose_tiles(device, kind) for kind in GPU_TILES}
+    return CallSettings(
+        tiles=chosen,
+        schedules={kind: choose_schedule(tile, device) for kind, tile in chosen.items()},
+        longest_run=longest_table_run(chosen),
+        key_major=dk_dv_order() == "key-major",
+        skew=skew_choice(),
+        grad_mode=table_grad_mode(),
+        launch_mode=launch_choice(),
+        tails=tails_choice() == "on",
+    )
+
+
+def longest_table_run(chosen: dict[str, Tiles]) -> int:
+    """The longest run of the table one row of a tile reads: a tile's width (its block_n, or
+    key-major in dK/dV its block_m), so at most its larger side, over every kernel's tile."""
+    return max(max(tile.block_m, tile.block_n) for tile in chosen.values())
