@@ -36,11 +36,10 @@ def forget_built_kernels() -> None:
     """Drop the kernel's modules (and triton_aot, which holds their functions), so that the
     next import builds the kernels anew, for the interpreter or the compiler as
     TRITON_INTERPRET then says (tests switch between them)."""
-    from .. import kernels
-
+    package = vars(sys.modules[__package__])  # posattn.kernels, which holds them by name
     for name in (*KERNEL_MODULES, "posattn.kernels.triton_aot"):
         sys.modules.pop(name, None)
-        kernels.__dict__.pop(name.rsplit(".", 1)[1], None)
+        package.pop(name.rsplit(".", 1)[1], None)
 
 
 # The built-in kernels that serve every configuration (flex trains on GPU only).
