@@ -119,6 +119,26 @@ def test_padded_keys_get_exactly_zero_weight():
     torch.testing.assert_close(sdpa, probs)
 
 
+def test_key_spans_give_each_rows_first_real_key_its_visible_run_and_whether_it_has_holes():
+    """kernel="triton"'s spans per batch element, written out: first real key, first and one
+    past the last visible key, 1 where every key between them is visible (padding on either
+    side: those blocks take no mask) and 0 where one is hidden."""
+    from posattn.kernels.masks import key_spans
+
+    keys = torch.tensor(
+        [[1, 1, 1, 0, 0, 0], [0, 0, 1, 1, 1, 1], [0, 1, 0, 1, 1, 0], [0, 0, 0, 0, 0, 0],
+         [1, 1, 1, 1, 1, 1]], dtype=torch.int8,
+    )  # fmt: skip
+    spans = key_spans(keys, None, True, 5, 6, torch.device("cpu"))
+    expected = [[0, 0, 3, 1], [2, 2, 6, 1], [1, 1, 5, 0], [6, 0, 0, 1], [0, 0, 6, 1]]
+    assert spans.dtype == torch.int32 and spans.tolist() == expected
+    given = key_spans(keys, torch.tensor([0, 1, 2, 3, 4]), True, 5, 6, torch.device("cpu"))
+    assert given[:, 0].tolist() == [0, 1, 2, 3, 4] and torch.equal(given[:, 1:], spans[:, 1:])
+    causal = key_spans(None, torch.tensor([2, 0]), True, 2, 6, torch.device("cpu"))
+    assert causal.tolist() == [[2, 0, 6, 1], [0, 0, 6, 1]]
+    assert key_spans(None, None, False, 2, 6, torch.device("cpu")) is None
+
+
 def test_causal_mask_gives_future_keys_zero_weight():
     torch.manual_seed(0)
     q, k = torch.randn(1, 2, 6, 4), torch.randn(1, 2, 6, 4)

@@ -175,6 +175,32 @@ def test_blocks_of_padding_are_never_read(causal, query_start, hidden, with_tail
     assert all((g.masked_select(poison) == 0).all() for g in grads[2:])
 
 
+@pytest.mark.parametrize(("causal", "query_start"), [(False, 0), (True, 0), (True, 20)])
+def test_only_blocks_inside_a_run_of_visible_keys_go_unmasked(causal, query_start):
+    """The key blocks inside a batch element's visible keys take no mask where no key between
+    its first and last visible one is hidden (right padding, row 0: blocks [0, 48) of 16
+    unmasked in every kernel), and all keep it where one is (row 1, left padding with keys
+    30-33 hidden inside: `key_spans`' last column; read as a run, the kernels would see
+    them); causal rows opened to every key (row 1's first five) among them. Values and every
+    gradient against eager."""
+    torch.manual_seed(7)
+    n_k, heads = 70, 2
+    n_q = n_k - query_start
+    padding = torch.ones(2, n_k, dtype=torch.bool)
+    padding[0, 50:] = False
+    padding[1, :5] = False
+    padding[1, 30:34] = False
+    mask = build_attention_mask(padding, n_k, causal, torch.device("cpu"), query_start)
+    q = torch.randn(2, heads, n_q, 16, requires_grad=True)
+    k, v = (torch.randn(2, heads, n_k, 16, requires_grad=True) for _ in range(2))
+    table = torch.randn(heads, n_q + n_k - 1, requires_grad=True)
+    out = get_kernel("triton")(
+        q, k, v, mask=mask, bias=None, scale=0.3, tables=TableBias(offset=table)
+    )
+    reference = eager_attention(q, k, v, mask=mask, bias=toeplitz_rows(table, n_q, n_k), scale=0.3)
+    assert_values_and_gradients_equal(out, reference, (q, k, v, table), torch.randn_like(out))
+
+
 def assert_values_and_gradients_equal(out, reference, leaves, grad) -> None:
     """The kernel's output and its gradients for every leaf (q, k, v, then the tables) equal
     eager's."""
@@ -238,14 +264,14 @@ def test_a_masks_key_rules_are_made_once_and_anew_when_it_is_written(monkeypatch
     keys[0, ..., 30:] = False
     rules = key_rules(keys, 2, 40)
     assert all(a is b for a, b in zip(key_rules(keys, 2, 40), rules, strict=True))
-    assert rules[4].tolist() == [[0, 0, 30], [0, 0, 40]]
+    assert rules[4].tolist() == [[0, 0, 30, 1], [0, 0, 40, 1]]
     keys[1, ..., 35:] = False
-    assert key_rules(keys, 2, 40)[4].tolist() == [[0, 0, 30], [0, 0, 35]]
+    assert key_rules(keys, 2, 40)[4].tolist() == [[0, 0, 30, 1], [0, 0, 35, 1]]
     with torch.inference_mode():  # no version counter: derived in each call
         frozen = torch.ones(2, 1, 1, 40, dtype=torch.bool)
-        assert key_rules(frozen, 2, 40)[4].tolist() == [[0, 0, 40], [0, 0, 40]]
+        assert key_rules(frozen, 2, 40)[4].tolist() == [[0, 0, 40, 1], [0, 0, 40, 1]]
         frozen[1, ..., 35:] = False
-        assert key_rules(frozen, 2, 40)[4].tolist() == [[0, 0, 40], [0, 0, 35]]
+        assert key_rules(frozen, 2, 40)[4].tolist() == [[0, 0, 40, 1], [0, 0, 35, 1]]
 
 
 def test_absent_arguments_are_made_once_and_outlive_inference_mode():

@@ -86,15 +86,17 @@ def derived_once(owner: Tensor, key: tuple | None, make):
 def key_spans(
     keys: Tensor | None, first: Tensor | None, causal: bool, batch: int, n_k: int, device
 ) -> Tensor | None:
-    """int32 [B, 3] per batch element for kernel="triton" (it skips the blocks of keys that no
-    row sees), or None where it reads none (no keys, not causal): the first real key, where a
-    causal row before it is opened to every key (`first`; None: the first visible key, n_k
-    where none is), and the first and one past the last visible key (nonzero in keys
-    [B, n_k]; [0, n_k) without keys, [0, 0) where none is)."""
+    """int32 [B, 4] per batch element for kernel="triton" (it skips the blocks of keys that no
+    row sees, and masks none of the blocks inside a run of visible keys), or None where it
+    reads none (no keys, not causal): the first real key, where a causal row before it is
+    opened to every key (`first`; None: the first visible key, n_k where none is); the first
+    and one past the last visible key (nonzero in keys [B, n_k]; [0, n_k) without keys,
+    [0, 0) where none is); and 1 where every key between those two is visible (padding on
+    either side), 0 where one is hidden (a hole)."""
     if keys is None:
         if not causal:
             return None
-        spans = torch.tensor([0, 0, n_k], dtype=torch.int32, device=device).repeat(batch, 1)
+        spans = torch.tensor([0, 0, n_k, 1], dtype=torch.int32, device=device).repeat(batch, 1)
         if first is not None:
             spans[:, 0] = first
         return spans
@@ -102,6 +104,7 @@ def key_spans(
     seen = visible.any(-1)
     low = torch.where(seen, visible.int().argmax(-1), 0)
     high = torch.where(seen, n_k - visible.flip(-1).int().argmax(-1), 0)
+    whole = visible.sum(-1) == high - low
     if first is None:
         first = torch.where(seen, low, n_k)
-    return torch.stack([first.to(low.dtype), low, high], 1).int().contiguous()
+    return torch.stack([first.to(low.dtype), low, high, whole.to(low.dtype)], 1).int().contiguous()

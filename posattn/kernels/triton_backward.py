@@ -17,6 +17,7 @@ from .triton_blocks import (
     _query_begin,
     _tail_query_blocks,
     _tails,
+    _unmasked_keys,
 )
 from .triton_scores import (
     _holds_untie,
@@ -101,7 +102,7 @@ def _backward_dk_dv(
     v = _load_tile(V + b * svb + h * svh, offs_n, svn, N, offs_dv, DV, EVEN_DV)
     first = 0
     if CAUSAL:
-        first = tl.load(SPANS + 3 * b)
+        first = tl.load(SPANS + 4 * b)
     dk = tl.full([BLOCK_N, BLOCK_D], 0.0, tl.float32)
     dv = tl.full([BLOCK_N, BLOCK_DV], 0.0, tl.float32)
     begin = _query_begin(start_n, q_start, first, SPANS, b, M, BLOCK_M, BLOCK_N, HAS_KEYS, CAUSAL)
@@ -118,13 +119,18 @@ def _backward_dk_dv(
         TABLE, SLOPES, h, H, stride_th, low_at, high_at, TAILS, LINEAR
     )
     # Causal without padding: the query blocks that see this key block whole take no mask
-    # (half 1).
+    # (piece 1; piece 0 the masked ones before them). With a key mask every block keeps it:
+    # a second loop for key blocks inside a run of visible keys spilled ALiBi's dK/dV (16
+    # bytes per thread, sm_90), and masking is a smaller share of this kernel's work.
     SPLIT: tl.constexpr = CAUSAL & (not HAS_KEYS)
-    seeing = _queries_seeing_whole(start_n, q_start, N, M, BLOCK_M, BLOCK_N)
+    inner_begin = M  # every block masked (piece 0) where no split is
+    if SPLIT:
+        inner_begin = _queries_seeing_whole(start_n, q_start, N, M, BLOCK_M, BLOCK_N)
     # The high tail, the blocks that read the table, the low tail (one part without tails).
     for part in tl.static_range(3 if TAILS else 1):
-        for half in tl.static_range(2 if SPLIT else 1):
-            start, end = _blocks(part, half, begin, high_end, low_start, M, seeing, SPLIT, BLOCK_M)
+        for piece in tl.static_range(2 if SPLIT else 1):
+            start, end = _blocks(part, piece, begin, high_end, low_start, M, inner_begin, M,
+                                 BLOCK_M)  # fmt: skip
             for start_m in range(start, end, BLOCK_M):
                 dk, dv = _dk_dv_step(
                     dk, dv, k, v, start_m, offs_n, start_n, offs_d, offs_dv, b, h,
@@ -132,7 +138,7 @@ def _backward_dk_dv(
                     sqb, sqh, sqm, sdob, sdoh, sdom, D, DV, scale2, TABLE, stride_th, stride_tk,
                     table_shift, UNTIE, untie_row, untie_column, KEYS,
                     stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb, HAS_TABLE,
-                    HAS_UNTIE, HAS_KEYS, CAUSAL & ((not SPLIT) | (half == 0)), PRECISION,
+                    HAS_UNTIE, HAS_KEYS & (piece == 0), CAUSAL & (piece == 0), PRECISION,
                     NUM_SEGMENTS, BLOCK_M, EVEN_D, EVEN_DV, KEY_MAJOR, TAIL=TAILS & (part != 1),
                     tail_value=_pick(part, high_value, low_value), LINEAR=LINEAR,
                     slope=_pick(part, high_slope, low_slope),
@@ -252,7 +258,7 @@ def _backward_dq_dtable(
     lse = tl.load(LSE + bh * rows + offs_m, mask=offs_m < M, other=float("inf"))
     first = 0
     if CAUSAL:
-        first = tl.load(SPANS + 3 * b)
+        first = tl.load(SPANS + 4 * b)
     dq = tl.full([BLOCK_M, BLOCK_D], 0.0, tl.float32)
     # The circular skew's sums are carried across key blocks (`_carried_diagonal_sums`).
     CARRIED: tl.constexpr = TABLE_GRAD & (DIAGONALS == BLOCK_N)
@@ -264,28 +270,35 @@ def _backward_dq_dtable(
             tail_high, M, BLOCK_M, BLOCK_N, HAS_KEYS, CAUSAL, TAILS, LINEAR,
         )
     )  # fmt: skip
-    # Causal without padding: the key blocks below the diagonal take no mask (half 0); the
-    # carried sums run on across the two halves, which are contiguous.
-    SPLIT: tl.constexpr = CAUSAL & (not HAS_KEYS)
-    seen = _keys_seen_whole(start_m, q_start, N, BLOCK_N)
+    # The key blocks every row sees whole take no mask (piece 1), as in the forward; the
+    # carried sums run on across the pieces, which are contiguous. Not inside runs of
+    # visible keys for q and k wider than 64 (TUPE-R's fold): its third loop per part
+    # spilled there (4 bytes per thread, sm_90), so a key mask keeps every block masked.
+    RUNS: tl.constexpr = HAS_KEYS & (BLOCK_D <= 64)
+    DIAGONAL: tl.constexpr = CAUSAL & (RUNS | (not HAS_KEYS))
+    inner_begin, inner_end = _unmasked_keys(
+        SPANS, b, _keys_seen_whole(start_m, q_start, N, BLOCK_N), BLOCK_N, RUNS, DIAGONAL
+    )
+    FIRST_PIECE: tl.constexpr = 0 if RUNS else (1 if DIAGONAL else 2)
     # The low tail, the blocks that read the table, the high tail (one part without tails).
     for part in tl.static_range(3 if TAILS else 1):
         start, end = _part(part, key_begin, low_end, high_start, key_end)
         tail = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)
-        for half in tl.static_range(2 if SPLIT else 1):
+        for piece in tl.static_range(FIRST_PIECE, 3):
             first_n, end_n = _blocks(
-                part, half, key_begin, low_end, high_start, key_end, seen, SPLIT, BLOCK_N
-            )
+                part, piece, key_begin, low_end, high_start, key_end, inner_begin, inner_end,
+                BLOCK_N,
+            )  # fmt: skip
             for start_n in range(first_n, end_n, BLOCK_N):
                 dq, ds_table = _dq_step(
                     dq, q, do, lse, delta, start_m, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
                     skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, DTABLE_B, stride_th,
                     stride_tk, stride_dth, table_shift, UNTIE, DUNTIE, untie_row, untie_column,
                     table_len, KEYS, stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS,
-                    stride_sb, DSEGMENTS, HAS_TABLE, TABLE_GRAD, HAS_UNTIE, UNTIE_GRAD, HAS_KEYS,
-                    CAUSAL & ((not SPLIT) | (half == 1)), PRECISION, NUM_SEGMENTS, SEGMENT_GRAD,
-                    BLOCK_M, BLOCK_N, EVEN_D, EVEN_DV, DIAGONALS,
-                    MASK_TAIL & ((not SPLIT) | (half == 1)), TAIL=TAILS & (part != 1),
+                    stride_sb, DSEGMENTS, HAS_TABLE, TABLE_GRAD, HAS_UNTIE, UNTIE_GRAD,
+                    HAS_KEYS & (piece != 1), CAUSAL & (piece != 1), PRECISION, NUM_SEGMENTS,
+                    SEGMENT_GRAD, BLOCK_M, BLOCK_N, EVEN_D, EVEN_DV, DIAGONALS,
+                    MASK_TAIL & (piece != 1), TAIL=TAILS & (part != 1),
                     tail_value=_pick(part, low_value, high_value), LINEAR=LINEAR,
                     slope=_pick(part, low_slope, high_slope),
                     base=M - 1 - _pick(part, tail_low, tail_high),

@@ -33,8 +33,8 @@ def _query_begin(start_n, q_start, first, SPANS, b, M, BLOCK_M: tl.constexpr,
             q_start < first, 0, (tl.maximum(start_n - q_start, 0) // BLOCK_M) * BLOCK_M
         )
     if HAS_KEYS:
-        hidden = (start_n + BLOCK_N <= tl.load(SPANS + 3 * b + 1)) | (
-            start_n >= tl.load(SPANS + 3 * b + 2)
+        hidden = (start_n + BLOCK_N <= tl.load(SPANS + 4 * b + 1)) | (
+            start_n >= tl.load(SPANS + 4 * b + 2)
         )
         if CAUSAL:
             hidden = hidden & (q_start >= first)
@@ -47,14 +47,15 @@ def _key_span(SPANS, b, start_m, q_start, first, N, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, HAS_KEYS: tl.constexpr, CAUSAL: tl.constexpr):  # fmt: skip
     """[begin, end) of the keys that rows [start_m, start_m + BLOCK_M) may see, begin a block
     start: `_key_end`, and with a key mask the blocks between batch element b's first and
-    last visible key (SPANS [B, 3]: first real key, first and one past the last visible
-    key), so that blocks of padding are never read - unless a row of the block is opened to
-    every key (causal, before its first real key)."""
+    last visible key (SPANS [B, 4]: first real key, first and one past the last visible key,
+    whether every key between is visible: `key_spans`), so that blocks of padding are never
+    read - unless a row of the block is opened to every key (causal, before its first real
+    key)."""
     begin = 0
     end = _key_end(start_m, q_start, first, N, BLOCK_M, CAUSAL)
     if HAS_KEYS:
-        low = tl.load(SPANS + 3 * b + 1) // BLOCK_N * BLOCK_N
-        high = tl.load(SPANS + 3 * b + 2)
+        low = tl.load(SPANS + 4 * b + 1) // BLOCK_N * BLOCK_N
+        high = tl.load(SPANS + 4 * b + 2)
         if CAUSAL:
             opened = start_m + q_start < first
             low, high = tl.where(opened, 0, low), tl.where(opened, N, high)
@@ -151,15 +152,42 @@ def _part(part: tl.constexpr, first, cut, second_cut, last):
 
 
 @triton.jit
-def _blocks(part: tl.constexpr, half: tl.constexpr, first, cut, second_cut, last, split_at,
-            SPLIT: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
-    """[begin, end) of one loop over blocks: the part's (`_part`) and, with SPLIT, its half 0
-    [begin, mid) or half 1 [mid, end), mid = split_at (a block start) kept inside the part
-    (causal blocks below the diagonal and on it)."""
+def _blocks(part: tl.constexpr, piece: tl.constexpr, first, cut, second_cut, last, inner_begin,
+            inner_end, BLOCK: tl.constexpr):  # fmt: skip
+    """[begin, end) of one loop over blocks: the part's (`_part`) cut in three pieces at the
+    blocks that take no mask, [inner_begin, inner_end) (block starts; kept inside the part):
+    piece 0 the masked blocks before them, 1 those blocks, 2 the masked blocks after them."""
     begin, end = _part(part, first, cut, second_cut, last)
-    if SPLIT:
-        mid = tl.multiple_of(tl.minimum(tl.maximum(split_at, begin), end), BLOCK)
-        begin, end = (begin, mid) if half == 0 else (mid, end)
+    low = tl.multiple_of(tl.minimum(tl.maximum(inner_begin, begin), end), BLOCK)
+    high = tl.multiple_of(tl.minimum(tl.maximum(inner_end, low), end), BLOCK)
+    if piece == 0:
+        end = low
+    if piece == 1:
+        begin, end = low, high
+    if piece == 2:
+        begin = high
+    return begin, end
+
+
+@triton.jit
+def _unmasked_keys(SPANS, b, seen, BLOCK_N: tl.constexpr, HAS_KEYS: tl.constexpr,
+                   CAUSAL: tl.constexpr):  # fmt: skip
+    """[begin, end), block starts, of the key blocks that every row of a query block sees
+    whole, which take no mask (`_blocks`' piece 1): causal, the blocks below the diagonal
+    (seen: `_keys_seen_whole`); with a key mask, the blocks inside batch element b's visible
+    keys where no key between its first and last visible one is hidden (padding on either
+    side), else none. A row opened to every key (causal) sees them too."""
+    begin = 0
+    end = 0
+    if CAUSAL:
+        end = seen
+    if HAS_KEYS:
+        whole = tl.load(SPANS + 4 * b + 3) != 0
+        low = (tl.load(SPANS + 4 * b + 1) + BLOCK_N - 1) // BLOCK_N * BLOCK_N
+        high = tl.load(SPANS + 4 * b + 2) // BLOCK_N * BLOCK_N
+        if CAUSAL:
+            high = tl.minimum(high, seen)
+        begin, end = tl.where(whole, low, 0), tl.where(whole, high, 0)
     return begin, end
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .triton_blocks import _blocks, _key_parts, _keys_seen_whole, _pick
+from .triton_blocks import _blocks, _key_parts, _keys_seen_whole, _pick, _unmasked_keys
 from .triton_scores import _scores, _tail_shift
 from .triton_tile_ops import _add, _load_tile, _maximum, _tile_mask
 
@@ -74,7 +74,7 @@ def _forward(
     q = _load_tile(Q + b * sqb + h * sqh, offs_m, sqm, M, offs_d, D, EVEN_D)
     first = 0
     if CAUSAL:
-        first = tl.load(SPANS + 3 * b)
+        first = tl.load(SPANS + 4 * b)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.full([BLOCK_M], 0.0, tl.float32)
     acc = tl.full([BLOCK_M, BLOCK_DV], 0.0, tl.float32)
@@ -84,23 +84,27 @@ def _forward(
             tail_high, M, BLOCK_M, BLOCK_N, HAS_KEYS, CAUSAL, TAILS, LINEAR,
         )
     )  # fmt: skip
-    # Causal without padding: the key blocks below the diagonal take no mask (half 0).
-    SPLIT: tl.constexpr = CAUSAL & (not HAS_KEYS)
-    seen = _keys_seen_whole(start_m, q_start, N, BLOCK_N)
+    # The key blocks every row sees whole take no mask (piece 1): below the causal diagonal,
+    # inside padding on either side. Masked pieces only where a mask is.
+    inner_begin, inner_end = _unmasked_keys(
+        SPANS, b, _keys_seen_whole(start_m, q_start, N, BLOCK_N), BLOCK_N, HAS_KEYS, CAUSAL
+    )
+    FIRST_PIECE: tl.constexpr = 0 if HAS_KEYS else (1 if CAUSAL else 2)
     # The low tail, the blocks that read the table, the high tail (one part without tails).
     for part in tl.static_range(3 if TAILS else 1):
-        for half in tl.static_range(2 if SPLIT else 1):
+        for piece in tl.static_range(FIRST_PIECE, 3):
             begin, end = _blocks(
-                part, half, key_begin, low_end, high_start, key_end, seen, SPLIT, BLOCK_N
-            )
+                part, piece, key_begin, low_end, high_start, key_end, inner_begin, inner_end,
+                BLOCK_N,
+            )  # fmt: skip
             for start_n in range(begin, end, BLOCK_N):
                 acc, l_i, m_i = _forward_step(
                     acc, l_i, m_i, q, start_m, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
                     skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, stride_th, stride_tk,
                     table_shift, UNTIE, untie_row, untie_column, KEYS, stride_kb, first, q_start,
-                    M, N, SEGMENTS, SEGMENT_IDS, stride_sb, HAS_TABLE, HAS_UNTIE, HAS_KEYS,
-                    CAUSAL & ((not SPLIT) | (half == 1)), PRECISION, NUM_SEGMENTS, BLOCK_N,
-                    EVEN_D, EVEN_DV, MASK_TAIL & ((not SPLIT) | (half == 1)),
+                    M, N, SEGMENTS, SEGMENT_IDS, stride_sb, HAS_TABLE, HAS_UNTIE,
+                    HAS_KEYS & (piece != 1), CAUSAL & (piece != 1), PRECISION, NUM_SEGMENTS,
+                    BLOCK_N, EVEN_D, EVEN_DV, MASK_TAIL & (piece != 1),
                     TAIL=TAILS & (part != 1), tail_value=_pick(part, low_value, high_value),
                     LINEAR=LINEAR,
                     slope=_pick(part, low_slope, high_slope),
