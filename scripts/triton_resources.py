@@ -10,10 +10,13 @@ questions to answer before spending GPU minutes. Each kernel at the
 candidates of scripts/triton_tiles.py's sweep; "full" is a length that fills its key blocks
 (no padding, no causality, no tail mask); "flat" the same with the table's flat tails in
 loops of their own (`offset_tails`: T5's buckets), "lines" with linear ones and no table
-gradient (ALiBi): "each loop" lists every loop's count, a tail's, the table's, the other
-tail's.
+gradient (ALiBi), "padflat" padding with flat tails: "each loop" lists every loop's count, a
+tail's, the table's, the other tail's, and with padding (--key-runs on, the default) each of
+those in three, the masked blocks before a run of real keys, the blocks inside it, the masked
+ones after.
 
     PYTHONPATH=. python scripts/triton_resources.py [--dtype bfloat16] [--head 64]
+        [--key-runs on|off]
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ from posattn.kernels.triton_settings import GPU_TILES, Tiles
 from scripts.triton_tiles import CANDIDATES, DK_DV_BEFORE
 
 RULES = {"full": {}, "padding": {"has_keys": True}, "causal": {"has_keys": True, "causal": True},
-         "flat": {"tails": True}, "lines": {"tails": True, "linear_tails": True}}  # fmt: skip
+         "flat": {"tails": True}, "lines": {"tails": True, "linear_tails": True},
+         "padflat": {"has_keys": True, "tails": True}}  # fmt: skip
 LAUNCH_OF = {"forward": "forward", "dq": "dq_dtable", "dk_dv": "dk_dv"}
 
 
@@ -45,6 +49,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--head", type=int, default=64)
+    parser.add_argument("--key-runs", default="on", choices=["on", "off"],
+                        help="POSATTN_TRITON_KEY_RUNS: padded calls' blocks inside a run of "
+                        "real keys unmasked (on) or every block masked (off)")  # fmt: skip
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
     columns = (
@@ -55,7 +62,7 @@ def main() -> None:
     runs = [(kind, text, True) for kind, texts in CANDIDATES.items() for text in texts]
     runs.append(("dk_dv", DK_DV_BEFORE, False))
     for rule, options in RULES.items():
-        flags = call_flags(dtype, args.head, **options)
+        flags = call_flags(dtype, args.head, key_runs=args.key_runs == "on", **options)
         for kind, text, key_major in runs:
             tile = Tiles(*(int(part) for part in text.split(",")))
             built = launches(

@@ -6,7 +6,9 @@ is added (one shared table or one per batch element) and how dQ skews its tiles 
 (zero-padded or rotated in place); then a table flat past offset +-128 (T5's buckets at its
 default max_distance) and ALiBi's lines with their tails handled without the table and read
 from it (POSATTN_TRITON_TABLE_TAILS on / off); then a padded batch (its rows' real lengths
-n/8, 2n/8 ... n) with its key mask and without, whose blocks of padding the kernels skip.
+n/8, 2n/8 ... n) with its key mask and without, whose blocks of padding the kernels skip
+and whose blocks inside each row's real keys they run unmasked (POSATTN_TRITON_KEY_RUNS on /
+off).
 Writes tiles.env (the fastest correct tiles and
 choices, as the POSATTN_TRITON_* variables `posattn.kernels.triton_settings` reads) and
 tiles.json.
@@ -229,9 +231,10 @@ def tail_rows(n: int, time, flash) -> list[dict]:
 
 def padded_rows(n: int, time, flash) -> list[dict]:
     """Forward and forward + backward of a batch whose rows hold n/8, 2n/8 ... n real keys
-    (right padding), with its key mask (the kernels skip the blocks of padding) and without
-    (every key read, as if the batch were full), both against bias-free flash over the full
-    batch; error: `padded_error`."""
+    (right padding), with its key mask (the kernels skip the blocks of padding; the blocks
+    inside the real keys unmasked, and masked) and without (every key read, as if the batch
+    were full), each against bias-free flash over the full batch; error: `padded_error`
+    (runs on)."""
     q, k, v, table = inputs(BATCH, n, torch.bfloat16)
     grad = torch.randn_like(q)
     lengths = torch.arange(1, BATCH + 1, device=q.device) * n // BATCH
@@ -250,12 +253,17 @@ def padded_rows(n: int, time, flash) -> list[dict]:
 
     rows = []
     for train in (False, True):
-        for masked in (False, True):
+        # Every key read; the key mask with the blocks inside each row's run of real keys
+        # unmasked (POSATTN_TRITON_KEY_RUNS on, the default), then every block masked (off).
+        for masked, runs in ((False, "on"), (True, "on"), (True, "off")):
+            os.environ["POSATTN_TRITON_KEY_RUNS"] = runs
             floor, ms = time(flash, train), time(call(masked), train)
-            kind = f"{'training' if train else 'forward'} padded {'mask' if masked else 'full'}"
+            name = f"mask runs {runs}" if masked else "full"
+            kind = f"{'training' if train else 'forward'} padded {name}"
             rows.append(dict(kind=kind, tile="", error=error, ok=error < 2e-2, ms=ms,
                              ratio=ms / floor))  # fmt: skip
             print(json.dumps(rows[-1]), flush=True)
+    del os.environ["POSATTN_TRITON_KEY_RUNS"]
     return rows
 
 

@@ -176,29 +176,32 @@ def test_blocks_of_padding_are_never_read(causal, query_start, hidden, with_tail
 
 
 @pytest.mark.parametrize(("causal", "query_start"), [(False, 0), (True, 0), (True, 20)])
-def test_only_blocks_inside_a_run_of_visible_keys_go_unmasked(causal, query_start):
-    """The key blocks inside a batch element's visible keys take no mask where no key between
-    its first and last visible one is hidden (right padding, row 0: blocks [0, 48) of 16
-    unmasked in every kernel), and all keep it where one is (row 1, left padding with keys
-    30-33 hidden inside: `key_spans`' last column; read as a run, the kernels would see
-    them); causal rows opened to every key (row 1's first five) among them. Values and every
-    gradient against eager."""
+def test_only_blocks_inside_a_run_of_visible_keys_go_unmasked(monkeypatch, causal, query_start):
+    """The key blocks inside a batch element's visible keys take no mask in the forward and
+    dQ where no key between its first and last visible one is hidden (right padding, row 0:
+    blocks [0, 32) of 16), and all keep it where one is (row 1, left padding with keys 20-23
+    hidden inside: `key_spans`' last column; read as a run, the kernels would see them);
+    causal rows opened to every key (row 1's first five) among them. Values and every
+    gradient against eager, with POSATTN_TRITON_KEY_RUNS on (the default) and off."""
     torch.manual_seed(7)
-    n_k, heads = 70, 2
+    n_k, heads = 50, 2
     n_q = n_k - query_start
     padding = torch.ones(2, n_k, dtype=torch.bool)
-    padding[0, 50:] = False
+    padding[0, 40:] = False
     padding[1, :5] = False
-    padding[1, 30:34] = False
+    padding[1, 20:24] = False
     mask = build_attention_mask(padding, n_k, causal, torch.device("cpu"), query_start)
     q = torch.randn(2, heads, n_q, 16, requires_grad=True)
     k, v = (torch.randn(2, heads, n_k, 16, requires_grad=True) for _ in range(2))
     table = torch.randn(heads, n_q + n_k - 1, requires_grad=True)
-    out = get_kernel("triton")(
-        q, k, v, mask=mask, bias=None, scale=0.3, tables=TableBias(offset=table)
-    )
-    reference = eager_attention(q, k, v, mask=mask, bias=toeplitz_rows(table, n_q, n_k), scale=0.3)
-    assert_values_and_gradients_equal(out, reference, (q, k, v, table), torch.randn_like(out))
+    grad = torch.randn(2, heads, n_q, 16)
+    for runs in ("on", "off"):
+        monkeypatch.setenv("POSATTN_TRITON_KEY_RUNS", runs)
+        bias = toeplitz_rows(table, n_q, n_k)
+        reference = eager_attention(q, k, v, mask=mask, bias=bias, scale=0.3)
+        tables = TableBias(offset=table)
+        out = get_kernel("triton")(q, k, v, mask=mask, bias=None, scale=0.3, tables=tables)
+        assert_values_and_gradients_equal(out, reference, (q, k, v, table), grad)
 
 
 def assert_values_and_gradients_equal(out, reference, leaves, grad) -> None:
@@ -701,12 +704,14 @@ def test_the_tables_gradient_is_the_same_by_every_mode(monkeypatch):
     assert set(triton_settings.SKEWS) == {"wide", "circular"}
     assert set(triton_settings.DK_DV_ORDERS) == {"key-major", "query-major"}
     assert set(triton_settings.LAUNCHES) == {"direct", "triton"}
+    assert set(triton_settings.KEY_RUN_CHOICES) == {"on", "off"}
     # Refused by name where the backward reads them (the kernels' own choosers).
     choosers = {"DK_DV_ORDER": triton_settings.dk_dv_order, "SKEW": triton_settings.skew_choice,
                 "TABLE_GRAD": triton_settings.table_grad_mode,
-                "LAUNCH": triton_settings.launch_choice}  # fmt: skip
+                "LAUNCH": triton_settings.launch_choice,
+                "KEY_RUNS": triton_settings.key_runs_choice}  # fmt: skip
     bad_values = [("DK_DV_ORDER", "rows"), ("SKEW", "diagonal"), ("TABLE_GRAD", "atomic"),
-                  ("LAUNCH", "fast")]  # fmt: skip
+                  ("LAUNCH", "fast"), ("KEY_RUNS", "yes")]  # fmt: skip
     for name, bad in bad_values:
         monkeypatch.setenv(f"POSATTN_TRITON_{name}", bad)
         with pytest.raises(PosAttnConfigError, match=rf"POSATTN_TRITON_{name}='{bad}'.*'"):
@@ -724,8 +729,8 @@ def test_a_calls_settings_follow_the_environment_and_the_tile_chooser(monkeypatc
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     first = triton_settings.call_settings(cpu)
     assert triton_settings.call_settings(cpu) is first
-    chosen = (first.key_major, first.skew, first.grad_mode, first.launch_mode)
-    assert chosen == (True, "circular", "shared", "direct")
+    chosen = (first.key_major, first.skew, first.grad_mode, first.launch_mode, first.key_runs)
+    assert chosen == (True, "circular", "shared", "direct", True)
     interpreted = triton_settings.INTERPRETER_TILES
     assert first.tiles == dict.fromkeys(triton_settings.GPU_TILES, interpreted)
     assert first.schedules == {kind: {} for kind in triton_settings.GPU_TILES}
@@ -735,8 +740,10 @@ def test_a_calls_settings_follow_the_environment_and_the_tile_chooser(monkeypatc
     monkeypatch.setenv("POSATTN_TRITON_TABLE_GRAD", "per-batch")
     monkeypatch.setenv("POSATTN_TRITON_LAUNCH", "triton")
     changed = triton_settings.call_settings(cpu)
+    monkeypatch.setenv("POSATTN_TRITON_KEY_RUNS", "off")
+    changed = triton_settings.call_settings(cpu)
     chosen = (changed.key_major, changed.skew, changed.grad_mode, changed.launch_mode)
-    assert chosen == (False, "wide", "per-batch", "triton")
+    assert chosen == (False, "wide", "per-batch", "triton") and not changed.key_runs
     monkeypatch.setenv("POSATTN_TRITON_FORWARD", "64,16,4,2")
     on_gpu = triton_settings.call_settings(cuda)
     overridden = triton_settings.Tiles(64, 16, 4, 2)

@@ -119,18 +119,16 @@ def _backward_dk_dv(
         TABLE, SLOPES, h, H, stride_th, low_at, high_at, TAILS, LINEAR
     )
     # Causal without padding: the query blocks that see this key block whole take no mask
-    # (piece 1; piece 0 the masked ones before them). With a key mask every block keeps it:
-    # a second loop for key blocks inside a run of visible keys spilled ALiBi's dK/dV (16
-    # bytes per thread, sm_90), and masking is a smaller share of this kernel's work.
+    # (piece 2; piece 1 the masked ones before them: `_blocks` cut at `seeing`). With a key
+    # mask every block keeps it: a loop of its own for key blocks inside a run of visible
+    # keys spilled ALiBi's dK/dV (16 bytes per thread, sm_90).
     SPLIT: tl.constexpr = CAUSAL & (not HAS_KEYS)
-    inner_begin = M  # every block masked (piece 0) where no split is
-    if SPLIT:
-        inner_begin = _queries_seeing_whole(start_n, q_start, N, M, BLOCK_M, BLOCK_N)
+    seeing = _queries_seeing_whole(start_n, q_start, N, M, BLOCK_M, BLOCK_N)
     # The high tail, the blocks that read the table, the low tail (one part without tails).
     for part in tl.static_range(3 if TAILS else 1):
-        for piece in tl.static_range(2 if SPLIT else 1):
-            start, end = _blocks(part, piece, begin, high_end, low_start, M, inner_begin, M,
-                                 BLOCK_M)  # fmt: skip
+        for piece in tl.static_range(1 if SPLIT else 2, 3):
+            start, end = _blocks(part, piece, begin, high_end, low_start, M, 0, seeing,
+                                 1 if SPLIT else 2, BLOCK_M)  # fmt: skip
             for start_m in range(start, end, BLOCK_M):
                 dk, dv = _dk_dv_step(
                     dk, dv, k, v, start_m, offs_n, start_n, offs_d, offs_dv, b, h,
@@ -138,7 +136,7 @@ def _backward_dk_dv(
                     sqb, sqh, sqm, sdob, sdoh, sdom, D, DV, scale2, TABLE, stride_th, stride_tk,
                     table_shift, UNTIE, untie_row, untie_column, KEYS,
                     stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb, HAS_TABLE,
-                    HAS_UNTIE, HAS_KEYS & (piece == 0), CAUSAL & (piece == 0), PRECISION,
+                    HAS_UNTIE, HAS_KEYS, CAUSAL & ((not SPLIT) | (piece == 1)), PRECISION,
                     NUM_SEGMENTS, BLOCK_M, EVEN_D, EVEN_DV, KEY_MAJOR, TAIL=TAILS & (part != 1),
                     tail_value=_pick(part, high_value, low_value), LINEAR=LINEAR,
                     slope=_pick(part, high_slope, low_slope),
@@ -236,7 +234,7 @@ def _backward_dq_dtable(
     SEGMENT_GRAD: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, DIAGONALS: tl.constexpr,
-    MASK_TAIL: tl.constexpr, TAILS: tl.constexpr, LINEAR: tl.constexpr,
+    MASK_TAIL: tl.constexpr, TAILS: tl.constexpr, LINEAR: tl.constexpr, RUNS: tl.constexpr,
 ):  # fmt: skip
     """dQ of one query block over the keys it sees, and that block's share of dT (in the
     batch element's own copy of dT where stride_dtb is not 0). First D_i = sum_d dO_id O_id
@@ -274,12 +272,12 @@ def _backward_dq_dtable(
     # carried sums run on across the pieces, which are contiguous. Not inside runs of
     # visible keys for q and k wider than 64 (TUPE-R's fold): its third loop per part
     # spilled there (4 bytes per thread, sm_90), so a key mask keeps every block masked.
-    RUNS: tl.constexpr = HAS_KEYS & (BLOCK_D <= 64)
-    DIAGONAL: tl.constexpr = CAUSAL & (RUNS | (not HAS_KEYS))
+    KEY_RUNS: tl.constexpr = RUNS & (BLOCK_D <= 64)
+    DIAGONAL: tl.constexpr = CAUSAL & (KEY_RUNS | (not HAS_KEYS))
     inner_begin, inner_end = _unmasked_keys(
-        SPANS, b, _keys_seen_whole(start_m, q_start, N, BLOCK_N), BLOCK_N, RUNS, DIAGONAL
+        SPANS, b, _keys_seen_whole(start_m, q_start, N, BLOCK_N), BLOCK_N, KEY_RUNS, DIAGONAL
     )
-    FIRST_PIECE: tl.constexpr = 0 if RUNS else (1 if DIAGONAL else 2)
+    FIRST_PIECE: tl.constexpr = 0 if KEY_RUNS else (1 if DIAGONAL else 2)
     # The low tail, the blocks that read the table, the high tail (one part without tails).
     for part in tl.static_range(3 if TAILS else 1):
         start, end = _part(part, key_begin, low_end, high_start, key_end)
@@ -287,7 +285,7 @@ def _backward_dq_dtable(
         for piece in tl.static_range(FIRST_PIECE, 3):
             first_n, end_n = _blocks(
                 part, piece, key_begin, low_end, high_start, key_end, inner_begin, inner_end,
-                BLOCK_N,
+                FIRST_PIECE, BLOCK_N,
             )  # fmt: skip
             for start_n in range(first_n, end_n, BLOCK_N):
                 dq, ds_table = _dq_step(

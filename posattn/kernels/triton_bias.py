@@ -29,10 +29,13 @@ block.
 
 Masks are computed in registers from a key vector and the causal rule (`MaskLayout`); blocks
 that no row of a query block can see are skipped: past the causal diagonal, and before a
-batch element's first visible key or after its last (`key_spans`). The scores run in base 2
-(exp2) with the scale and the tables multiplied by log2(e), the tables once per call. Each
-row of a tile reads a run of the offset table; four shifted copies of it (`table_copies`)
-let every run start on a 16-byte boundary, so the runs load four values at a time (compiled
+batch element's first visible key or after its last (`key_spans`). Blocks that every row
+sees whole - below the causal diagonal, and in the forward and dQ inside a run of visible
+keys (padding on either side: `key_runs_choice`) - run in loops of their own without masks.
+The scores run in base 2 (exp2) with the scale and the tables multiplied by log2(e), the
+tables once per call. Each row of a tile reads a run of the offset table; four shifted
+copies of it (`table_copies`) let every run start on a 16-byte boundary, so the runs load
+four values at a time (compiled
 for sm_90: the forward's 96 four-byte copy instructions become 24 of 16 bytes, each backward
 kernel's 48 become 12; `posattn.kernels.triton_aot`). Float32 inputs take IEEE float32 dot
 products (no TF32), so results match the eager reference to float32 rounding.
@@ -145,7 +148,7 @@ class TableBiasAttention(torch.autograd.Function):
             q.dtype, D, DV, has_table=table is not None, has_keys=keys is not None,
             causal=causal, num_segments=0 if segments is None else math.isqrt(segments.shape[-1]),
             has_untie=untie is not None, tails=tails is not None and settings.tails,
-            linear_tails=tail_slopes is not None,
+            linear_tails=tail_slopes is not None, key_runs=settings.key_runs,
         )  # fmt: skip
         # The tails' bounds inside the table: an entry past either end is a tail of one.
         tail_low, tail_high = (min(max(x, 0), M + N - 2) for x in tails or (0, M + N - 2))

@@ -153,39 +153,49 @@ def _part(part: tl.constexpr, first, cut, second_cut, last):
 
 @triton.jit
 def _blocks(part: tl.constexpr, piece: tl.constexpr, first, cut, second_cut, last, inner_begin,
-            inner_end, BLOCK: tl.constexpr):  # fmt: skip
-    """[begin, end) of one loop over blocks: the part's (`_part`) cut in three pieces at the
-    blocks that take no mask, [inner_begin, inner_end) (block starts; kept inside the part):
-    piece 0 the masked blocks before them, 1 those blocks, 2 the masked blocks after them."""
+            inner_end, FIRST_PIECE: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
+    """[begin, end) of one loop over blocks: the part's (`_part`) cut in up to three pieces
+    at the blocks that take no mask, [inner_begin, inner_end) (block starts; kept inside the
+    part): piece 0 the masked blocks before them, 1 those blocks, 2 the masked blocks after
+    them. FIRST_PIECE: the first piece a kernel loops over - 2, the part whole (no mask
+    spares a block); 1, cut at inner_end alone (inner_begin at or before the part: causal
+    without padding); 0, cut at both. The part's own bounds go through untouched where they
+    are not cut: a bound clamped where it need not be cost the forward's loop between a
+    table's tails 32 instructions per step (sm_90)."""
     begin, end = _part(part, first, cut, second_cut, last)
-    low = tl.multiple_of(tl.minimum(tl.maximum(inner_begin, begin), end), BLOCK)
-    high = tl.multiple_of(tl.minimum(tl.maximum(inner_end, low), end), BLOCK)
-    if piece == 0:
-        end = low
-    if piece == 1:
-        begin, end = low, high
-    if piece == 2:
-        begin = high
+    if FIRST_PIECE == 0:
+        low = tl.multiple_of(tl.minimum(tl.maximum(inner_begin, begin), end), BLOCK)
+        high = tl.multiple_of(tl.minimum(tl.maximum(inner_end, low), end), BLOCK)
+        if piece == 0:
+            end = low
+        if piece == 1:
+            begin, end = low, high
+        if piece == 2:
+            begin = high
+    if FIRST_PIECE == 1:
+        mid = tl.multiple_of(tl.minimum(tl.maximum(inner_end, begin), end), BLOCK)
+        begin, end = (begin, mid) if piece == 1 else (mid, end)
     return begin, end
 
 
 @triton.jit
-def _unmasked_keys(SPANS, b, seen, BLOCK_N: tl.constexpr, HAS_KEYS: tl.constexpr,
-                   CAUSAL: tl.constexpr):  # fmt: skip
+def _unmasked_keys(SPANS, b, seen, BLOCK_N: tl.constexpr, RUNS: tl.constexpr,
+                   DIAGONAL: tl.constexpr):  # fmt: skip
     """[begin, end), block starts, of the key blocks that every row of a query block sees
-    whole, which take no mask (`_blocks`' piece 1): causal, the blocks below the diagonal
-    (seen: `_keys_seen_whole`); with a key mask, the blocks inside batch element b's visible
-    keys where no key between its first and last visible one is hidden (padding on either
-    side), else none. A row opened to every key (causal) sees them too."""
+    whole, which take no mask (`_blocks`' piece 1): with DIAGONAL, the blocks below the
+    causal diagonal (seen: `_keys_seen_whole`); with RUNS, only those inside batch element
+    b's visible keys, and only where no key between its first and last visible one is hidden
+    (padding on either side), else none. A row opened to every key (causal, before its first
+    real key) sees them too."""
     begin = 0
     end = 0
-    if CAUSAL:
+    if DIAGONAL:
         end = seen
-    if HAS_KEYS:
+    if RUNS:
         whole = tl.load(SPANS + 4 * b + 3) != 0
         low = (tl.load(SPANS + 4 * b + 1) + BLOCK_N - 1) // BLOCK_N * BLOCK_N
         high = tl.load(SPANS + 4 * b + 2) // BLOCK_N * BLOCK_N
-        if CAUSAL:
+        if DIAGONAL:
             high = tl.minimum(high, seen)
         begin, end = tl.where(whole, low, 0), tl.where(whole, high, 0)
     return begin, end

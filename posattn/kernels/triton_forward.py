@@ -61,11 +61,12 @@ def _forward(
     PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, MASK_TAIL: tl.constexpr,
-    TAILS: tl.constexpr, LINEAR: tl.constexpr,
+    TAILS: tl.constexpr, LINEAR: tl.constexpr, RUNS: tl.constexpr,
 ):  # fmt: skip
     """TAILS: the table is known below tail_low and above tail_high (`table_bias_attention`'s
     `tails`): flat, or with LINEAR a line (SLOPES); the key blocks inside either tail run in
-    loops of their own and read no table."""
+    loops of their own and read no table. RUNS (with HAS_KEYS): the key blocks inside a run
+    of visible keys take no key mask (`key_runs_choice`)."""
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
@@ -85,17 +86,18 @@ def _forward(
         )
     )  # fmt: skip
     # The key blocks every row sees whole take no mask (piece 1): below the causal diagonal,
-    # inside padding on either side. Masked pieces only where a mask is.
+    # and with RUNS inside a run of visible keys; without RUNS a key mask masks every block.
+    DIAGONAL: tl.constexpr = CAUSAL & (RUNS | (not HAS_KEYS))
     inner_begin, inner_end = _unmasked_keys(
-        SPANS, b, _keys_seen_whole(start_m, q_start, N, BLOCK_N), BLOCK_N, HAS_KEYS, CAUSAL
+        SPANS, b, _keys_seen_whole(start_m, q_start, N, BLOCK_N), BLOCK_N, RUNS, DIAGONAL
     )
-    FIRST_PIECE: tl.constexpr = 0 if HAS_KEYS else (1 if CAUSAL else 2)
+    FIRST_PIECE: tl.constexpr = 0 if RUNS else (1 if DIAGONAL else 2)
     # The low tail, the blocks that read the table, the high tail (one part without tails).
     for part in tl.static_range(3 if TAILS else 1):
         for piece in tl.static_range(FIRST_PIECE, 3):
             begin, end = _blocks(
                 part, piece, key_begin, low_end, high_start, key_end, inner_begin, inner_end,
-                BLOCK_N,
+                FIRST_PIECE, BLOCK_N,
             )  # fmt: skip
             for start_n in range(begin, end, BLOCK_N):
                 acc, l_i, m_i = _forward_step(

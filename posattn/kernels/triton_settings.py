@@ -147,6 +147,19 @@ def tails_choice() -> str:
     return environment_choice("POSATTN_TRITON_TABLE_TAILS", TAIL_CHOICES)
 
 
+# Whether the forward and dQ run the key blocks inside a run of visible keys (padding on
+# either side, `key_spans`) in loops of their own without the key mask ("on") or mask every
+# key block of a padded call ("off"). On sm_90 builds (T5-like table, d_h=64, padding) the
+# unmasked loops issue 6-32% fewer instructions per step than the one masked loop did and
+# the masked ones around them 0-11% more; not yet timed on a GPU. Chosen by
+# POSATTN_TRITON_KEY_RUNS; the tile sweep times both.
+KEY_RUN_CHOICES = ("on", "off")
+
+
+def key_runs_choice() -> str:
+    return environment_choice("POSATTN_TRITON_KEY_RUNS", KEY_RUN_CHOICES)
+
+
 def diagonal_block(tile: Tiles, skew: str = "circular") -> int:
     """DIAGONALS of the dQ kernel: BLOCK_N for the circular skew, where the tile is two squares
     (`_carried_diagonal_sums`), else the wide skew's width for each half of the tile's rows
@@ -181,10 +194,13 @@ def head_block(size: int) -> int:
 def kernel_flags(
     dtype: torch.dtype, D: int, DV: int, *, has_table: bool, has_keys: bool, causal: bool,
     num_segments: int, has_untie: bool = False, tails: bool = False, linear_tails: bool = False,
+    key_runs: bool = True,
 ) -> dict:  # fmt: skip
-    """The compile-time flags every kernel of one call shares."""
+    """The compile-time flags every kernel of one call shares (RUNS, the forward's and dQ's
+    alone: `key_runs_choice`)."""
     return dict(
         HAS_TABLE=has_table,
+        RUNS=has_keys and key_runs,
         TAILS=has_table and tails,
         LINEAR=has_table and tails and linear_tails,
         HAS_UNTIE=has_untie,
@@ -203,7 +219,10 @@ def dk_dv_flags(flags: dict) -> dict:
     """The dK/dV kernel's flags: without the table's tails where q and k are wider than 64
     (TUPE-R's fold, 128): with them, Triton 3.6 (the lent GPU image's) spilled 256 bytes per
     thread in its key-major 64 x 128 tile, holding 128-wide keys and their gradient; it reads
-    its table there as before (3.9 fitted it in 255 registers)."""
+    its table there as before (3.9 fitted it in 255 registers). It masks every block of a
+    padded call (no RUNS: a loop of its own for the key blocks inside a run of visible keys
+    spilled ALiBi's dK/dV, 16 bytes per thread)."""
+    flags = {name: value for name, value in flags.items() if name != "RUNS"}
     if flags["BLOCK_D"] <= 64:
         return flags
     return {**flags, "TAILS": False, "LINEAR": False}
@@ -218,6 +237,7 @@ SETTING_VARIABLES = (
     "POSATTN_TRITON_TABLE_GRAD",
     "POSATTN_TRITON_LAUNCH",
     "POSATTN_TRITON_TABLE_TAILS",
+    "POSATTN_TRITON_KEY_RUNS",
 )
 
 
@@ -235,6 +255,7 @@ class CallSettings:
     grad_mode: str
     launch_mode: str
     tails: bool
+    key_runs: bool
 
 
 def call_settings(device: torch.device) -> CallSettings:
@@ -260,6 +281,7 @@ def _settings(device_type: str, environment: tuple, choose_tiles, choose_schedul
         grad_mode=table_grad_mode(),
         launch_mode=launch_choice(),
         tails=tails_choice() == "on",
+        key_runs=key_runs_choice() == "on",
     )
 
 
