@@ -11,9 +11,9 @@ candidates of scripts/triton_tiles.py's sweep; "full" is a length that fills its
 (no padding, no causality, no tail mask); "flat" the same with the table's flat tails in
 loops of their own (`offset_tails`: T5's buckets), "lines" with linear ones and no table
 gradient (ALiBi), "padflat" padding with flat tails: "each loop" lists every loop's count, a
-tail's, the table's, the other tail's, and with padding (--key-runs on, the default) each of
-those in three, the masked blocks before a run of real keys, the blocks inside it, the masked
-ones after.
+tail's, the table's, the other tail's, and with padding and --key-runs on (off by default, as
+POSATTN_TRITON_KEY_RUNS) each of those in three, the masked blocks before a run of real
+keys, the blocks inside it, the masked ones after.
 
     PYTHONPATH=. python scripts/triton_resources.py [--dtype bfloat16] [--head 64]
         [--key-runs on|off]
@@ -49,7 +49,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--head", type=int, default=64)
-    parser.add_argument("--key-runs", default="on", choices=["on", "off"],
+    parser.add_argument("--key-runs", default="off", choices=["off", "on"],
                         help="POSATTN_TRITON_KEY_RUNS: padded calls' blocks inside a run of "
                         "real keys unmasked (on) or every block masked (off)")  # fmt: skip
     args = parser.parse_args()

@@ -69,6 +69,10 @@ def test_every_kernel_compiles_for_hopper_within_its_shared_memory(
         assert 0 < compiled.metadata.shared <= aot.SHARED_LIMIT[90], launch.name
 
 
+# TUPE-R's padded call with its flat tails: q and k folded to 128, the [CLS] untie.
+TUPE_R_PADDED = {"value_head": 64, "has_untie": True, "has_keys": True, "tails": True}
+
+
 @pytest.mark.parametrize(
     ("head", "rules"),
     [
@@ -80,7 +84,12 @@ def test_every_kernel_compiles_for_hopper_within_its_shared_memory(
         (128, {"value_head": 64, "has_untie": True, "has_table": False}),  # TUPE-A
         (64, {"has_keys": True, "causal": True, "tails": True}),  # T5's flat tails
         (64, {"has_keys": True, "tails": True, "linear_tails": True}),  # ALiBi's lines
-        (128, {"value_head": 64, "has_untie": True, "has_keys": True, "tails": True}),
+        (128, TUPE_R_PADDED),
+        # POSATTN_TRITON_KEY_RUNS=on: a padded call's blocks inside a run of real keys in
+        # loops of their own (the forward and dQ; not dQ at TUPE-R's 128, where it spilled)
+        (64, {"has_keys": True, "causal": True, "tails": True, "key_runs": True}),
+        (64, {"has_keys": True, "tails": True, "linear_tails": True, "key_runs": True}),
+        (128, {**TUPE_R_PADDED, "key_runs": True}),
     ],
 )
 def test_the_default_tiles_do_not_spill_registers(aot, head, rules):
@@ -157,7 +166,7 @@ def test_blocks_inside_a_run_of_visible_keys_issue_less_than_masked_ones(aot):
     """A padded call with a table's flat tails (T5): with POSATTN_TRITON_KEY_RUNS on, the
     forward's and dQ's blocks inside a run of visible keys run in loops of their own without
     the key mask, each issuing fewer instructions per step than the one masked loop of the
-    same part with it off, which is the kernel as it was (bf16, d_h=64, sm_90; when
+    same part with it off (the default), which is the kernel as it was (bf16, d_h=64, sm_90; when
     written, Triton 3.9: forward 236 / 316 / 236 against 312 / 395 / 298, dQ 207 / 432 / 207
     against 304 / 510 / 283)."""
     from posattn.kernels.triton_settings import GPU_TILES

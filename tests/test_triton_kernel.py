@@ -182,7 +182,7 @@ def test_only_blocks_inside_a_run_of_visible_keys_go_unmasked(monkeypatch, causa
     blocks [0, 32) of 16), and all keep it where one is (row 1, left padding with keys 20-23
     hidden inside: `key_spans`' last column; read as a run, the kernels would see them);
     causal rows opened to every key (row 1's first five) among them. Values and every
-    gradient against eager, with POSATTN_TRITON_KEY_RUNS on (the default) and off."""
+    gradient against eager, with POSATTN_TRITON_KEY_RUNS on and off (the default)."""
     torch.manual_seed(7)
     n_k, heads = 50, 2
     n_q = n_k - query_start
@@ -704,7 +704,7 @@ def test_the_tables_gradient_is_the_same_by_every_mode(monkeypatch):
     assert set(triton_settings.SKEWS) == {"wide", "circular"}
     assert set(triton_settings.DK_DV_ORDERS) == {"key-major", "query-major"}
     assert set(triton_settings.LAUNCHES) == {"direct", "triton"}
-    assert set(triton_settings.KEY_RUN_CHOICES) == {"on", "off"}
+    assert set(triton_settings.KEY_RUN_CHOICES) == {"off", "on"}
     # Refused by name where the backward reads them (the kernels' own choosers).
     choosers = {"DK_DV_ORDER": triton_settings.dk_dv_order, "SKEW": triton_settings.skew_choice,
                 "TABLE_GRAD": triton_settings.table_grad_mode,
@@ -730,7 +730,7 @@ def test_a_calls_settings_follow_the_environment_and_the_tile_chooser(monkeypatc
     first = triton_settings.call_settings(cpu)
     assert triton_settings.call_settings(cpu) is first
     chosen = (first.key_major, first.skew, first.grad_mode, first.launch_mode, first.key_runs)
-    assert chosen == (True, "circular", "shared", "direct", True)
+    assert chosen == (True, "circular", "shared", "direct", False)
     interpreted = triton_settings.INTERPRETER_TILES
     assert first.tiles == dict.fromkeys(triton_settings.GPU_TILES, interpreted)
     assert first.schedules == {kind: {} for kind in triton_settings.GPU_TILES}
@@ -740,10 +740,10 @@ def test_a_calls_settings_follow_the_environment_and_the_tile_chooser(monkeypatc
     monkeypatch.setenv("POSATTN_TRITON_TABLE_GRAD", "per-batch")
     monkeypatch.setenv("POSATTN_TRITON_LAUNCH", "triton")
     changed = triton_settings.call_settings(cpu)
-    monkeypatch.setenv("POSATTN_TRITON_KEY_RUNS", "off")
+    monkeypatch.setenv("POSATTN_TRITON_KEY_RUNS", "on")
     changed = triton_settings.call_settings(cpu)
     chosen = (changed.key_major, changed.skew, changed.grad_mode, changed.launch_mode)
-    assert chosen == (False, "wide", "per-batch", "triton") and not changed.key_runs
+    assert chosen == (False, "wide", "per-batch", "triton") and changed.key_runs
     monkeypatch.setenv("POSATTN_TRITON_FORWARD", "64,16,4,2")
     on_gpu = triton_settings.call_settings(cuda)
     overridden = triton_settings.Tiles(64, 16, 4, 2)

@@ -149,11 +149,14 @@ def tails_choice() -> str:
 
 # Whether the forward and dQ run the key blocks inside a run of visible keys (padding on
 # either side, `key_spans`) in loops of their own without the key mask ("on") or mask every
-# key block of a padded call ("off"). On sm_90 builds (T5-like table, d_h=64, padding) the
-# unmasked loops issue 6-32% fewer instructions per step than the one masked loop did and
-# the masked ones around them 0-11% more; not yet timed on a GPU. Chosen by
-# POSATTN_TRITON_KEY_RUNS; the tile sweep times both.
-KEY_RUN_CHOICES = ("on", "off")
+# key block of a padded call as they did ("off", the default: the kernel measured on a GPU).
+# On sm_90 builds (scripts/triton_resources.py --key-runs on / off; T5-like table, d_h=64,
+# default tiles) the unmasked loops issue 6-32% fewer instructions per step than the one
+# masked loop and the masked ones around them up to 11% more, but take more registers: the
+# causal padded forward 148 against 112, two blocks per SM down to one (16 warps to 8), the
+# padded dQ 176 against 164 (12 to 8). Which wins is the GPU's to say: chosen by
+# POSATTN_TRITON_KEY_RUNS, the tile sweep times both.
+KEY_RUN_CHOICES = ("off", "on")
 
 
 def key_runs_choice() -> str:
@@ -194,7 +197,7 @@ def head_block(size: int) -> int:
 def kernel_flags(
     dtype: torch.dtype, D: int, DV: int, *, has_table: bool, has_keys: bool, causal: bool,
     num_segments: int, has_untie: bool = False, tails: bool = False, linear_tails: bool = False,
-    key_runs: bool = True,
+    key_runs: bool = False,
 ) -> dict:  # fmt: skip
     """The compile-time flags every kernel of one call shares (RUNS, the forward's and dQ's
     alone: `key_runs_choice`)."""
