@@ -140,7 +140,7 @@ def serves_table(
 
 def key_rules(mask: Tensor | None, batch: int, n_k: int) -> tuple:
     """(keys int8 [B, n_k] or None, causal, first_real int32 [B] or None, query_start,
-    key spans int32 [B, 3] or None: `key_spans`) for the kernel, from a mask built by
+    key spans int32 [B, 4] or None: `key_spans`) for the kernel, from a mask built by
     `build_attention_mask` or a key mask [B or 1, 1, 1, n_k]; made once per mask and shape
     (`derived_once`: every layer of a forward takes the same mask)."""
     if mask is None:

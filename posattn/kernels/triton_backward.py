@@ -123,12 +123,13 @@ def _backward_dk_dv(
     # mask every block keeps it: a loop of its own for key blocks inside a run of visible
     # keys spilled ALiBi's dK/dV (16 bytes per thread, sm_90).
     SPLIT: tl.constexpr = CAUSAL & (not HAS_KEYS)
+    FIRST_PIECE: tl.constexpr = 1 if SPLIT else 2
     seeing = _queries_seeing_whole(start_n, q_start, N, M, BLOCK_M, BLOCK_N)
     # The high tail, the blocks that read the table, the low tail (one part without tails).
     for part in tl.static_range(3 if TAILS else 1):
-        for piece in tl.static_range(1 if SPLIT else 2, 3):
+        for piece in tl.static_range(FIRST_PIECE, 3):
             start, end = _blocks(part, piece, begin, high_end, low_start, M, 0, seeing,
-                                 1 if SPLIT else 2, BLOCK_M)  # fmt: skip
+                                 FIRST_PIECE, BLOCK_M)  # fmt: skip
             for start_m in range(start, end, BLOCK_M):
                 dk, dv = _dk_dv_step(
                     dk, dv, k, v, start_m, offs_n, start_n, offs_d, offs_dv, b, h,

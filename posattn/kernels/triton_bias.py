@@ -35,10 +35,10 @@ keys (padding on either side: `key_runs_choice`) - run in loops of their own wit
 The scores run in base 2 (exp2) with the scale and the tables multiplied by log2(e), the
 tables once per call. Each row of a tile reads a run of the offset table; four shifted
 copies of it (`table_copies`) let every run start on a 16-byte boundary, so the runs load
-four values at a time (compiled
-for sm_90: the forward's 96 four-byte copy instructions become 24 of 16 bytes, each backward
-kernel's 48 become 12; `posattn.kernels.triton_aot`). Float32 inputs take IEEE float32 dot
-products (no TF32), so results match the eager reference to float32 rounding.
+four values at a time (compiled for sm_90: the forward's 96 four-byte copy instructions
+become 24 of 16 bytes, each backward kernel's 48 become 12; `posattn.kernels.triton_aot`).
+Float32 inputs take IEEE float32 dot products (no TF32), so results match the eager
+reference to float32 rounding.
 
 A table known past two indices by construction (`tails`, `LayerTerms.offset_tails`): flat,
 as T5's last buckets and DIET-REL's clipped offsets, or a line, as ALiBi's fixed table, is not
