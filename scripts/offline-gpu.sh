@@ -6,9 +6,10 @@
 #                                              data pack`) and offline/wheels (what such an
 #                                              image lacks: omegaconf and its antlr runtime)
 #   scripts/offline-gpu.sh check OUT           there: the Triton kernel's GPU tests, a sweep
-#                                              of its tiles, a profile per kernel, `posattn
-#                                              bench` with sdpa and triton, then flex; all in
-#                                              OUT/check.tar.gz
+#                                              of its tiles, `posattn bench` with sdpa and
+#                                              triton (attention, then BERT-small), then a
+#                                              profile per kernel and flex; all in
+#                                              OUT/check.tar.gz, within CHECK_SECONDS
 #   scripts/offline-gpu.sh start NAME ARGS...  there: `python -m posattn ARGS --output
 #                                              $RUNS/NAME` in the background, detached
 #   scripts/offline-gpu.sh wait SECONDS OUT    there: until the started runs end or SECONDS
@@ -23,7 +24,7 @@ set -euo pipefail
 PYTHON=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
 BUNDLE=${BUNDLE:-offline}
 RUNS=${RUNS:-/tmp/posattn-runs}
-SITE=/tmp/posattn-site
+SITE=${SITE:-/tmp/posattn-site}
 export POSATTN_DATA_DIR=${POSATTN_DATA_DIR:-/tmp/posattn-data}
 # Pure-Python packages posattn needs beyond a CUDA image with torch, transformers and friends.
 WHEELS=("omegaconf==2.3.0" "antlr4-python3-runtime==4.9.3" "rdata>=1.0" "parameterized>=0.9")
@@ -40,7 +41,7 @@ setup_python() {
     if [ ! -f "$SITE/.installed" ]; then
         "$PYTHON" -m pip install -q --no-index --no-deps --no-cache-dir --upgrade \
             --target "$SITE" "$BUNDLE"/wheels/*.whl
-        touch "$SITE/.installed"
+        mkdir -p "$SITE" && touch "$SITE/.installed"
     fi
     export PYTHONPATH="$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}"
 }
@@ -58,8 +59,24 @@ pack_check() {
     tar czf "$1/check.tar.gz" -C "$RUNS" check
 }
 
+# Seconds for a stage: its own limit ($1), or less, so that $2 seconds stay for the stages
+# after it within CHECK_SECONDS (default 540: a device command runs 600 at most). Fails,
+# and the stage is skipped, when fewer than 20 are left.
+within() {
+    local left=$((CHECK_SECONDS - (SECONDS - CHECK_START) - $2))
+    if [ "$left" -lt 20 ]; then
+        echo "(a stage skipped: ${left}s left of CHECK_SECONDS=$CHECK_SECONDS)" >&2
+        return 1
+    fi
+    echo $((left < $1 ? left : $1))
+}
+
 check() {
-    local out=$1 work="$RUNS/check"
+    local out=$1 work="$RUNS/check" limit
+    CHECK_SECONDS=${CHECK_SECONDS:-540}
+    CHECK_START=$SECONDS
+    # What the results need after the gate and the tiles: the attention and model benchmarks.
+    local results=$((${BENCH_SECONDS:-200} + ${MODEL_SECONDS:-120}))
     setup_python
     mkdir -p "$out" "$work"
     {
@@ -69,51 +86,73 @@ check() {
     } 2>&1 | tee "$work/gpu.txt"
     # The kernel compiled for the GPU against eager in float32 (values and every gradient);
     # nothing is timed if it does not compile or does not agree.
-    timeout "${TEST_SECONDS:-150}" "$PYTHON" -m pytest -x -q -p no:cacheprovider \
+    limit=$(within "${TEST_SECONDS:-150}" "$results") || return 1
+    timeout "$limit" "$PYTHON" -m pytest -x -q -p no:cacheprovider \
         tests/test_gpu_kernels.py -k "${TEST_FILTER:-triton}" >"$work/gpu-tests.log" 2>&1 ||
         { tail -n 40 "$work/gpu-tests.log"; pack_check "$out"; return 1; }
     tail -n 3 "$work/gpu-tests.log"
-    # TUPE's [CLS] untie through sdpa, flex (its score_mod) and auto: reported, not a gate.
-    timeout "${UNTIE_TEST_SECONDS:-90}" "$PYTHON" -m pytest -q -p no:cacheprovider \
-        tests/test_gpu_kernels.py -k "(tupe and not triton) or takes_flex" \
-        >"$work/gpu-tests-untie.log" 2>&1 || true
-    tail -n 3 "$work/gpu-tests-untie.log"
-    # The tiles: each candidate checked, then timed; the fastest are used below.
-    timeout "${TILE_SECONDS:-150}" "$PYTHON" scripts/triton_tiles.py "$work" 2>&1 |
-        tee "$work/tiles.log" | tail -n 36 || true
+    # The tiles: each candidate checked, then timed; the fastest are used below (tiles.env is
+    # rewritten as each choice is made, so a sweep cut short hands on what it chose).
+    if limit=$(within "${TILE_SECONDS:-150}" "$results"); then
+        timeout "$limit" "$PYTHON" scripts/triton_tiles.py "$work" 2>&1 |
+            tee "$work/tiles.log" | tail -n 36 || true
+    fi
     # shellcheck disable=SC1091
     [ -f "$work/tiles.env" ] && source "$work/tiles.env"
     pack_check "$out"
-    # At those tiles, each kernel's share of a training call (T5, no table, TUPE-R, flash).
-    # At n=4096 the kernels' time; at 1024 also the host's (wall against GPU time).
+    # Attention level first: each level's tables are written when it ends.
+    if limit=$(within "${BENCH_SECONDS:-200}" "${MODEL_SECONDS:-120}"); then
+        timeout "$limit" "$PYTHON" -m posattn bench --kernels sdpa,triton \
+            --lengths 1024,4096,8192 \
+            --encodings "${BENCH_ENCODINGS:-t5,diet-rel,tupe-r,kerple,alibi,diet-abs}" \
+            --model-lengths '' --long-lengths '' --output "$work/bench" \
+            >"$work/bench.log" 2>&1 || true
+        grep -A30 "Attention level" "$work/bench/bench.md" 2>/dev/null ||
+            tail -n 20 "$work/bench.log"
+        pack_check "$out"
+    fi
+    # BERT-small training steps over `learned` (the attention level here is one short length).
+    if limit=$(within "${MODEL_SECONDS:-120}" 0); then
+        timeout "$limit" "$PYTHON" -m posattn bench --kernels sdpa,triton \
+            --lengths 256 --encodings t5,tupe-r,diet-rel --model-lengths 512,2048 \
+            --long-lengths '' --output "$work/bench-model" >"$work/bench-model.log" 2>&1 || true
+        grep -A20 "Model level" "$work/bench-model/bench.md" 2>/dev/null ||
+            tail -n 20 "$work/bench-model.log"
+        pack_check "$out"
+    fi
+    # With the time left: at those tiles, each kernel's share of a training call (T5, no
+    # table, TUPE-R, flash); at n=4096 the kernels' time, at 1024 also the host's (wall
+    # against GPU time).
     for length in 4096 1024; do
-        timeout "${PROFILE_SECONDS:-60}" "$PYTHON" scripts/triton_profile.py "$work" \
+        limit=$(within "${PROFILE_SECONDS:-60}" 0) || break
+        timeout "$limit" "$PYTHON" scripts/triton_profile.py "$work" \
             --length "$length" 2>&1 | tee "$work/profile-$length.log" |
             grep -v "^  .* 0\.[0-9]%" | grep -iv warn | head -n 40 || true
     done
     # Where the host's time goes in a call too small for the GPU to matter (host-128.txt).
-    timeout "${PROFILE_SECONDS:-60}" "$PYTHON" scripts/triton_profile.py "$work" --length 128 \
-        --host 2>&1 | tee "$work/host.log" | grep -iv warn | head -n 12 || true
+    if limit=$(within "${PROFILE_SECONDS:-60}" 0); then
+        timeout "$limit" "$PYTHON" scripts/triton_profile.py "$work" --length 128 \
+            --host 2>&1 | tee "$work/host.log" | grep -iv warn | head -n 12 || true
+    fi
     pack_check "$out"
-    # Attention level first: each level's tables are written when it ends.
-    timeout "${BENCH_SECONDS:-200}" "$PYTHON" -m posattn bench --kernels sdpa,triton \
-        --lengths 1024,4096,8192 --encodings "${BENCH_ENCODINGS:-t5,diet-rel,tupe-r,kerple,alibi,diet-abs}" \
-        --model-lengths '' --long-lengths '' --output "$work/bench" >"$work/bench.log" 2>&1 || true
-    grep -A30 "Attention level" "$work/bench/bench.md" 2>/dev/null || tail -n 20 "$work/bench.log"
+    # TUPE's [CLS] untie through sdpa, flex (its score_mod) and auto: reported, not a gate.
+    if limit=$(within "${UNTIE_TEST_SECONDS:-90}" 0); then
+        timeout "$limit" "$PYTHON" -m pytest -q -p no:cacheprovider \
+            tests/test_gpu_kernels.py -k "(tupe and not triton) or takes_flex" \
+            >"$work/gpu-tests-untie.log" 2>&1 || true
+        tail -n 3 "$work/gpu-tests-untie.log"
+    fi
+    # FlexAttention beside them (a compile per encoding and length).
+    if limit=$(within "${FLEX_SECONDS:-90}" 0); then
+        timeout "$limit" "$PYTHON" -m posattn bench --kernels flex \
+            --lengths 1024,4096 --encodings "${FLEX_ENCODINGS:-t5,alibi,diet-rel}" \
+            --model-lengths '' --long-lengths '' --output "$work/bench-flex" \
+            >"$work/bench-flex.log" 2>&1 || true
+        grep -A12 "Attention level" "$work/bench-flex/bench.md" 2>/dev/null ||
+            tail -n 5 "$work/bench-flex.log"
+    fi
     pack_check "$out"
-    # BERT-small training steps over `learned` (the attention level here is one short length).
-    timeout "${MODEL_SECONDS:-120}" "$PYTHON" -m posattn bench --kernels sdpa,triton \
-        --lengths 256 --encodings t5,tupe-r,diet-rel --model-lengths 512,2048 \
-        --long-lengths '' --output "$work/bench-model" >"$work/bench-model.log" 2>&1 || true
-    grep -A20 "Model level" "$work/bench-model/bench.md" 2>/dev/null ||
-        tail -n 20 "$work/bench-model.log"
-    pack_check "$out"
-    # FlexAttention beside them (a compile per encoding and length): what time is left.
-    timeout "${FLEX_SECONDS:-90}" "$PYTHON" -m posattn bench --kernels flex \
-        --lengths 1024,4096 --encodings "${FLEX_ENCODINGS:-t5,alibi,diet-rel}" --model-lengths '' \
-        --long-lengths '' --output "$work/bench-flex" >"$work/bench-flex.log" 2>&1 || true
-    grep -A12 "Attention level" "$work/bench-flex/bench.md" 2>/dev/null || tail -n 5 "$work/bench-flex.log"
-    pack_check "$out"
+    echo "check: $((SECONDS - CHECK_START)) s of CHECK_SECONDS=$CHECK_SECONDS"
 }
 
 start() {

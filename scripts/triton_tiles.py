@@ -125,6 +125,23 @@ def main() -> None:
                         ratio=float("nan"), failure=failed)  # fmt: skip
 
     rows = []
+    # The variables tiles.env sets, each once the sweep has chosen it.
+    names = [kind.upper() for kind in CANDIDATES] + ["DK_DV_ORDER", "TABLE_GRAD", "SKEW",
+                                                      "KEY_RUNS"]  # fmt: skip
+
+    def save() -> list[str]:
+        """tiles.json and tiles.env as they stand: written after each choice, so that a
+        sweep cut short (`offline-gpu.sh check` bounds it) still hands on what it chose."""
+        best = {kind: best_of(kind) for kind in CANDIDATES}
+        best = {kind: r for kind, r in best.items() if r is not None}
+        (args.out / "tiles.json").write_text(json.dumps(dict(n=n, rows=rows, best=best), indent=2))
+        lines = [
+            f"export POSATTN_TRITON_{name}={os.environ[f'POSATTN_TRITON_{name}']}"
+            for name in names
+            if f"POSATTN_TRITON_{name}" in os.environ
+        ]
+        (args.out / "tiles.env").write_text("\n".join(lines) + "\n")
+        return lines
 
     def best_of(kind: str) -> dict | None:
         return min(
@@ -143,8 +160,7 @@ def main() -> None:
         best = best_of(kind)
         default = ",".join(str(x) for x in vars(GPU_TILES[kind]).values())
         os.environ[f"POSATTN_TRITON_{kind.upper()}"] = best["tile"] if best else default
-    best = {kind: best_of(kind) for kind in CANDIDATES}
-    best = {kind: r for kind, r in best.items() if r is not None}
+        save()
 
     def keep_fastest(name: str, label: str, values: tuple[str, ...], tiles=None) -> None:
         """POSATTN_TRITON_<name> set to the value whose forward + backward is fastest
@@ -163,6 +179,7 @@ def main() -> None:
         chosen = min(ratios, key=lambda value: ratios[value][0])
         os.environ[f"POSATTN_TRITON_{name}"] = chosen
         os.environ["POSATTN_TRITON_DK_DV"] = ratios[chosen][1]
+        save()
 
     # dK/dV key-major at its best tile against the kernel as it was (query-major at 64 x 32).
     keep_fastest("DK_DV_ORDER", "dK/dV", DK_DV_ORDERS, tiles={"query-major": DK_DV_BEFORE})
@@ -171,7 +188,9 @@ def main() -> None:
     keep_fastest("TABLE_GRAD", "dT", TABLE_GRAD_MODES)
     keep_fastest("SKEW", "skew", SKEWS)
     rows.extend(tail_rows(n, time, flash))
+    save()
     rows.extend(padded_rows(n, time, flash))
+    save()
     for kind in ("forward", "training"):
         train = kind == "training"
         floor, ms = time(flash, train), time(bias_free, train)
@@ -180,13 +199,7 @@ def main() -> None:
                    ok=True, ms=ms, ratio=ms / floor)  # fmt: skip
         rows.append(row)
         print(json.dumps(row), flush=True)
-    (args.out / "tiles.json").write_text(json.dumps(dict(n=n, rows=rows, best=best), indent=2))
-    names = [kind.upper() for kind in CANDIDATES] + ["DK_DV_ORDER", "TABLE_GRAD", "SKEW",
-                                                      "KEY_RUNS"]  # fmt: skip
-    lines = [
-        f"export POSATTN_TRITON_{name}={os.environ[f'POSATTN_TRITON_{name}']}" for name in names
-    ]
-    (args.out / "tiles.env").write_text("\n".join(lines) + "\n")
+    lines = save()
     print(f"n={n} bf16 B={BATCH} H={HEADS} d={HEAD_DIM}; T5-like table, ratio to flash SDPA")
     for r in rows:
         cells = f"err {r['error']:.1e} {r['ms']:8.3f} ms {r['ratio']:5.2f}x"

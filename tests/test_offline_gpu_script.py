@@ -1,0 +1,77 @@
+"""scripts/offline-gpu.sh check's time budget, with a stand-in python and nvidia-smi: the
+benchmarks keep their bounds after the tests and the tile sweep, and a stage with too little
+time left is skipped instead of being cut short mid-way."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The stand-in python records each stage's arguments (not the versions' query or pip's);
+# the kernel tests take TEST_SLEEP seconds, every other stage none. The stand-in timeout
+# records each stage's bound.
+STAND_IN_PYTHON = """#!/bin/bash
+case "$*" in -c* | *"pip install"*) exit 0 ;; esac
+echo "$*" >>"$CALLS"
+case "$*" in *pytest*-k\\ triton*) sleep "$TEST_SLEEP" ;; esac
+exit 0
+"""
+STAND_IN_TIMEOUT = """#!/bin/bash
+echo "$1" >>"$CALLS.bounds"
+shift
+exec "$@"
+"""
+
+
+def stages_run(tmp_path: Path, **bounds: int) -> list[tuple[str, int]]:
+    """(the stage's python arguments, its bound in seconds) for each stage that ran."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stand_ins = (("python", STAND_IN_PYTHON), ("timeout", STAND_IN_TIMEOUT),
+                 ("nvidia-smi", "#!/bin/sh\necho gpu\n"))  # fmt: skip
+    for name, text in stand_ins:
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    calls = tmp_path / "calls"
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", PYTHON=str(bin_dir / "python"),
+               RUNS=str(tmp_path / "runs"), CALLS=str(calls), SITE=str(tmp_path / "site"),
+               **{key: str(value) for key, value in bounds.items()})  # fmt: skip
+    result = subprocess.run(
+        ["bash", "scripts/offline-gpu.sh", "check", str(tmp_path / "out")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out" / "check.tar.gz").is_file()
+    stages = calls.read_text().splitlines()
+    bounds = [int(line) for line in Path(f"{calls}.bounds").read_text().split()]
+    return list(zip(stages, bounds, strict=True))
+
+
+def kinds(calls: list[tuple[str, int]]) -> list[str]:
+    names = {"-k triton": "tests", "triton_tiles": "tiles", "--model-lengths 512": "model",
+             "--kernels sdpa,triton": "bench", "--host": "host", "triton_profile": "profile",
+             "takes_flex": "untie", "--kernels flex": "flex"}  # fmt: skip
+    return [next(kind for key, kind in names.items() if key in call) for call, _ in calls]
+
+
+def test_every_stage_runs_in_order_when_time_allows(tmp_path):
+    calls = stages_run(tmp_path, CHECK_SECONDS=500, TEST_SLEEP=0)
+    assert kinds(calls) == [
+        "tests", "tiles", "bench", "model", "profile", "profile", "host", "untie", "flex"
+    ]  # fmt: skip
+
+
+def test_the_sweep_is_skipped_to_leave_the_benchmarks_their_bounds(tmp_path):
+    # 32 s in all, the benchmarks bound to 10 s and 1 s: after 3 s of tests the sweep would
+    # have 32 - 3 - 11 = 18 s, under the 20 a stage needs; the benchmarks and what follows run.
+    calls = stages_run(tmp_path, CHECK_SECONDS=32, TEST_SLEEP=3, BENCH_SECONDS=10, MODEL_SECONDS=1)
+    assert kinds(calls) == [
+        "tests", "bench", "model", "profile", "profile", "host", "untie", "flex"
+    ]  # fmt: skip
+    bounds = dict(zip(kinds(calls), (bound for _, bound in calls), strict=False))
+    # The tests their own 150 s would overrun the benchmarks': 32 - 11 = 21 s.
+    assert bounds["tests"] == 21
+    assert (bounds["bench"], bounds["model"]) == (10, 1)
