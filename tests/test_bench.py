@@ -63,18 +63,21 @@ def test_bench_skips_what_a_kernel_refuses_and_says_why(monkeypatch, capsys):
 
 
 def test_empty_levels_are_skipped_and_bad_lengths_named(tmp_path, capsys):
-    """--model-lengths '' and --long-lengths '' measure the attention level only; a length that
-    is not a positive integer is refused with the option named."""
+    """--model-lengths '' and --long-lengths '' measure the attention level only (with SDPA
+    pinned to flash beside its floor, --floor-backends); a length that is not a positive
+    integer is refused with the option named."""
     torch.set_default_dtype(torch.float32)
     try:
         code = main(["bench", "--lengths", "16", "--encodings", "t5", "--model-lengths", "",
-                     "--long-lengths", "", "--output", str(tmp_path)])  # fmt: skip
+                     "--long-lengths", "", "--floor-backends", "flash",
+                     "--output", str(tmp_path)])  # fmt: skip
     finally:
         torch.set_default_dtype(torch.float64)
     assert code == 0
     result = json.loads((tmp_path / "bench.json").read_text())
     assert result["model"] == [] and result["long"] == []
-    assert {r["encoding"] for r in result["attention"]} == {"sdpa (no bias)", "t5"}
+    names = {r["encoding"] for r in result["attention"]}
+    assert names == {"sdpa (no bias)", "sdpa flash (no bias)", "t5"}
     text = (tmp_path / "bench.md").read_text()
     assert "Model level" not in text and "Long sequences" not in text
     assert not (tmp_path / "long_sequences.png").exists()
@@ -196,3 +199,36 @@ def test_paired_timing_holds_the_garbage_collector_off_and_restores_it():
     with pytest.raises(RuntimeError, match="inside"):
         paired(lambda: None, fails, repeats=2)
     assert gc.isenabled()
+
+
+def test_sdpa_pinned_to_each_backend_beside_its_own_choice(capsys):
+    """The floor's rows pinned to SDPA's kernels: one that runs is a ratio to the floor (the
+    same call); one not built for this device is skipped with torch's reason; the table
+    shows a '-' where a row has no measurement; a name outside SDPA's kernels is refused."""
+    from posattn.lab.bench.bench import attention_level, markdown
+
+    torch.set_default_dtype(torch.float32)
+    try:
+        settings = BenchSettings(
+            lengths=[16], batch=1, heads=2, head_dim=8, repeats=3, encodings=[],
+            floor_backends=["flash", "efficient"],
+        )  # fmt: skip
+        rows, skipped = attention_level(settings, torch.device("cpu"))
+    finally:
+        torch.set_default_dtype(torch.float64)
+    pinned = [r for r in rows if r["encoding"] == "sdpa flash (no bias)"]
+    assert [r["train"] for r in pinned] == [False, True]
+    assert all(0.2 < r["ratio"] < 5.0 for r in pinned)  # SDPA's own choice on CPU: flash
+    assert {(r["encoding"], r["train"]) for r in skipped} == {
+        ("sdpa efficient (no bias)", False), ("sdpa efficient (no bias)", True)
+    }  # fmt: skip
+    assert all("No viable backend" in r["reason"] for r in skipped)
+    assert "skipped sdpa efficient (no bias) n=16" in capsys.readouterr().out
+    # A row measured at one length only: '-' at the other.
+    extra = dict(pinned[0], n=32, encoding="t5")
+    floor_32 = dict(encoding="sdpa (no bias)", n=32, train=False, ratio=1.0, extra_mib=0.0)
+    text = markdown([*rows, floor_32, extra], [], dict(machine="m", torch="t", repeats=3))
+    t5_row = next(line for line in text.splitlines() if line.startswith("| t5 "))
+    assert t5_row.count("| - ") == 3
+    with pytest.raises(PosAttnConfigError, match=r"floor_backends.*'math'"):
+        BenchSettings(floor_backends=["math"]).sdpa_backends(torch.device("cpu"))

@@ -8,11 +8,13 @@ import gc
 import json
 import statistics
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch.nn import functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ...attention import MultiHeadAttention
 from ...encodings import ENCODINGS, ModelDims, build_encoding
@@ -23,6 +25,12 @@ from ..runs.context import machine
 from ..runs.tables import table_lines
 from .timing import step_functions
 
+# SDPA's kernels by the names the bench's rows give them.
+SDPA_BACKENDS = {
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+}
 # Options that the benchmark needs to build each encoding (rotary layouts are never implicit).
 BENCH_OPTIONS = {"rope": {"layout": "half"}, "xpos": {"layout": "half"}}
 CAUSAL_ONLY = ("xpos", "fire")
@@ -51,6 +59,18 @@ class BenchSettings:
     kernels: list[str] = field(default_factory=lambda: ["auto"])
     # None: bfloat16 on GPU (autocast for models), float32 on CPU.
     dtype: str | None = None
+    # SDPA's own kernels without a bias, each pinned, as ratios to the floor (SDPA's choice):
+    # which one the floor is, and where the others stand. None: every GPU one on a GPU
+    # (flash, cuDNN, memory-efficient), none on CPU.
+    floor_backends: list[str] | None = None
+
+    def sdpa_backends(self, device: torch.device) -> list[str]:
+        names = self.floor_backends
+        if names is None:
+            names = list(SDPA_BACKENDS) if device.type == "cuda" else []
+        for name in names:
+            require_choice("floor_backends", name, tuple(SDPA_BACKENDS))
+        return names
 
     def torch_dtype(self, device: torch.device) -> torch.dtype:
         name = self.dtype or ("bfloat16" if device.type == "cuda" else "float32")
@@ -122,8 +142,10 @@ def attention_call(
     device,
     batch: int | None = None,
     kernel: str = "auto",
+    sdpa_backend: str | None = None,
 ):
-    """A closure running one attention call of encoding `name` (None: SDPA without bias)."""
+    """A closure running one attention call of encoding `name` (None: SDPA without bias,
+    at `sdpa_backend`, one of SDPA_BACKENDS, or SDPA's choice)."""
     d_model = s.heads * s.head_dim
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(batch or s.batch, n, d_model, generator=generator).to(device)
@@ -135,8 +157,11 @@ def attention_call(
     grad = torch.randn_like(q)
     if name is None:
 
+        def pinned():
+            return sdpa_kernel(SDPA_BACKENDS[sdpa_backend]) if sdpa_backend else nullcontext()
+
         def call() -> None:
-            with torch.set_grad_enabled(train):
+            with torch.set_grad_enabled(train), pinned():
                 out = F.scaled_dot_product_attention(q, k, v)
                 if train:
                     out.backward(grad)
@@ -200,6 +225,7 @@ def attention_level(s: BenchSettings, device) -> tuple[list[dict], list[dict]]:
             floor_ms, floor_mib = measure(floor, s.repeats)
             rows.append(dict(encoding="sdpa (no bias)", n=n, train=train, ms=floor_ms,
                              ratio=1.0, extra_mib=floor_mib))  # fmt: skip
+            rows += pinned_floors(s, n, train, device, floor, skipped)
             for name in s.encodings:
                 for kernel in s.kernels:
                     try:
@@ -223,6 +249,26 @@ def attention_level(s: BenchSettings, device) -> tuple[list[dict], list[dict]]:
                                      ratio=ratio, extra_mib=mib))  # fmt: skip
             gc.collect()
     return rows, skipped
+
+
+def pinned_floors(s: BenchSettings, n: int, train: bool, device, floor, skipped: list) -> list:
+    """Rows of SDPA without a bias pinned to each of `s.sdpa_backends`, as ratios to the
+    floor (SDPA's own choice: the one near 1.00 is it); one that cannot run this call (not
+    built for this device or dtype) is a skipped row with torch's reason."""
+    rows = []
+    for backend in s.sdpa_backends(device):
+        name = f"sdpa {backend} (no bias)"
+        call = attention_call(None, s, n, train, device, sdpa_backend=backend)
+        try:
+            ms, ratio = paired(floor, call, s.repeats)
+            _, mib = measure(call, 1)
+        except RuntimeError as error:  # "No viable backend" (its warnings say why)
+            reason = str(error).splitlines()[0][:200]
+            print(f"skipped {name} n={n} train={train}: {reason}")
+            skipped.append(dict(encoding=name, kernel="sdpa", n=n, train=train, reason=reason))
+            continue
+        rows.append(dict(encoding=name, n=n, train=train, ms=ms, ratio=ratio, extra_mib=mib))
+    return rows
 
 
 def free_memory() -> None:
@@ -318,14 +364,13 @@ def markdown(attention_rows: list[dict], model_rows: list[dict], context: dict) 
     header = ["encoding"] + [f"{mode} n={n}" for mode in ("fwd", "train") for n in lengths]
     rows = []
     names = list(dict.fromkeys(label(r) for r in attention_rows))
+    cell = {(label(r), r["n"], r["train"]): r for r in attention_rows}
     for name in names:
         cells = [name]
         for train in (False, True):
             for n in lengths:
-                r = next(
-                    r for r in attention_rows if (label(r), r["n"], r["train"]) == (name, n, train)
-                )
-                cells.append(f"{r['ratio']:.2f} ({r['extra_mib']:.0f})")
+                r = cell.get((name, n, train))  # None: skipped there (out of memory, refused)
+                cells.append("-" if r is None else f"{r['ratio']:.2f} ({r['extra_mib']:.0f})")
         rows.append(cells)
     lines += table_lines(header, rows)
     if not model_rows:  # --model-lengths ''

@@ -33,6 +33,8 @@ def run_bench(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None:  # "" measures none of that level
             setattr(settings, name, lengths_of(name, value))
+    if args.floor_backends is not None:  # "" pins none
+        settings.floor_backends = [b.strip() for b in args.floor_backends.split(",") if b.strip()]
     settings.dtype = args.dtype
     bench(settings, Path(args.output or ("runs/bench-quick" if args.quick else "runs/bench")))
     return 0
@@ -51,6 +53,11 @@ def register(commands) -> None:
     )
     parser.add_argument(
         "--kernels", help="comma-separated attention kernels to measure (default: auto)"
+    )
+    parser.add_argument(
+        "--floor-backends",
+        help="SDPA's kernels (flash, cudnn, efficient) to time pinned, without a bias, beside "
+        "its own choice (default: all three on a GPU, none on CPU; '' for none)",
     )
     parser.add_argument(
         "--dtype", help="float32 | bfloat16 | float16 (default: bfloat16 on GPU, else float32)"
