@@ -408,6 +408,35 @@ def test_tails_equal_eager_in_values_and_every_gradient(
     torch.testing.assert_close(table_bias_attention(*inputs, **common, tails=flat), honest)
 
 
+@pytest.mark.parametrize("scale", [0.3, -0.3])
+@pytest.mark.parametrize("flat", [None, (30, 47)])
+def test_scores_far_apart_keep_their_row_maximum_in_plain_blocks(scale, flat):
+    """Blocks whose scores are the scaled product alone (no table, or a flat tail's) take the
+    row maximum before the scale, where the scale is >= 0 (`_forward_step`'s PLAIN); scores
+    some hundreds apart, where any other value subtracted overflows exp2 or underflows it,
+    give eager's values and gradients at either sign of the scale (to float32's rounding of
+    scores that large: the kernel keeps its running maximum and sums in float32)."""
+    torch.manual_seed(4)
+    q, k, v = (torch.randn(1, 2, 48, 16) for _ in range(3))
+    q = (40 * q).requires_grad_()
+    k, v = k.requires_grad_(), v.requires_grad_()
+    leaves, tables, bias = (q, k, v), None, None
+    if flat is not None:
+        parameter = torch.randn(2, 95, requires_grad=True)
+        leaves += (parameter,)
+        tails = TableTails(*(x - 47 for x in flat))
+        tables = TableBias(offset=clamped_table(parameter, flat), offset_tails=tails)
+        bias = toeplitz_rows(clamped_table(parameter, flat), 48, 48)
+    out = get_kernel("triton")(q, k, v, mask=None, bias=None, scale=scale, tables=tables)
+    reference = eager_attention(q, k, v, mask=None, bias=bias, scale=scale)
+    torch.testing.assert_close(out, reference, atol=1e-4, rtol=1e-3)
+    grad = torch.randn_like(out)
+    ours = torch.autograd.grad(out, leaves, grad)
+    expected = torch.autograd.grad(reference, leaves, grad)
+    for index, (a, b) in enumerate(zip(ours, expected, strict=True)):
+        torch.testing.assert_close(a, b, atol=1e-3, rtol=1e-3, msg=f"leaf {index}")
+
+
 def test_wide_heads_read_the_table_in_dk_dv_and_their_tails_elsewhere():
     """q and k 128 wide (TUPE-R's fold): dK/dV reads the whole table (`dk_dv_flags`: with the
     tails, Triton 3.6 spilled there), the forward and dQ take the tails; values and every
@@ -654,7 +683,7 @@ def test_gpu_tiles_come_from_the_table_or_the_environment(monkeypatch):
     assert triton_settings.tiles(cuda, "dk_dv") == triton_settings.Tiles(16, 128, 4, 2)
     assert triton_settings.tiles(cpu, "dk_dv") == triton_settings.INTERPRETER_TILES
     assert triton_settings.schedule(triton_settings.Tiles(32, 64, 8, 3), cuda) == dict(
-        num_warps=8, num_stages=3
+        num_warps=8, num_stages=3, enable_fp_fusion=True
     )
     assert triton_settings.schedule(triton_settings.INTERPRETER_TILES, cpu) == {}
     for bad in ("64,48,4,2", "64,64", "8,64,4,2", "a,b,c,d"):
@@ -748,8 +777,9 @@ def test_a_calls_settings_follow_the_environment_and_the_tile_chooser(monkeypatc
     on_gpu = triton_settings.call_settings(cuda)
     overridden = triton_settings.Tiles(64, 16, 4, 2)
     assert on_gpu.tiles == {**triton_settings.GPU_TILES, "forward": overridden}
-    assert on_gpu.schedules["forward"] == dict(num_warps=4, num_stages=2)
-    assert on_gpu.schedules["dk_dv"] == dict(num_warps=8, num_stages=2)
+    fused = dict(enable_fp_fusion=True)
+    assert on_gpu.schedules["forward"] == dict(num_warps=4, num_stages=2, **fused)
+    assert on_gpu.schedules["dk_dv"] == dict(num_warps=8, num_stages=2, **fused)
     assert on_gpu.longest_run == 128
     small = triton_settings.Tiles(16, 64)
     monkeypatch.setattr(triton_settings, "tiles", lambda device, kind: small)

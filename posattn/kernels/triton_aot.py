@@ -44,18 +44,19 @@ class Launch:
 
 def launches(
     flags: dict, tiles: dict[str, Tiles], table_grad: bool, skew: str = "circular",
-    key_major: bool = True, mask_tail: bool = True,
+    key_major: bool = True, mask_tail: bool = True, raw_max: bool = True,
 ) -> list[Launch]:  # fmt: skip
     """The three kernels of a forward and backward with these flags and tiles (keyed as
     `GPU_TILES`; `skew`: the dQ kernel's, POSATTN_TRITON_SKEW; `key_major`: the dK/dV kernel's
     orientation, POSATTN_TRITON_DK_DV_ORDER; `mask_tail`: whether the length leaves a partial
-    last key block, as the forward's and dQ's MASK_TAIL)."""
+    last key block, as the forward's and dQ's MASK_TAIL; `raw_max`: the forward's RAW_MAX,
+    a scale >= 0)."""
     forward, dq, dk_dv = tiles["forward"], tiles["dq"], tiles["dk_dv"]
     segment_grad = flags["NUM_SEGMENTS"] > 0
     return [
         Launch("forward", triton_bias._forward,
                {**flags, "BLOCK_M": forward.block_m, "BLOCK_N": forward.block_n,
-                "MASK_TAIL": mask_tail}, forward),
+                "MASK_TAIL": mask_tail, "RAW_MAX": raw_max}, forward),
         Launch("dk_dv", triton_bias._backward_dk_dv,
                {**dk_dv_flags(flags), "BLOCK_M": dk_dv.block_m, "BLOCK_N": dk_dv.block_n,
                 "KEY_MAJOR": key_major}, dk_dv),

@@ -172,7 +172,7 @@ class TableBiasAttention(torch.autograd.Function):
              heads, M, N, D, DV, q_start, rows, M - 1, untie_row, untie_column, tail_low,
              tail_high, scale * LOG2E),
             dict(BLOCK_M=block_m, BLOCK_N=block_n, MASK_TAIL=N % block_n != 0, **flags,
-                 **settings.schedules["forward"]),
+                 RAW_MAX=scale >= 0, **settings.schedules["forward"]),
         )  # fmt: skip
         ctx.save_for_backward(
             q, k, v, out, lse, copies, slopes, untie32, keys_, spans, segments32, ids

@@ -21,28 +21,38 @@ def _forward_step(
     CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
     BLOCK_N: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, MASK_TAIL: tl.constexpr,
     TAIL: tl.constexpr = False, tail_value=0.0, LINEAR: tl.constexpr = False, slope=0.0,
-    base=0,
+    base=0, PLAIN: tl.constexpr = False,
 ):  # fmt: skip
-    """One key block of the online softmax: (acc, l_i, m_i) updated."""
+    """One key block of the online softmax: (acc, l_i, m_i) updated. PLAIN: the tile's
+    scores are scale2 q k^T alone (no table read, flat tail's shift aside; no untie,
+    segments or mask) and scale2 >= 0: the row maximum is taken before the scale (the same
+    value: rounding keeps the order), so that each score's exponent is one FMA instead of
+    a multiply and a subtraction."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k = _load_tile(K + b * skb + h * skh, offs_n, skn, N, offs_d, D, EVEN_D)
     v = _load_tile(V + b * svb + h * svh, offs_n, svn, N, offs_dv, DV, EVEN_DV)
-    s = _scores(
-        q, k, offs_m, offs_n, start_m, start_n, b, h, scale2, TABLE, stride_th, stride_tk,
-        table_shift, UNTIE, untie_row, untie_column, KEYS, stride_kb,
-        first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
-        HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, MASK_TAIL,
-        TAIL=TAIL, tail_value=tail_value, LINEAR=LINEAR, slope=slope,
-    )  # fmt: skip
+    if PLAIN:
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        top = tl.reduce(s, 1, _maximum) * scale2
+    else:
+        s = _scores(
+            q, k, offs_m, offs_n, start_m, start_n, b, h, scale2, TABLE, stride_th, stride_tk,
+            table_shift, UNTIE, untie_row, untie_column, KEYS, stride_kb,
+            first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
+            HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, MASK_TAIL,
+            TAIL=TAIL, tail_value=tail_value, LINEAR=LINEAR, slope=slope,
+        )  # fmt: skip
+        top = tl.reduce(s, 1, _maximum)
     if TAIL:  # s is less its rows' part (`_scores`)
         shift = _tail_shift(tail_value, slope, base, start_n, start_m, offs_m.shape[0], LINEAR)
-        m_new = tl.maximum(m_i, tl.reduce(s, 1, _maximum) + shift)
+        m_new = tl.maximum(m_i, top + shift)
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw no key yet
-        p = tl.exp2(s - (m_safe - shift)[:, None])
+        below = m_safe - shift
     else:
-        m_new = tl.maximum(m_i, tl.reduce(s, 1, _maximum))
+        m_new = tl.maximum(m_i, top)
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp2(s - m_safe[:, None])
+        below = m_safe
+    p = tl.exp2(s * scale2 - below[:, None]) if PLAIN else tl.exp2(s - below[:, None])
     alpha = tl.exp2(m_i - m_safe)
     l_i = l_i * alpha + tl.reduce(p, 1, _add)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
@@ -61,12 +71,14 @@ def _forward(
     PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, MASK_TAIL: tl.constexpr,
-    TAILS: tl.constexpr, LINEAR: tl.constexpr, RUNS: tl.constexpr,
+    TAILS: tl.constexpr, LINEAR: tl.constexpr, RUNS: tl.constexpr, RAW_MAX: tl.constexpr,
 ):  # fmt: skip
     """TAILS: the table is known below tail_low and above tail_high (`table_bias_attention`'s
     `tails`): flat, or with LINEAR a line (SLOPES); the key blocks inside either tail run in
     loops of their own and read no table. RUNS (with HAS_KEYS): the key blocks inside a run
-    of visible keys take no key mask (`key_runs_choice`)."""
+    of visible keys take no key mask (`key_runs_choice`). RAW_MAX: scale2 >= 0, so that a
+    block of scores that are the scaled product alone takes its row maximum before the scale
+    (`_forward_step`'s PLAIN)."""
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
@@ -92,6 +104,9 @@ def _forward(
         SPANS, b, _keys_seen_whole(start_m, q_start, N, BLOCK_N), BLOCK_N, RUNS, DIAGONAL
     )
     FIRST_PIECE: tl.constexpr = 0 if RUNS else (1 if DIAGONAL else 2)
+    # Blocks whose scores are the scaled product alone, masks aside (piece 1 takes none).
+    BARE: tl.constexpr = RAW_MAX & (NUM_SEGMENTS == 0) & (not HAS_UNTIE)
+    MASKED: tl.constexpr = HAS_KEYS | CAUSAL | MASK_TAIL
     # The low tail, the blocks that read the table, the high tail (one part without tails).
     for part in tl.static_range(3 if TAILS else 1):
         for piece in tl.static_range(FIRST_PIECE, 3):
@@ -111,6 +126,8 @@ def _forward(
                     LINEAR=LINEAR,
                     slope=_pick(part, low_slope, high_slope),
                     base=M - 1 - _pick(part, tail_low, tail_high),
+                    PLAIN=BARE & ((not HAS_TABLE) | (TAILS & (part != 1) & (not LINEAR)))
+                    & ((not MASKED) | (piece == 1)),
                 )  # fmt: skip
     # A row that sees no key (out of range, or every key hidden) gives 0, not 0 / 0.
     l_safe = tl.where(l_i > 0, l_i, 1.0)

@@ -94,10 +94,12 @@ def table_grad_mode() -> str:
 
 
 def schedule(tile: Tiles, device: torch.device) -> dict:
-    """The launch options of a tile on a GPU (the interpreter takes none)."""
+    """The launch options of a tile on a GPU (the interpreter takes none). Multiplies and
+    adds fused (FMA) by request: Triton 3.9 warns that its default turns that off in 3.10,
+    and the kernels' exponents count on it (`_forward_step`'s PLAIN)."""
     if device.type != "cuda":
         return {}
-    return dict(num_warps=tile.num_warps, num_stages=tile.num_stages)
+    return dict(num_warps=tile.num_warps, num_stages=tile.num_stages, enable_fp_fusion=True)
 
 
 # How the dQ kernel skews each half of a dS tile for the table's diagonal sums: "circular"
