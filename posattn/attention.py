@@ -155,7 +155,9 @@ class MultiHeadAttention(nn.Module):
             # Decided before `terms.bias` is read, so the [H, n, n] bias is never built.
             return self.attend_by_tables(q, k, v, terms, mask, extra_bias, triton_attention)
         fused = not eager and self.kernel_name != "eager"
-        if terms.bias_factors is not None and fused and execution.use_fold(q.device):
+        # A learned bias beside the factors keeps its [B, H, n, n] gradient anyway.
+        learned_rest = terms.learned_rest() or (extra_bias is not None and extra_bias.requires_grad)
+        if terms.bias_factors is not None and fused and execution.use_fold(q.device, learned_rest):
             # A low-rank bias rides in the dot product: the fused kernels stay fused and
             # no [B, H, n, n] bias gradient exists; a Toeplitz rest stays a bias. Content
             # terms (qk_logits) read the unfolded q and k.

@@ -25,7 +25,14 @@ Choices:
       folding in GPU training only. H100, bf16, B=8, H=8, forward + backward: DIET-ABS at
       n=4096 4.8 ms / 1154 MiB folded against 14.4 ms / 3010 MiB as a bias, at n=1024 1.38
       against 1.45 ms; forward alone and on the 2-core CPU (where the fold doubles the head size
-      of both products) the bias measured as fast or faster.
+      of both products) the bias measured as fast or faster. The default does not fold where
+      a learned bias stays beside the factors (TUPE-R's T5 table, DIET's segments inside
+      attention: `LayerTerms.learned_rest`, an extra bias with a gradient): its [B, H, n, n]
+      gradient stays either way, and the fold would only double q's and k's width (H100,
+      SDPA, training over bias-free flash at n = 1024 / 4096 / 8192: TUPE-R folded 7.17 /
+      10.53 / 12.10x against T5's bias alone 2.86 / 6.63 / 7.64x; BERT-small at n=512, +45.9%
+      over `learned` against T5's -0.4%). Not yet measured unfolded on a GPU. kernel="triton"
+      folds where it serves the layer, whatever this says.
   skew: content x position terms (Shaw, DeBERTa) by offset windows (`skew`, True) or by index
       gather/scatter (False); None: the measured default, gather on CPU (2 cores, Shaw, n=1024,
       B=8, H=8, train: 2.98x against 4.02x of bias-free SDPA) and in GPU inference, skew for
@@ -167,9 +174,11 @@ def _measured(forced: bool | None, device: torch.device) -> bool:
     return device.type == "cuda" and torch.is_grad_enabled()
 
 
-def use_fold(device: torch.device) -> bool:
-    """Fold low-rank bias factors into q and k on this device now (`fold`)."""
-    return _measured(_choice("fold"), device)
+def use_fold(device: torch.device, learned_rest: bool = False) -> bool:
+    """Fold low-rank bias factors into q and k on this device now (`fold`); `learned_rest`:
+    a bias that takes a gradient stays beside them (`fold`'s default does not fold then)."""
+    forced = _choice("fold")
+    return _measured(forced, device) and (forced is not None or not learned_rest)
 
 
 def use_skew(device: torch.device) -> bool:

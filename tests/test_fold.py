@@ -63,3 +63,46 @@ def test_a_folded_bias_is_never_built_and_trains_as_the_built_one(encoding, opti
         results.append([loss.detach(), *(p.grad for p in model.encoding.parameters())])
     for folded, added in zip(*results, strict=True):
         torch.testing.assert_close(folded, added)
+
+
+@pytest.mark.parametrize(
+    ("encoding", "rest"), [("tupe-r", True), ("tupe-a", False), ("diet-abs", False)]
+)
+def test_the_default_folds_only_where_no_learned_bias_stays_beside(monkeypatch, encoding, rest):
+    """GPU training folds a low-rank bias by default, except where a learned bias stays beside
+    the factors (TUPE-R's T5 table): its [B, H, n, n] gradient stays either way, and the fold
+    would only double q's and k's width. Here the measured default is made to hold on the CPU:
+    TUPE-R builds its whole bias (unfolded), TUPE-A and DIET-ABS never build it (folded); a
+    forced fold folds TUPE-R too; without gradients nothing is a learned rest."""
+    from conftest import tiny_encoder
+
+    from posattn import execution
+    from posattn.encodings.base import DeferredBias
+
+    gpu = torch.device("cuda")
+    with torch.enable_grad():
+        assert execution.use_fold(gpu) and not execution.use_fold(gpu, learned_rest=True)
+        with execution.choose(fold=True):
+            assert execution.use_fold(gpu, learned_rest=True)
+    monkeypatch.setattr(
+        execution, "_measured", lambda forced, device: True if forced is None else forced
+    )
+    for fold, built in ((None, rest), (True, False)):
+        model = tiny_encoder(encoding).train()
+        made = []
+        layer_terms = model.encoding.layer_terms
+
+        def kept(*arguments, layer_terms=layer_terms, made=made):
+            terms = layer_terms(*arguments)
+            made.extend(terms)
+            return terms
+
+        model.encoding.layer_terms = kept
+        x = torch.randn(2, 9, model.config.d_model, dtype=torch.float64)
+        with torch.enable_grad(), execution.choose(fold=fold):
+            model(None, inputs_embeds=x).sum().backward()
+        assert made and all(terms.learned_rest() == rest for terms in made)
+        assert all(DeferredBias.is_built(terms) == built for terms in made)
+    with torch.no_grad():
+        terms = tiny_encoder(encoding).encoding.layer_terms(9, torch.device("cpu"), torch.float64)
+    assert not any(t.learned_rest() for t in terms)

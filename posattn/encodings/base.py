@@ -248,6 +248,17 @@ class LayerTerms:
             return self.cls_untie.folded_into(self.bias_factors)
         return self.bias_factors
 
+    def learned_rest(self) -> bool:
+        """Whether `unfolded_bias`, what stays a bias once `bias_factors` ride in q and k,
+        takes a gradient (TUPE-R's T5 table, or its untie's column values): a kernel that
+        adds it keeps its [B, H, n, n] gradient whether or not the factors are folded."""
+        if self.offset_bias is None:
+            return False
+        untie = self.cls_untie
+        return self.offset_bias.requires_grad or (
+            untie is not None and untie.column_value.requires_grad
+        )
+
     def unfolded_bias(self) -> Tensor | None:
         """What is left of `bias` once `bias_factors` ride in q and k: the Toeplitz matrix of
         `offset_bias` where both are set (with `cls_untie` written in), else nothing."""
