@@ -35,10 +35,12 @@ from posattn.kernels.triton_settings import DK_DV_ORDERS, GPU_TILES, SKEWS, TABL
 # and 64 x 64 with 4 warps, 128 x 16; dQ 32 x 32, 32 x 16, 64 x 32 with 8 warps). The
 # forward's wider key blocks with 8 warps, never timed: fewer loop instructions per 1000
 # scores (sm_90, T5-like table, scripts/triton_resources.py: 541 at 128 x 32, 396 at 128 x 64
-# with 2 stages, 350 at 128 x 128), no spills. dK/dV's: key-major tiles that compile to
-# warpgroup MMA only, without spills.
+# with 2 stages, 350 at 128 x 128), no spills; at 128 x 64 capped to 128 registers, 16 warps
+# per SM with flat tails too (uncapped they take 164: 8). dK/dV's: key-major tiles that
+# compile to warpgroup MMA only, without spills.
 CANDIDATES = {
-    "forward": ["128,32,8,3", "128,64,8,3", "128,64,8,2", "128,128,8,2", "64,32,4,3"],
+    "forward": ["128,32,8,3", "128,64,8,3", "128,64,8,2", "128,64,8,2,128", "128,128,8,2",
+                "64,32,4,3"],
     "dq": ["64,32,4,3", "64,32,4,2", "64,64,4,3", "128,32,8,2"],
     "dk_dv": ["32,128,8,3", "32,128,8,2", "32,128,8,4", "16,128,8,3", "64,128,8,2",
               "32,64,4,3", "64,64,8,3"],
@@ -48,7 +50,7 @@ DK_DV_BEFORE = "64,32,4,3"
 BATCH, HEADS, HEAD_DIM = 8, 8, 64
 # T5's default max_distance: its bias is one bucket per direction past it.
 FLAT_DISTANCE = 128
-FLAT_FORWARD_TILES = ("128,64,8,2", "128,128,8,2")
+FLAT_FORWARD_TILES = ("128,64,8,2", "128,64,8,2,128", "128,128,8,2")
 
 
 def inputs(batch: int, n: int, dtype: torch.dtype):
@@ -158,7 +160,7 @@ def main() -> None:
             print(json.dumps(row), flush=True)
         # The kernels after this one are timed at this one's best tile.
         best = best_of(kind)
-        default = ",".join(str(x) for x in vars(GPU_TILES[kind]).values())
+        default = GPU_TILES[kind].as_text()
         os.environ[f"POSATTN_TRITON_{kind.upper()}"] = best["tile"] if best else default
         save()
 
@@ -225,8 +227,9 @@ def tail_rows(n: int, time, flash) -> list[dict]:
     rows = on_and_off("flat", flat, (q, k, v, parameter), time, flash)
     rows += on_and_off("lines", lines, (q, k, v), time, flash)
     # In the tails a wider key block issues fewer instructions per score (sm_90 counts,
-    # scripts/triton_resources.py "flat": 455 per 1000 at 128 x 32, 340 at 128 x 64, 276 at
-    # 128 x 128): the forward at those, flat tails on.
+    # scripts/triton_resources.py "flat": 428 per 1000 at 128 x 32, 309 at 128 x 64 - 164
+    # registers, 8 warps per SM; capped to 128, 16 - and 244 at 128 x 128): the forward at
+    # those, flat tails on.
     kept = os.environ.get("POSATTN_TRITON_FORWARD")
     os.environ["POSATTN_TRITON_TABLE_TAILS"] = "on"
     for tile in FLAT_FORWARD_TILES:

@@ -107,6 +107,56 @@ def test_the_default_tiles_do_not_spill_registers(aot, head, rules):
         assert_spill_free_warpgroup_mma(aot, launch)
 
 
+def test_a_register_cap_holds_the_wide_forward_to_16_warps_per_sm(aot):
+    """POSATTN_TRITON_FORWARD=128,64,8,2,128: the forward at 128 x 64 with 8 warps takes at
+    most 128 registers per thread with T5's flat tails (uncapped: 164, 8 warps per SM), so an
+    SM holds 16 of its warps, spill-free and all warpgroup MMA, its loops within a few
+    instructions of the uncapped ones; with q and k 128 wide (TUPE-R's fold), or a partial
+    last key block, the cap is left out (`launch_options`)."""
+    from posattn.kernels.triton_settings import GPU_TILES, Tiles
+
+    capped, free = Tiles(128, 64, 8, 2, 128), Tiles(128, 64, 8, 2)
+    flags = aot.call_flags(torch.bfloat16, 64, tails=True)
+    forward = [
+        aot.launches(flags, {**GPU_TILES, "forward": tile}, True, mask_tail=False)[0]
+        for tile in (capped, free)
+    ]
+    compiled = [aot.compile_launch(launch, torch.bfloat16) for launch in forward]
+    used = [aot.resources(c) for c in compiled]
+    assert used[0]["registers"] <= 128 < used[1]["registers"]
+    assert aot.warps_per_sm(used[0], capped) == 2 * aot.warps_per_sm(used[1], free) == 16
+    assert_spill_free_warpgroup_mma(aot, forward[0])
+    for loops in zip(*map(aot.each_loop_instructions, compiled), strict=True):
+        assert loops[0] <= loops[1] + 16, loops
+    wide = aot.call_flags(torch.bfloat16, 128, value_head=64, has_untie=True, tails=True)
+    tupe_r = aot.launches(wide, {**GPU_TILES, "forward": capped}, True, mask_tail=False)[0]
+    assert aot.resources(aot.compile_launch(tupe_r, torch.bfloat16))["registers"] > 128
+    # A partial last key block (its mask) leaves the cap out too: it spilled 84 bytes.
+    tail = aot.launches(flags, {**GPU_TILES, "forward": capped}, True, mask_tail=True)[0]
+    assert aot.resources(aot.compile_launch(tail, torch.bfloat16))["registers"] > 128
+
+
+def test_a_register_cap_reaches_the_launch_from_the_environment(aot, monkeypatch):
+    """POSATTN_TRITON_FORWARD's fifth number through Triton's own launch path (the
+    stand-in GPU): a call whose keys fill whole blocks compiles its forward under the cap, one
+    with a partial last block without it."""
+    from posattn.kernels import triton_bias
+
+    monkeypatch.setenv("POSATTN_TRITON_FORWARD", "128,64,8,2,128")
+    torch.manual_seed(0)
+    caps = {}
+    with aot.stand_in_gpu():
+        for n in (128, 130):
+            q, k, v = (torch.randn(1, 2, n, 64, dtype=torch.bfloat16) for _ in "qkv")
+            table, tails = torch.randn(2, 2 * n - 1), (n - 9, n + 7)
+            triton_bias.table_bias_attention(q, k, v, scale=0.125, table=table, tails=tails)
+            # (a comprehension: no compiled kernel outlives the stand-in, whose unload it calls)
+            kernels = triton_bias._forward.device_caches[0][0].values()
+            caps[n] = {aot.resources(kernel)["registers"] <= 128 for kernel in kernels}
+            kernels = None
+    assert caps == {128: {True}, 130: {True, False}}
+
+
 def assert_spill_free_warpgroup_mma(aot, launch) -> None:
     """ptxas reports no spill and at most 255 registers; every product is a wgmma."""
     compiled = aot.compile_launch(launch, torch.bfloat16)

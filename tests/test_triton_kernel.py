@@ -686,7 +686,20 @@ def test_gpu_tiles_come_from_the_table_or_the_environment(monkeypatch):
         num_warps=8, num_stages=3, enable_fp_fusion=True
     )
     assert triton_settings.schedule(triton_settings.INTERPRETER_TILES, cpu) == {}
-    for bad in ("64,48,4,2", "64,64", "8,64,4,2", "a,b,c,d"):
+    # A fifth number caps the registers per thread (Triton's maxnreg) where q and k are at
+    # most 64 wide and the keys fill whole blocks.
+    monkeypatch.setenv("POSATTN_TRITON_FORWARD", "128,64,8,2,128")
+    capped = triton_settings.tiles(cuda, "forward")
+    assert capped == triton_settings.Tiles(128, 64, 8, 2, 128)
+    assert capped.as_text() == "128,64,8,2,128"
+    assert triton_settings.GPU_TILES["dq"].as_text() == "64,32,4,3"
+    options = triton_settings.schedule(capped, cuda)
+    assert options["maxnreg"] == 128
+    assert triton_settings.launch_options(options, {"BLOCK_D": 64}) is options
+    assert "maxnreg" not in triton_settings.launch_options(options, {"BLOCK_D": 128})
+    assert "maxnreg" not in triton_settings.launch_options(options, {"BLOCK_D": 64}, True)
+    assert "maxnreg" not in triton_settings.schedule(triton_settings.GPU_TILES["forward"], cuda)
+    for bad in ("64,48,4,2", "64,64", "8,64,4,2", "a,b,c,d", "128,64,8,2,16", "128,64,8,2,256"):
         monkeypatch.setenv("POSATTN_TRITON_FORWARD", bad)
         with pytest.raises(PosAttnConfigError, match=rf"POSATTN_TRITON_FORWARD='{bad}'.*powers"):
             triton_settings.tiles(cuda, "forward")

@@ -20,7 +20,14 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from . import table_bias, triton_bias
-from .triton_settings import Tiles, diagonal_block, dk_dv_flags, kernel_flags
+from .triton_settings import (
+    Tiles,
+    diagonal_block,
+    dk_dv_flags,
+    kernel_flags,
+    launch_options,
+    schedule,
+)
 
 # Pointer arguments of the kernels by name (q, k, v and their gradients in the inputs' dtype).
 TABLES = ("LSE", "DELTA", "TABLE", "SLOPES", "DTABLE", "UNTIE", "DUNTIE", "SEGMENTS", "DSEGMENTS")
@@ -93,10 +100,10 @@ def compile_launch(launch: Launch, dtype: torch.dtype, arch: int = 90):
     ]
     attrs = {(index,): [["tt.divisibility", 16]] for index in aligned}
     source = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
-    # FP fusion on, as a launch on the GPU compiles it (said, to keep Triton from warning).
-    options = dict(
-        num_warps=launch.tile.num_warps, num_stages=launch.tile.num_stages, enable_fp_fusion=True
-    )
+    # The options a launch on the GPU compiles it with (FP fusion on, a register cap).
+    constexprs = launch.constexprs
+    options = schedule(launch.tile, torch.device("cuda"))
+    options = launch_options(options, constexprs, constexprs.get("MASK_TAIL", False))
     return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
 
 
@@ -328,17 +335,17 @@ def stand_in_gpu(*modules, record: bool = True):
     _forget_compiled(modules)
     driver.set_active(_STAND_IN)
     _STAND_IN.launches = recorded if record else None
-    for space, tiles, schedule in chosen:
+    for space, tiles, choose_schedule in chosen:
         space["tiles"] = lambda device, kind, tiles=tiles: tiles(cuda, kind)
-        space["schedule"] = lambda tile, device, schedule=schedule: schedule(tile, cuda)
+        space["schedule"] = lambda tile, device, chooser=choose_schedule: chooser(tile, cuda)
     # The kernel's own refusal of CPU tensors outside the interpreter, lifted for the stand-in.
     unavailable = table_bias.unavailable
     table_bias.unavailable = lambda device: unavailable(cuda)
     try:
         yield recorded
     finally:
-        for space, tiles, schedule in chosen:
-            space["tiles"], space["schedule"] = tiles, schedule
+        for space, tiles, choose_schedule in chosen:
+            space["tiles"], space["schedule"] = tiles, choose_schedule
         table_bias.unavailable = unavailable
         _STAND_IN.launches = None
         _forget_compiled(modules)

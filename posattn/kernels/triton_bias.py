@@ -75,6 +75,7 @@ from .triton_settings import (
     diagonal_block,
     dk_dv_flags,
     kernel_flags,
+    launch_options,
     rounded_up,
 )
 
@@ -156,6 +157,7 @@ class TableBiasAttention(torch.autograd.Function):
         if flags["LINEAR"]:  # in the table's base-2 units, low then high
             slopes = (torch.stack(tail_slopes).float() * LOG2E).contiguous()
         grid = (blocks(M, block_m), batch * heads)
+        mask_tail = N % block_n != 0  # a partial last key block
         # dK/dV key-major reads the table reversed, whose copies are made here with the
         # forward's.
         with_reversed = settings.key_major and grad_enabled and any(ctx.needs_input_grad)
@@ -171,8 +173,9 @@ class TableBiasAttention(torch.autograd.Function):
              copies.stride(0), copies.stride(1), keys_.stride(0), ids.stride(0),
              heads, M, N, D, DV, q_start, rows, M - 1, untie_row, untie_column, tail_low,
              tail_high, scale * LOG2E),
-            dict(BLOCK_M=block_m, BLOCK_N=block_n, MASK_TAIL=N % block_n != 0, **flags,
-                 RAW_MAX=scale >= 0, **settings.schedules["forward"]),
+            dict(BLOCK_M=block_m, BLOCK_N=block_n, MASK_TAIL=mask_tail, **flags,
+                 RAW_MAX=scale >= 0,
+                 **launch_options(settings.schedules["forward"], flags, mask_tail)),
         )  # fmt: skip
         ctx.save_for_backward(
             q, k, v, out, lse, copies, slopes, untie32, keys_, spans, segments32, ids
@@ -216,6 +219,7 @@ class TableBiasAttention(torch.autograd.Function):
         dsegments = torch.zeros_like(segments32) if ctx.segment_grad else absent(device, float32)
         duntie = torch.zeros_like(untie32) if untie_grad else absent(device, float32)
         common = (heads, M, N, D, DV, q_start, rows)
+        mask_tail = N % tile.block_n != 0
         launch(
             _backward_dq_dtable, (blocks(M, tile.block_m), batch * heads), settings.launch_mode,
             (q, k, v, out, grad_out, lse, delta, dq, copies, slopes, dtable, untie32, duntie,
@@ -226,9 +230,9 @@ class TableBiasAttention(torch.autograd.Function):
              *common, M - 1, M + N - 1, untie_row, untie_column, tail_low, tail_high, scale,
              scale * LOG2E),
             dict(TABLE_GRAD=table_grad, UNTIE_GRAD=untie_grad, SEGMENT_GRAD=ctx.segment_grad,
-                 BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, MASK_TAIL=N % tile.block_n != 0,
+                 BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, MASK_TAIL=mask_tail,
                  DIAGONALS=diagonal_block(tile, settings.skew if table_grad else "wide"),
-                 **flags, **settings.schedules["dq"]),
+                 **flags, **launch_options(settings.schedules["dq"], flags, mask_tail)),
         )  # fmt: skip
         # Key-major, dK/dV reads bias[j, i] = R[i - j + N - 1] from the reversed table R (its
         # rows run along the queries).
@@ -246,7 +250,7 @@ class TableBiasAttention(torch.autograd.Function):
              scale * LOG2E),
             dict(BLOCK_M=keys_tile.block_m, BLOCK_N=keys_tile.block_n,
                  KEY_MAJOR=settings.key_major, **dk_dv_flags(flags),
-                 **settings.schedules["dk_dv"]),
+                 **launch_options(settings.schedules["dk_dv"], flags)),
         )  # fmt: skip
         if per_batch:
             dtable = dtable.sum(0)

@@ -16,12 +16,18 @@ from ..errors import PosAttnConfigError
 
 @dataclass(frozen=True)
 class Tiles:
-    """One launch's tile shape and its Triton schedule (warps per program, pipeline depth)."""
+    """One launch's tile shape and its Triton schedule (warps per program, pipeline depth,
+    and optionally a cap on registers per thread: `schedule`)."""
 
     block_m: int
     block_n: int
     num_warps: int = 4
     num_stages: int = 2
+    max_registers: int | None = None
+
+    def as_text(self) -> str:
+        """The tile as POSATTN_TRITON_FORWARD / _DQ / _DK_DV give it (`tiles`)."""
+        return ",".join(str(value) for value in vars(self).values() if value is not None)
 
 
 # Under the CPU interpreter: small and unequal tiles, so that test lengths cross several
@@ -30,7 +36,7 @@ INTERPRETER_TILES = Tiles(32, 16)
 # On a GPU, per kernel: "forward"; "dq", dQ and the tables' gradients (a block of queries
 # held, key blocks stepped over); "dk_dv" (a block of keys held, query blocks stepped over).
 # Each can be overridden with POSATTN_TRITON_FORWARD / _DQ / _DK_DV =
-# "block_m,block_n,num_warps,num_stages". Forward and dQ: the fastest of
+# "block_m,block_n,num_warps,num_stages[,max_registers]". Forward and dQ: the fastest of
 # scripts/triton_tiles.py's sweeps (bf16, B=8, H=8, n=4096, d_h=64, T5's table; the forward
 # 2.30x / 2.31x flash SDPA on an H100 in two runs against 2.57x / 2.61x with 4 warps, a tie on
 # the H200). dK/dV ran at dQ's 64 x 32 until those tiles were split: 32 keys held, so its
@@ -57,14 +63,20 @@ def tiles(device: torch.device, kind: str) -> Tiles:
         return GPU_TILES[kind]
     parts = text.split(",")
     try:
-        chosen = Tiles(*(int(part) for part in parts)) if len(parts) == 4 else None
+        chosen = Tiles(*(int(part) for part in parts)) if len(parts) in (4, 5) else None
     except ValueError:
         chosen = None
     sizes = () if chosen is None else (chosen.block_m, chosen.block_n)
-    if chosen is None or any(size < 16 or size & (size - 1) for size in sizes):
+    cap = None if chosen is None else chosen.max_registers
+    if (
+        chosen is None
+        or any(size < 16 or size & (size - 1) for size in sizes)
+        or (cap is not None and not MIN_REGISTERS <= cap <= MAX_REGISTERS)
+    ):
         raise PosAttnConfigError(
             f"{variable}={text!r}: expected block_m,block_n,num_warps,num_stages with "
-            "block sizes powers of two >= 16, e.g. '128,64,8,3'"
+            "block sizes powers of two >= 16, then optionally a cap on registers per thread "
+            f"from {MIN_REGISTERS} to {MAX_REGISTERS}, e.g. '128,64,8,3' or '128,64,8,2,128'"
         )
     return chosen
 
@@ -93,13 +105,33 @@ def table_grad_mode() -> str:
     return environment_choice("POSATTN_TRITON_TABLE_GRAD", TABLE_GRAD_MODES)
 
 
+# What ptxas takes as a cap on registers per thread (Triton's `maxnreg`).
+MIN_REGISTERS, MAX_REGISTERS = 24, 255
+
+
 def schedule(tile: Tiles, device: torch.device) -> dict:
     """The launch options of a tile on a GPU (the interpreter takes none). Multiplies and
     adds fused (FMA) by request: Triton 3.9 warns that its default turns that off in 3.10,
-    and the kernels' exponents count on it (`_forward_step`'s PLAIN)."""
+    and the kernels' exponents count on it (`_forward_step`'s PLAIN). A tile's register cap
+    becomes Triton's `maxnreg` (`launch_options` drops it for wide heads)."""
     if device.type != "cuda":
         return {}
-    return dict(num_warps=tile.num_warps, num_stages=tile.num_stages, enable_fp_fusion=True)
+    options = dict(num_warps=tile.num_warps, num_stages=tile.num_stages, enable_fp_fusion=True)
+    if tile.max_registers is not None:
+        options["maxnreg"] = tile.max_registers
+    return options
+
+
+def launch_options(schedule: dict, flags: dict, mask_tail: bool = False) -> dict:
+    """A kernel's `schedule` for a launch with these flags: a register cap holds where q and
+    k are at most 64 wide and the keys fill whole blocks (sm_90, the forward at 128 x 64
+    with 8 warps capped to 128: no spill but 8 bytes per thread with padding and flat tails,
+    16 warps per SM where flat tails took 164 registers and 8); wider heads (TUPE-R's fold,
+    128: the forward took 180 registers at 128 x 32) and a partial last key block (its mask:
+    84 bytes spilled with flat tails) take what they need."""
+    if "maxnreg" not in schedule or (flags["BLOCK_D"] <= 64 and not mask_tail):
+        return schedule
+    return {name: value for name, value in schedule.items() if name != "maxnreg"}
 
 
 # How the dQ kernel skews each half of a dS tile for the table's diagonal sums: "circular"
