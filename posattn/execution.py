@@ -133,6 +133,27 @@ def validate(choices: dict[str, Any]) -> None:
             )
 
 
+def parse(text: str) -> dict[str, Any]:
+    """Choices from the command line's "name=value" (fold=true, skew=none, kernel=sdpa,
+    triton_threshold_bytes=268435456), validated: true / false / none for fold and skew,
+    integers for the thresholds."""
+    name, separator, value = text.partition("=")
+    name = name.strip()
+    require(bool(separator) and bool(name), "--choose", text, "NAME=VALUE")
+    value = value.strip()
+    if name in ("fold", "skew"):
+        words = {"true": True, "false": False, "none": None}
+        require(value.lower() in words, name, value, "true, false or none (the measured default)")
+        parsed: Any = words[value.lower()]
+    elif name.endswith("_threshold_bytes"):
+        require(value.isdigit(), name, value, "an integer number of bytes >= 0")
+        parsed = int(value)
+    else:
+        parsed = value
+    validate({name: parsed})
+    return {name: parsed}
+
+
 def current() -> Choices:
     """The choices in force in this context: the process-wide ones with this context's
     `choose` overrides on top."""
@@ -208,6 +229,7 @@ __all__ = [
     "choose",
     "current",
     "flex_threshold_bytes",
+    "parse",
     "recompute_threshold_bytes",
     "set",
     "triton_inference_threshold_bytes",

@@ -7,8 +7,8 @@
 #                                              image lacks: omegaconf and its antlr runtime)
 #   scripts/offline-gpu.sh check OUT           there: the Triton kernel's GPU tests, a sweep
 #                                              of its tiles, `posattn bench` with sdpa and
-#                                              triton (attention, then BERT-small), then a
-#                                              profile per kernel and flex; all in
+#                                              triton (attention, then BERT-small), TUPE-R
+#                                              folded, a profile per kernel and flex; all in
 #                                              OUT/check.tar.gz, within CHECK_SECONDS
 #   scripts/offline-gpu.sh start NAME ARGS...  there: `python -m posattn ARGS --output
 #                                              $RUNS/NAME` in the background, detached
@@ -118,6 +118,16 @@ check() {
             --long-lengths '' --output "$work/bench-model" >"$work/bench-model.log" 2>&1 || true
         grep -A20 "Model level" "$work/bench-model/bench.md" 2>/dev/null ||
             tail -n 20 "$work/bench-model.log"
+        pack_check "$out"
+    fi
+    # The fold's default beside its former one (TUPE-R through SDPA with its absolute part
+    # folded into q and k, now added to its T5 bias instead): attention and BERT-small.
+    if limit=$(within "${FOLD_SECONDS:-60}" 0); then
+        timeout "$limit" "$PYTHON" -m posattn bench --kernels sdpa --encodings tupe-r \
+            --lengths 1024,4096 --model-lengths 512 --long-lengths '' --choose fold=true \
+            --output "$work/bench-fold" >"$work/bench-fold.log" 2>&1 || true
+        grep -A8 "Attention level" "$work/bench-fold/bench.md" 2>/dev/null ||
+            tail -n 5 "$work/bench-fold.log"
         pack_check "$out"
     fi
     # With the time left: at those tiles, each kernel's share of a training call (T5, no

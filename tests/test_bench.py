@@ -232,3 +232,31 @@ def test_sdpa_pinned_to_each_backend_beside_its_own_choice(capsys):
     assert t5_row.count("| - ") == 3
     with pytest.raises(PosAttnConfigError, match=r"floor_backends.*'math'"):
         BenchSettings(floor_backends=["math"]).sdpa_backends(torch.device("cpu"))
+
+
+def test_execution_choices_hold_for_the_whole_run_and_are_recorded(tmp_path, monkeypatch):
+    """`posattn bench --choose fold=true`: the choice is in force while the bench measures
+    (read from inside it) and gone after; bench.json records every choice, bench.md the ones
+    that differ from the defaults."""
+    from posattn import execution
+    from posattn.lab.bench import bench as bench_module
+
+    seen = []
+    measure = bench_module.attention_level
+
+    def attention_level(settings, device):
+        seen.append(execution.current().fold)
+        return measure(settings, device)
+
+    monkeypatch.setattr(bench_module, "attention_level", attention_level)
+    torch.set_default_dtype(torch.float32)
+    try:
+        main(["bench", "--lengths", "16", "--encodings", "t5", "--model-lengths", "",
+              "--long-lengths", "", "--choose", "fold=true", "--choose", "skew=false",
+              "--output", str(tmp_path)])  # fmt: skip
+    finally:
+        torch.set_default_dtype(torch.float64)
+    assert seen == [True] and execution.current().fold is None
+    result = json.loads((tmp_path / "bench.json").read_text())
+    assert result["context"]["execution"]["fold"] is True
+    assert "Execution choices: fold=True, skew=False." in (tmp_path / "bench.md").read_text()

@@ -114,3 +114,18 @@ def test_forcing_skew_gives_the_same_values(encoding):
     with execution.choose(skew=True):
         skewed = model(ids)
     torch.testing.assert_close(skewed, gathered)
+
+
+def test_choices_parse_from_the_command_line_and_bad_ones_name_the_choice():
+    """`execution.parse` ("name=value", as `posattn bench --choose` takes it): true / false /
+    none for fold and skew, integers for the thresholds, names for the kernel; anything else
+    refused with the choice (or --choose) named."""
+    assert execution.parse("fold=true") == {"fold": True}
+    assert execution.parse(" skew = None ") == {"skew": None}
+    assert execution.parse("kernel=sdpa") == {"kernel": "sdpa"}
+    assert execution.parse("triton_threshold_bytes=1024") == {"triton_threshold_bytes": 1024}
+    for text, named in [("fold", "--choose"), ("=1", "--choose"), ("fold=yes", "fold"),
+                        ("flex_threshold_bytes=-1", "flex_threshold_bytes"),
+                        ("kernel=fast", "kernel"), ("speed=1", "speed")]:  # fmt: skip
+        with pytest.raises(PosAttnConfigError, match=rf"^{named}="):
+            execution.parse(text)

@@ -4,6 +4,7 @@ measured in the same process (attention level), and DIET Table 1 in our numbers 
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import statistics
@@ -16,6 +17,7 @@ import torch
 from torch.nn import functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from ... import execution
 from ...attention import MultiHeadAttention
 from ...encodings import ENCODINGS, ModelDims, build_encoding
 from ...errors import PosAttnConfigError, require_choice
@@ -349,6 +351,15 @@ def label(row: dict) -> str:
     return row["encoding"] if kernel == "auto" else f"{row['encoding']} [{kernel}]"
 
 
+def chosen_line(context: dict) -> list[str]:
+    """The execution choices that differ from posattn's defaults (`--choose`), as a line."""
+    defaults = dataclasses.asdict(execution.Choices())
+    chosen = {k: v for k, v in context.get("execution", {}).items() if defaults.get(k) != v}
+    if not chosen:
+        return []
+    return ["", "Execution choices: " + ", ".join(f"{k}={v}" for k, v in chosen.items()) + "."]
+
+
 def markdown(attention_rows: list[dict], model_rows: list[dict], context: dict) -> str:
     lines = [
         "# posattn bench",
@@ -356,6 +367,7 @@ def markdown(attention_rows: list[dict], model_rows: list[dict], context: dict) 
         f"{context['machine']}, torch {context['torch']}. Medians of {context['repeats']} runs "
         "after a warm-up; ratios to SDPA without a bias, alternated call by call in the same "
         "process. Memory: extra peak RSS of one call (allocator reuse makes small values 0).",
+        *chosen_line(context),
         "",
         "## Attention level (ratio to no-bias SDPA; extra peak MiB)",
         "",
@@ -409,6 +421,8 @@ def bench(settings: BenchSettings, output: Path) -> dict:
         "torch": torch.__version__,
         "repeats": settings.repeats,
         "dtype": str(settings.torch_dtype(device)).removeprefix("torch."),
+        # posattn.execution's choices in force (`--choose`), the defaults included.
+        "execution": dataclasses.asdict(execution.current()),
     }
     attention_rows, skipped = attention_level(settings, device)
     model_rows = model_level(settings, device)

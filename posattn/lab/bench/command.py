@@ -20,6 +20,7 @@ def lengths_of(name: str, value: str) -> list[int]:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    from ... import execution
     from .bench import BenchSettings, bench
 
     settings = BenchSettings.quick() if args.quick else BenchSettings()
@@ -36,7 +37,11 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.floor_backends is not None:  # "" pins none
         settings.floor_backends = [b.strip() for b in args.floor_backends.split(",") if b.strip()]
     settings.dtype = args.dtype
-    bench(settings, Path(args.output or ("runs/bench-quick" if args.quick else "runs/bench")))
+    choices = {}
+    for text in args.choose or []:
+        choices.update(execution.parse(text))
+    with execution.choose(**choices):
+        bench(settings, Path(args.output or ("runs/bench-quick" if args.quick else "runs/bench")))
     return 0
 
 
@@ -61,6 +66,13 @@ def register(commands) -> None:
     )
     parser.add_argument(
         "--dtype", help="float32 | bfloat16 | float16 (default: bfloat16 on GPU, else float32)"
+    )
+    parser.add_argument(
+        "--choose",
+        action="append",
+        metavar="NAME=VALUE",
+        help="an execution choice for the whole run (posattn.execution: fold=true, skew=none, "
+        "kernel=sdpa, ..._threshold_bytes=N); repeatable",
     )
     parser.add_argument("--output", help="the run directory")
     parser.set_defaults(func=run_bench)
