@@ -155,8 +155,7 @@ class MultiHeadAttention(nn.Module):
             # Decided before `terms.bias` is read, so the [H, n, n] bias is never built.
             return self.attend_by_tables(q, k, v, terms, mask, extra_bias, triton_attention)
         fused = not eager and self.kernel_name != "eager"
-        # A learned bias beside the factors keeps its [B, H, n, n] gradient anyway.
-        learned_rest = terms.learned_rest() or (extra_bias is not None and extra_bias.requires_grad)
+        learned_rest = self.learned_rest(terms, extra_bias)
         if terms.bias_factors is not None and fused and execution.use_fold(q.device, learned_rest):
             # A low-rank bias rides in the dot product: the fused kernels stay fused and
             # no [B, H, n, n] bias gradient exists; a Toeplitz rest stays a bias. Content
@@ -197,6 +196,19 @@ class MultiHeadAttention(nn.Module):
             q, k, v, mask=mask, bias=bias, scale=terms.scale, dropout_p=dropout_p, **tables
         )
         return out if out.shape[-1] == width else out[..., :width]
+
+    def learned_rest(self, terms: LayerTerms, extra_bias: Tensor | None) -> bool:
+        """Whether a bias with a [B, H, n, n] gradient would stay beside folded factors
+        (`execution.use_fold`): an extra bias that takes a gradient, or a learned Toeplitz rest
+        (`LayerTerms.learned_rest`) that this kernel adds as a tensor (SDPA on a GPU) - a
+        kernel that reads it from its table in training (`reads_tables_in_training`: flex,
+        with the untie) keeps no such gradient, and the fold pays there."""
+        if extra_bias is not None and extra_bias.requires_grad:
+            return True
+        reads_rest = getattr(self.kernel, "reads_tables_in_training", False) and (
+            terms.cls_untie is None or self.kernel_reads_untie
+        )
+        return terms.learned_rest() and not reads_rest
 
     @staticmethod
     def project_sequence(k: Tensor, v: Tensor, terms: LayerTerms, mask):

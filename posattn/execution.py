@@ -26,13 +26,14 @@ Choices:
       n=4096 4.8 ms / 1154 MiB folded against 14.4 ms / 3010 MiB as a bias, at n=1024 1.38
       against 1.45 ms; forward alone and on the 2-core CPU (where the fold doubles the head size
       of both products) the bias measured as fast or faster. The default does not fold where
-      a learned bias stays beside the factors (TUPE-R's T5 table, DIET's segments inside
-      attention: `LayerTerms.learned_rest`, an extra bias with a gradient): its [B, H, n, n]
+      a learned bias stays beside the factors as a tensor (TUPE-R's T5 table through SDPA,
+      DIET's segments inside attention: `MultiHeadAttention.learned_rest`): its [B, H, n, n]
       gradient stays either way, and the fold would only double q's and k's width (H100,
       SDPA, training over bias-free flash at n = 1024 / 4096 / 8192: TUPE-R folded 7.17 /
       10.53 / 12.10x against T5's bias alone 2.86 / 6.63 / 7.64x; BERT-small at n=512, +45.9%
-      over `learned` against T5's -0.4%). Not yet measured unfolded on a GPU. kernel="triton"
-      folds where it serves the layer, whatever this says.
+      over `learned` against T5's -0.4%). Not yet measured unfolded on a GPU. kernel="flex"
+      reads such a table itself (no such gradient) and keeps the fold; kernel="triton" folds
+      where it serves the layer, whatever this says.
   skew: content x position terms (Shaw, DeBERTa) by offset windows (`skew`, True) or by index
       gather/scatter (False); None: the measured default, gather on CPU (2 cores, Shaw, n=1024,
       B=8, H=8, train: 2.98x against 4.02x of bias-free SDPA) and in GPU inference, skew for

@@ -106,3 +106,21 @@ def test_the_default_folds_only_where_no_learned_bias_stays_beside(monkeypatch, 
     with torch.no_grad():
         terms = tiny_encoder(encoding).encoding.layer_terms(9, torch.device("cpu"), torch.float64)
     assert not any(t.learned_rest() for t in terms)
+
+
+def test_a_kernel_that_reads_the_rest_from_its_table_keeps_the_fold():
+    """A learned Toeplitz rest stops the default fold only for kernels that add it as a
+    tensor (SDPA): FlexAttention reads it from its table (with TUPE's untie), no [B, H, n, n]
+    gradient, so the fold still pays there; an extra bias with a gradient (DIET's segments
+    inside attention) stops it for every kernel."""
+    from conftest import tiny_encoder
+
+    from posattn.attention import MultiHeadAttention
+
+    model = tiny_encoder("tupe-r").train()
+    with torch.enable_grad():
+        terms = model.encoding.layer_terms(9, torch.device("cpu"), torch.float64)[0]
+    sdpa, flex = (MultiHeadAttention(16, 2, kernel=kernel) for kernel in ("sdpa", "flex"))
+    assert sdpa.learned_rest(terms, None) and not flex.learned_rest(terms, None)
+    extra = torch.zeros(1, 2, 9, 9, requires_grad=True)
+    assert flex.learned_rest(terms, extra) and not flex.learned_rest(terms, extra.detach())

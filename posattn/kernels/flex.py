@@ -157,6 +157,12 @@ def flex_attention_kernel(
     return run_flex(q, k, v, bias, offset_bias, mask, scale, untie)
 
 
+# On a GPU it reads a Toeplitz bias from its table in training too, the table's gradient
+# taken there: no [B, H, n, n] gradient, so folded factors beside such a table pay
+# (`MultiHeadAttention.learned_rest`).
+flex_attention_kernel.reads_tables_in_training = True
+
+
 def bias_gradient_bytes(q: Tensor, k: Tensor) -> int:
     """What SDPA's efficient backward materialises for a learned bias: [B, H, n_q, n_k]."""
     batch, heads, n_q, _ = q.shape
