@@ -155,7 +155,7 @@ class MultiHeadAttention(nn.Module):
             # Decided before `terms.bias` is read, so the [H, n, n] bias is never built.
             return self.attend_by_tables(q, k, v, terms, mask, extra_bias, triton_attention)
         fused = not eager and self.kernel_name != "eager"
-        learned_rest = self.learned_rest(terms, extra_bias)
+        learned_rest = self.learned_rest(terms, extra_bias, q, k)
         if terms.bias_factors is not None and fused and execution.use_fold(q.device, learned_rest):
             # A low-rank bias rides in the dot product: the fused kernels stay fused and
             # no [B, H, n, n] bias gradient exists; a Toeplitz rest stays a bias. Content
@@ -197,18 +197,23 @@ class MultiHeadAttention(nn.Module):
         )
         return out if out.shape[-1] == width else out[..., :width]
 
-    def learned_rest(self, terms: LayerTerms, extra_bias: Tensor | None) -> bool:
+    def learned_rest(
+        self, terms: LayerTerms, extra_bias: Tensor | None, q: Tensor, k: Tensor
+    ) -> bool:
         """Whether a bias with a [B, H, n, n] gradient would stay beside folded factors
         (`execution.use_fold`): an extra bias that takes a gradient, or a learned Toeplitz rest
         (`LayerTerms.learned_rest`) that this kernel adds as a tensor (SDPA on a GPU) - a
-        kernel that reads it from its table in training (`reads_tables_in_training`: flex,
-        with the untie) keeps no such gradient, and the fold pays there."""
+        kernel that reads it from its table in training (`reads_tables_in_training(q, k,
+        dropout_p)`: flex, and auto where it hands the call to flex; with the untie) keeps no
+        such gradient, and the fold pays there."""
         if extra_bias is not None and extra_bias.requires_grad:
             return True
-        reads_rest = getattr(self.kernel, "reads_tables_in_training", False) and (
-            terms.cls_untie is None or self.kernel_reads_untie
-        )
-        return terms.learned_rest() and not reads_rest
+        if not terms.learned_rest():
+            return False
+        reads = getattr(self.kernel, "reads_tables_in_training", None)
+        untie_read = terms.cls_untie is None or self.kernel_reads_untie
+        dropout_p = self.dropout if self.training else 0.0
+        return not (reads is not None and untie_read and reads(q, k, dropout_p))
 
     @staticmethod
     def project_sequence(k: Tensor, v: Tensor, terms: LayerTerms, mask):

@@ -3,6 +3,8 @@ head size SDPA's fused GPU kernels take."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -111,16 +113,31 @@ def test_the_default_folds_only_where_no_learned_bias_stays_beside(monkeypatch, 
 def test_a_kernel_that_reads_the_rest_from_its_table_keeps_the_fold():
     """A learned Toeplitz rest stops the default fold only for kernels that add it as a
     tensor (SDPA): FlexAttention reads it from its table (with TUPE's untie), no [B, H, n, n]
-    gradient, so the fold still pays there; an extra bias with a gradient (DIET's segments
-    inside attention) stops it for every kernel."""
+    gradient, so the fold still pays there, and so does auto where it hands a training call
+    to flex; an extra bias with a gradient (DIET's segments inside attention) stops it for
+    every kernel."""
     from conftest import tiny_encoder
 
+    from posattn import execution
     from posattn.attention import MultiHeadAttention
 
     model = tiny_encoder("tupe-r").train()
     with torch.enable_grad():
         terms = model.encoding.layer_terms(9, torch.device("cpu"), torch.float64)[0]
-    sdpa, flex = (MultiHeadAttention(16, 2, kernel=kernel) for kernel in ("sdpa", "flex"))
-    assert sdpa.learned_rest(terms, None) and not flex.learned_rest(terms, None)
+    sdpa, flex, auto = (
+        MultiHeadAttention(16, 2, kernel=kernel) for kernel in ("sdpa", "flex", "auto")
+    )
+    q = torch.zeros(1, 2, 9, 8)
+    assert sdpa.learned_rest(terms, None, q, q) and not flex.learned_rest(terms, None, q, q)
     extra = torch.zeros(1, 2, 9, 9, requires_grad=True)
-    assert flex.learned_rest(terms, extra) and not flex.learned_rest(terms, extra.detach())
+    assert flex.learned_rest(terms, extra, q, q)
+    assert not flex.learned_rest(terms, extra.detach(), q, q)
+    # auto: as flex where it hands the call to flex (on a GPU, past flex_threshold_bytes,
+    # no dropout); a stand-in for a GPU tensor: only its device, shape and size are read.
+    on_gpu = SimpleNamespace(device=torch.device("cuda"), shape=q.shape, element_size=lambda: 2)
+    assert auto.learned_rest(terms, None, q, q) and auto.learned_rest(terms, None, on_gpu, q)
+    with execution.choose(flex_threshold_bytes=0):
+        assert auto.learned_rest(terms, None, q, q)  # on the CPU it never takes flex
+        assert not auto.learned_rest(terms, None, on_gpu, q)
+        auto.dropout = 0.1
+        assert auto.train().learned_rest(terms, None, on_gpu, q)  # with dropout: SDPA

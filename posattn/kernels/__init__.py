@@ -12,9 +12,10 @@ a Toeplitz matrix (`LayerTerms.offset_bias`), it then receives that bias's [H, 2
 the table's gradient; `bias` is passed as well and stays the reference. A kernel that also
 declares `cls_untie` (`posattn.toeplitz.ClsUntie` | None) receives TUPE-R's table that way,
 with the untie of its matrix's [CLS] row and column (flex, auto); the others get its bias only.
-One with `reads_tables_in_training = True` (flex) reads the table on a GPU in training too,
-with no [B, H, n, n] gradient: low-rank factors beside such a table are then folded into q
-and k by default (`posattn.execution`'s `fold`), where beside a bias tensor they are not.
+One whose `reads_tables_in_training(q, k, dropout_p)` says so (flex; auto where it hands the
+call to flex) reads the table on a GPU in training too, with no [B, H, n, n] gradient:
+low-rank factors beside such a table are then folded into q and k by default
+(`posattn.execution`'s `fold`), where beside a bias tensor they are not.
 
 A kernel with the attribute `reads_bias_tables = True` ("triton") takes the bias from its table
 instead: it is called with bias=None and `tables=TableBias(...)` (`posattn.kernels.table_bias`).

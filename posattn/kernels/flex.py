@@ -157,10 +157,14 @@ def flex_attention_kernel(
     return run_flex(q, k, v, bias, offset_bias, mask, scale, untie)
 
 
+def always(q: Tensor, k: Tensor, dropout_p: float) -> bool:
+    return True
+
+
 # On a GPU it reads a Toeplitz bias from its table in training too, the table's gradient
 # taken there: no [B, H, n, n] gradient, so folded factors beside such a table pay
 # (`MultiHeadAttention.learned_rest`).
-flex_attention_kernel.reads_tables_in_training = True
+flex_attention_kernel.reads_tables_in_training = always
 
 
 def bias_gradient_bytes(q: Tensor, k: Tensor) -> int:
@@ -229,7 +233,7 @@ def auto_attention(
     gradient_bytes = bias_gradient_bytes(q, k) if learned else 0
     on_gpu = q.device.type == "cuda"
     recompute = not on_gpu and gradient_bytes > recompute_threshold_bytes()
-    if on_gpu and gradient_bytes > flex_threshold_bytes():
+    if learned and auto_takes_flex(q, k, dropout_p):
         return flex_attention_kernel(
             q, k, v, mask=mask, bias=bias, scale=scale, offset_bias=offset_bias,
             cls_untie=cls_untie,
@@ -238,3 +242,13 @@ def auto_attention(
         q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p,
         recompute_bias=recompute, offset_bias=offset_bias if cls_untie is None else None,
     )  # fmt: skip
+
+
+def auto_takes_flex(q: Tensor, k: Tensor, dropout_p: float) -> bool:
+    """Whether `auto_attention` hands a learned bias of a training call to flex (which then
+    reads a Toeplitz rest from its table: `MultiHeadAttention.learned_rest`)."""
+    on_gpu = q.device.type == "cuda"
+    return on_gpu and not dropout_p and bias_gradient_bytes(q, k) > flex_threshold_bytes()
+
+
+auto_attention.reads_tables_in_training = auto_takes_flex
