@@ -30,6 +30,20 @@ def test_folded_logits_and_outputs_equal_the_bias_and_widths_are_multiples_of_8(
     assert (folded[..., head:] == 0).all()
 
 
+def recorded_terms(model) -> list:
+    """The list every `LayerTerms` the model's encoding makes from now on is added to."""
+    made = []
+    layer_terms = model.encoding.layer_terms
+
+    def kept(*arguments):
+        terms = layer_terms(*arguments)
+        made.extend(terms)
+        return terms
+
+    model.encoding.layer_terms = kept
+    return made
+
+
 @pytest.mark.parametrize(
     ("encoding", "options"),
     [("tupe-r", {}), ("tupe-a", {}), ("diet-abs", {"sharing": "none"}), ("diet-abs", {})],
@@ -47,15 +61,7 @@ def test_a_folded_bias_is_never_built_and_trains_as_the_built_one(encoding, opti
     results = []
     for fold in (True, False):
         model = tiny_encoder(encoding, encoding_options=options).train()
-        made = []
-        layer_terms = model.encoding.layer_terms
-
-        def kept(*arguments, layer_terms=layer_terms, made=made):
-            terms = layer_terms(*arguments)
-            made.extend(terms)
-            return terms
-
-        model.encoding.layer_terms = kept
+        made = recorded_terms(model)
         torch.manual_seed(1)
         x = torch.randn(2, 9, model.config.d_model, dtype=torch.float64)
         with torch.enable_grad(), execution.choose(fold=fold):
@@ -91,15 +97,7 @@ def test_the_default_folds_only_where_no_learned_bias_stays_beside(monkeypatch, 
     )
     for fold, built in ((None, rest), (True, False)):
         model = tiny_encoder(encoding).train()
-        made = []
-        layer_terms = model.encoding.layer_terms
-
-        def kept(*arguments, layer_terms=layer_terms, made=made):
-            terms = layer_terms(*arguments)
-            made.extend(terms)
-            return terms
-
-        model.encoding.layer_terms = kept
+        made = recorded_terms(model)
         x = torch.randn(2, 9, model.config.d_model, dtype=torch.float64)
         with torch.enable_grad(), execution.choose(fold=fold):
             model(None, inputs_embeds=x).sum().backward()
