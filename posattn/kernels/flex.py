@@ -157,14 +157,14 @@ def flex_attention_kernel(
     return run_flex(q, k, v, bias, offset_bias, mask, scale, untie)
 
 
-def always(q: Tensor, k: Tensor, dropout_p: float) -> bool:
+def reads_tables_always(q: Tensor, k: Tensor, dropout_p: float) -> bool:
     return True
 
 
 # On a GPU it reads a Toeplitz bias from its table in training too, the table's gradient
 # taken there: no [B, H, n, n] gradient, so folded factors beside such a table pay
 # (`MultiHeadAttention.learned_rest`).
-flex_attention_kernel.reads_tables_in_training = always
+flex_attention_kernel.reads_tables_in_training = reads_tables_always
 
 
 def bias_gradient_bytes(q: Tensor, k: Tensor) -> int:
