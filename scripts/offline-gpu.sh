@@ -5,6 +5,8 @@
 #   scripts/offline-gpu.sh bundle              here (network): offline/data.tar.xz (`posattn
 #                                              data pack`) and offline/wheels (what such an
 #                                              image lacks: omegaconf and its antlr runtime)
+#   scripts/offline-gpu.sh wheels              here: offline/wheels alone, all `check` needs
+#                                              (no prepared data)
 #   scripts/offline-gpu.sh check OUT           there: the Triton kernel's GPU tests, a sweep
 #                                              of its tiles, `posattn bench` with sdpa and
 #                                              triton (attention, then BERT-small), TUPE-R
@@ -29,11 +31,16 @@ export POSATTN_DATA_DIR=${POSATTN_DATA_DIR:-/tmp/posattn-data}
 # Pure-Python packages posattn needs beyond a CUDA image with torch, transformers and friends.
 WHEELS=("omegaconf==2.3.0" "antlr4-python3-runtime==4.9.3" "rdata>=1.0" "parameterized>=0.9")
 
-bundle() {
+wheels() {
     mkdir -p "$BUNDLE/wheels"
-    "$PYTHON" -m posattn data pack "$BUNDLE/data.tar.xz"
     # antlr4's runtime ships as a source archive only: build its (pure-Python) wheel here.
     "$PYTHON" -m pip wheel -q --no-deps -w "$BUNDLE/wheels" "${WHEELS[@]}"
+}
+
+bundle() {
+    mkdir -p "$BUNDLE"
+    "$PYTHON" -m posattn data pack "$BUNDLE/data.tar.xz"
+    wheels
     du -sh "$BUNDLE"
 }
 
@@ -203,11 +210,12 @@ wait_runs() {
 
 case ${1:-} in
 bundle) bundle ;;
+wheels) wheels && du -sh "$BUNDLE" ;;
 check) check "${2:?OUT}" ;;
 start) start "${2:?NAME}" "${@:3}" ;;
 wait) setup && wait_runs "${2:?SECONDS}" "${3:?OUT}" ;;
 *)
-    sed -n '2,19p' "$0"
+    sed -n '2,21p' "$0"
     exit 2
     ;;
 esac

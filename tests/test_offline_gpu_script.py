@@ -77,3 +77,23 @@ def test_the_sweep_is_skipped_to_leave_the_benchmarks_their_bounds(tmp_path):
     # The tests their own 150 s would overrun the benchmarks': 32 - 11 = 21 s.
     assert bounds["tests"] == 21
     assert (bounds["bench"], bounds["model"]) == (10, 1)
+
+
+def test_wheels_builds_what_check_needs_without_the_data(tmp_path):
+    """`wheels`: the pure-Python wheels `check` installs, without `posattn data pack` (which
+    needs prepared data)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").write_text('#!/bin/bash\necho "$*" >>"$CALLS"\n')
+    (bin_dir / "python").chmod(0o755)
+    calls = tmp_path / "calls"
+    env = dict(os.environ, PYTHON=str(bin_dir / "python"), CALLS=str(calls),
+               BUNDLE=str(tmp_path / "offline"))  # fmt: skip
+    result = subprocess.run(
+        ["bash", "scripts/offline-gpu.sh", "wheels"], cwd=ROOT, env=env, capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (call,) = calls.read_text().splitlines()
+    assert call.startswith(f"-m pip wheel -q --no-deps -w {tmp_path / 'offline'}/wheels ")
+    assert "omegaconf==2.3.0" in call and "data pack" not in call
