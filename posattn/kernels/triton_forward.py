@@ -46,12 +46,11 @@ def _forward_step(
     if TAIL:  # s is less its rows' part (`_scores`)
         shift = _tail_shift(tail_value, slope, base, start_n, start_m, offs_m.shape[0], LINEAR)
         m_new = tl.maximum(m_i, top + shift)
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw no key yet
-        below = m_safe - shift
     else:
         m_new = tl.maximum(m_i, top)
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        below = m_safe
+    # Rows that saw no key yet keep -inf; a PLAIN block hides no key, so every row sees one.
+    m_safe = m_new if PLAIN else tl.where(m_new == float("-inf"), 0.0, m_new)
+    below = m_safe - shift if TAIL else m_safe
     p = tl.exp2(s * scale2 - below[:, None]) if PLAIN else tl.exp2(s - below[:, None])
     alpha = tl.exp2(m_i - m_safe)
     l_i = l_i * alpha + tl.reduce(p, 1, _add)
