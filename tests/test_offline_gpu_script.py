@@ -74,8 +74,9 @@ def test_the_sweep_is_skipped_to_leave_the_benchmarks_their_bounds(tmp_path):
         "tests", "bench", "model", "fold", "profile", "profile", "host", "untie", "flex"
     ]  # fmt: skip
     bounds = dict(zip(kinds(calls), (bound for _, bound in calls), strict=False))
-    # The tests their own 150 s would overrun the benchmarks': 32 - 11 = 21 s.
-    assert bounds["tests"] == 21
+    # The tests' own 150 s would eat into the benchmarks' 11: they get 32 - 11 = 21 s (20
+    # where the clock's second ticks over between the start and the stage).
+    assert bounds["tests"] in (20, 21)
     assert (bounds["bench"], bounds["model"]) == (10, 1)
 
 
