@@ -126,8 +126,10 @@ def main() -> None:
         """The flat table's forward at the current tile: its tails against the table read
         everywhere (POSATTN_TRITON_TABLE_TAILS off), then timed."""
         os.environ["POSATTN_TRITON_TABLE_TAILS"] = "off"
-        read = flat(False)
-        del os.environ["POSATTN_TRITON_TABLE_TAILS"]
+        try:
+            read = flat(False)
+        finally:  # a tile that fails here leaves the tails on for what follows
+            del os.environ["POSATTN_TRITON_TABLE_TAILS"]
         error = relative_error(flat(False), read.float())
         return dict(flat_error=error, flat_ok=error < 2e-2, flat_ratio=time(flat, False) / floor)
 
