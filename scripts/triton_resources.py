@@ -13,10 +13,11 @@ loops of their own (`offset_tails`: T5's buckets), "lines" with linear ones and 
 gradient (ALiBi), "padflat" padding with flat tails: "each loop" lists every loop's count, a
 tail's, the table's, the other tail's, and with padding and --key-runs on (off by default, as
 POSATTN_TRITON_KEY_RUNS) each of those in three, the masked blocks before a run of real
-keys, the blocks inside it, the masked ones after.
+keys, the blocks inside it, the masked ones after. With --opcodes, each kernel at its
+default tile also lists what its main loop issues, opcode by opcode (`triton_aot.opcodes`).
 
     PYTHONPATH=. python scripts/triton_resources.py [--dtype bfloat16] [--head 64]
-        [--key-runs on|off]
+        [--key-runs on|off] [--opcodes]
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ import torch
 from posattn.kernels.triton_aot import (
     call_flags,
     compile_launch,
+    each_loop_body,
     each_loop_instructions,
     instructions_per_score,
     launches,
     loop_instructions,
     matrix_products,
+    opcodes,
     resources,
     warps_per_sm,
 )
@@ -52,6 +55,9 @@ def main() -> None:
     parser.add_argument("--key-runs", default="off", choices=["off", "on"],
                         help="POSATTN_TRITON_KEY_RUNS: padded calls' blocks inside a run of "
                         "real keys unmasked (on) or every block masked (off)")  # fmt: skip
+    parser.add_argument(
+        "--opcodes", action="store_true", help="each default tile's main loop, opcode by opcode"
+    )
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
     columns = (
@@ -84,6 +90,9 @@ def main() -> None:
                 f"{loop:5} {instructions_per_score(launch, loop):7.0f} "
                 f"{warps_per_sm(used, tile):9}  {'/'.join(map(str, each))}"
             )
+            if args.opcodes and key_major and text == GPU_TILES[kind].as_text():
+                counts = opcodes(each_loop_body(compiled)[-1]).most_common()
+                print("  main loop:", ", ".join(f"{name} {count}" for name, count in counts))
 
 
 if __name__ == "__main__":

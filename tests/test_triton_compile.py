@@ -196,6 +196,21 @@ def test_a_tails_loops_issue_what_a_kernel_without_a_table_issues(aot):
     assert max(low, high) < between * 2 / 3
 
 
+def test_a_loops_opcodes_add_up_to_its_instructions(aot):
+    """`opcodes` of the forward's main loop (no table, default tile: 16 scores per thread)
+    sum to `loop_instructions`, and hold its work: the two products as warpgroup MMA, an
+    exponent (MUFU) per score and one for the rows' rescale, an FMA per score's exponent
+    (`_forward_step`'s PLAIN)."""
+    from posattn.kernels.triton_settings import GPU_TILES
+
+    flags = aot.call_flags(torch.bfloat16, 64, has_table=False)
+    forward = aot.launches(flags, GPU_TILES, False, mask_tail=False)[0]
+    compiled = aot.compile_launch(forward, torch.bfloat16)
+    counts = aot.opcodes(aot.each_loop_body(compiled)[-1])
+    assert sum(counts.values()) == aot.loop_instructions(compiled)
+    assert counts["HGMMA"] > 0 and counts["MUFU"] >= 16 and counts["FFMA"] >= 16
+
+
 def test_causal_blocks_below_the_diagonal_issue_what_unmasked_blocks_issue(aot):
     """Causal without padding: each kernel's blocks that every row sees whole run in a loop of
     their own without the causal mask, issuing about what the kernel without any mask issues,

@@ -12,6 +12,7 @@ import contextlib
 import re
 import subprocess
 import tempfile
+from collections import Counter
 from dataclasses import dataclass
 
 import torch
@@ -183,21 +184,36 @@ def each_loop_instructions(compiled) -> list[int]:
     """`loop_instructions` of every loop, in the order of the code: one per backward branch
     (a kernel with flat tails has three loops over its blocks: a tail's, the table's, the
     other tail's)."""
+    return [len(body) for body in each_loop_body(compiled)]
+
+
+def each_loop_body(compiled) -> list[list[str]]:
+    """The SASS instructions of every loop's common path (`loop_instructions`), in the
+    order of the code."""
     listing = sass(compiled)
-    counts = []
+    bodies = []
     for address, instruction in listing:
         target = _branch_target(instruction)
         if target is None or target >= address:
             continue
         start, end = target, address
-        body = [other for other, _ in listing if start <= other <= end]
         skipped = set()
         for inner, branch in listing:
             forward = _branch_target(branch)
             if start <= inner <= end and forward is not None and forward > inner:
-                skipped.update(other for other in body if inner < other < forward)
-        counts.append(len(body) - len(skipped))
-    return counts
+                skipped.update(range(inner + 1, forward))
+        bodies.append(
+            [text for other, text in listing if start <= other <= end and other not in skipped]
+        )
+    return bodies
+
+
+def opcodes(instructions: list[str]) -> Counter:
+    """How many of each SASS opcode (FFMA, MUFU, HGMMA, ...: without its predicate and
+    modifiers) the instructions hold: what a loop spends its issue slots on."""
+    return Counter(
+        re.sub(r"^@!?U?P\w+\s+", "", text).split()[0].split(".")[0] for text in instructions
+    )
 
 
 def _branch_target(instruction: str) -> int | None:
