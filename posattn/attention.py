@@ -155,8 +155,11 @@ class MultiHeadAttention(nn.Module):
             # Decided before `terms.bias` is read, so the [H, n, n] bias is never built.
             return self.attend_by_tables(q, k, v, terms, mask, extra_bias, triton_attention)
         fused = not eager and self.kernel_name != "eager"
-        learned_rest = self.learned_rest(terms, extra_bias, q, k)
-        if terms.bias_factors is not None and fused and execution.use_fold(q.device, learned_rest):
+        if (
+            terms.bias_factors is not None
+            and fused
+            and execution.use_fold(q.device, self.learned_rest(terms, extra_bias, q, k))
+        ):
             # A low-rank bias rides in the dot product: the fused kernels stay fused and
             # no [B, H, n, n] bias gradient exists; a Toeplitz rest stays a bias. Content
             # terms (qk_logits) read the unfolded q and k.

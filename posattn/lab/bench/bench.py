@@ -221,13 +221,14 @@ def refusal_of(call) -> str | None:
 def attention_level(s: BenchSettings, device) -> tuple[list[dict], list[dict]]:
     """(measured rows, skipped (encoding, kernel) pairs with the kernel's reason)."""
     rows, skipped = [], []
+    backends = s.sdpa_backends(device)  # checked before anything is measured
     for n in s.lengths:
         for train in (False, True):
             floor = attention_call(None, s, n, train, device)
             floor_ms, floor_mib = measure(floor, s.repeats)
             rows.append(dict(encoding="sdpa (no bias)", n=n, train=train, ms=floor_ms,
                              ratio=1.0, extra_mib=floor_mib))  # fmt: skip
-            rows += pinned_floors(s, n, train, device, floor, skipped)
+            rows += pinned_floors(s, backends, n, train, device, floor, skipped)
             for name in s.encodings:
                 for kernel in s.kernels:
                     try:
@@ -253,12 +254,14 @@ def attention_level(s: BenchSettings, device) -> tuple[list[dict], list[dict]]:
     return rows, skipped
 
 
-def pinned_floors(s: BenchSettings, n: int, train: bool, device, floor, skipped: list) -> list:
-    """Rows of SDPA without a bias pinned to each of `s.sdpa_backends`, as ratios to the
-    floor (SDPA's own choice: the one near 1.00 is it); one that cannot run this call (not
-    built for this device or dtype) is a skipped row with torch's reason."""
+def pinned_floors(
+    s: BenchSettings, backends: list[str], n: int, train: bool, device, floor, skipped: list
+) -> list:
+    """Rows of SDPA without a bias pinned to each of `backends` (`s.sdpa_backends`), as
+    ratios to the floor (SDPA's own choice: the one near 1.00 is it); one that cannot run
+    this call (not built for this device or dtype) is a skipped row with torch's reason."""
     rows = []
-    for backend in s.sdpa_backends(device):
+    for backend in backends:
         name = f"sdpa {backend} (no bias)"
         call = attention_call(None, s, n, train, device, sdpa_backend=backend)
         try:
