@@ -211,3 +211,38 @@ def test_triton_kernel_in_bfloat16_is_as_close_to_float32_as_sdpa(
         assert (ours - ref).abs().max() <= 2 * (sdpa - ref).abs().max() + 1e-2 * scale
     for ours, ref in zip(run("triton", torch.float32, tables=True), reference, strict=True):
         torch.testing.assert_close(ours, ref, atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("encoding", "options", "backend"),
+    [("t5", {}, "aot_eager"), ("t5", {}, "inductor"), ("tupe-r", {"cls_index": 3}, "aot_eager")],
+)
+def test_torch_compile_of_a_model_on_the_triton_kernel_agrees_with_eager(
+    encoding, options, backend
+):
+    """torch.compile(fullgraph=True) of a float32 model with kernel="triton": the kernels run
+    inside the compiled graph (AOT autograd's functional form of a Triton kernel call, and
+    inductor's code around it) and give eager's values and every parameter gradient.
+    tests/test_triton_compile.py checks the graph on a machine without a GPU."""
+    pytest.importorskip("triton")
+    torch.set_default_dtype(torch.float32)
+    try:
+        model = tiny_encoder(encoding, encoding_options=options, d_model=48).cuda()
+    finally:
+        torch.set_default_dtype(torch.float64)
+    ids, mask, _ = (t.cuda() for t in padded_batch())
+    out_ref, grads_ref = outputs_and_grads(model, "eager", ids, mask, None)
+    model.set_kernel("triton")
+    compiled = torch.compile(model, fullgraph=True, backend=backend)
+    torch._dynamo.reset()
+    try:
+        model.zero_grad()
+        out = compiled(ids, mask)
+        out[mask].square().sum().backward()
+    finally:
+        torch._dynamo.reset()
+    torch.testing.assert_close(out.detach(), out_ref, atol=2e-4, rtol=2e-4)
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert len(grads) == len(grads_ref)
+    for ours, reference in zip(grads, grads_ref, strict=True):
+        torch.testing.assert_close(ours, reference, atol=2e-4, rtol=2e-3)

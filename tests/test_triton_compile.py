@@ -374,6 +374,62 @@ def test_models_in_bf16_compile_and_launch_through_the_stand_in_gpu(
     ]
 
 
+# Where a model meets the kernel through torch.compile: a table with padding, TUPE-R's
+# folded factors and untie, DIET's segment pairs inside attention.
+TORCH_COMPILE_MODELS = [STAND_IN_MODELS[0], STAND_IN_MODELS[-1], STAND_IN_MODELS[2]]
+
+
+@pytest.mark.parametrize(("encoding", "options", "causal", "segments"), TORCH_COMPILE_MODELS)
+def test_models_trace_into_one_torch_compile_graph_on_the_stand_in_gpu(
+    aot, monkeypatch, encoding, options, causal, segments
+):
+    """torch.compile(fullgraph=True) of a model with kernel="triton", in training and in
+    inference: one graph with no break (the kernels as dynamo's Triton kernel calls, through
+    AOT autograd's functionalisation), launching what the model launches uncompiled - the
+    same kernels, in order, on the same grids, the forward's specialisation the same (the
+    backward's may differ: the compiled graph hands it a contiguous output gradient). Dynamo
+    takes a Triton kernel only where torch finds a GPU for Triton (`has_triton`), which the
+    stand-in is. Values need a GPU (tests/test_gpu_kernels.py)."""
+    import torch.utils._triton
+    from conftest import tiny_encoder
+    from test_kernels import padded_batch
+
+    monkeypatch.setattr(torch.utils._triton, "has_triton", lambda: True)
+    ids, mask, segment_ids = padded_batch()
+    model = tiny_encoder(
+        encoding, causal=causal, encoding_options=options, segments=segments, num_layers=1
+    ).to(torch.bfloat16)
+    model.set_kernel("triton")
+
+    def step(ids, mask, segment_ids):
+        return model(ids, mask, segment_ids).float().sum()
+
+    def summary(launches, specialisations):
+        return [
+            (launch.name, launch.grid, len(launch.arguments))
+            + ((launch.kernel,) if index < specialisations else ())
+            for index, launch in enumerate(launches)
+        ]
+
+    torch._dynamo.reset()
+    try:
+        with aot.stand_in_gpu() as launches:
+            model.train()
+            for run in (step, torch.compile(step, fullgraph=True, backend="aot_eager")):
+                run(ids, mask, segment_ids).backward()
+            eager, compiled = launches[:3], launches[3:]
+            assert summary(compiled, 1) == summary(eager, 1)
+            assert [launch.name for launch in eager] == list(aot.KERNEL_NAMES)
+            launches.clear()
+            model.eval()
+            with torch.no_grad():
+                model(ids, mask, segment_ids)
+                torch.compile(model, fullgraph=True, backend="aot_eager")(ids, mask, segment_ids)
+            assert summary(launches[1:], 1) == summary(launches[:1], 1)
+    finally:
+        torch._dynamo.reset()
+
+
 def launched_argument(value):
     """A launcher argument as two launches of one call can share it: a tensor by its kind
     (each call allocates its own outputs), anything else by value."""

@@ -162,10 +162,11 @@ def key_rules(mask: Tensor | None, batch: int, n_k: int) -> tuple:
         return keys, causal, first, query_start, spans
 
     # A tensor's version counts its writes in place: a mask (or its layout's keys) written
-    # so is derived anew. Inference tensors count none: derived in each call.
+    # so is derived anew. Inference tensors count none: derived in each call, as under
+    # torch.compile (whose graph holds the ops; dynamo cannot trace is_inference).
     tensors = [mask] + ([] if layout is None or layout.keys is None else [layout.keys])
     key = None
-    if not any(tensor.is_inference() for tensor in tensors):
+    if not torch.compiler.is_compiling() and not any(t.is_inference() for t in tensors):
         key = ("triton key rules", batch, n_k, *(tensor._version for tensor in tensors))
     return derived_once(mask, key, rules)
 
