@@ -338,6 +338,73 @@ def test_cls_untie_equals_its_bias_in_values_and_every_gradient(
     assert_values_and_gradients_equal(ours, reference, inputs, grad)
 
 
+@pytest.fixture
+def restore_determinism():
+    """torch.use_deterministic_algorithms as it was before the test."""
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    yield
+    torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+
+
+def test_learned_tables_follow_torchs_deterministic_setting(restore_determinism):
+    """Under torch.use_deterministic_algorithms(True) a backward that adds a table's, the
+    untie's or a segment table's gradient with atomics raises, naming the kernel and those
+    gradients; with warn_only=True it warns and gives the gradients it gives otherwise. The
+    forward, and the backward of a fixed table (ALiBi's: no atomics), run as before."""
+    from posattn.kernels.table_bias import SegmentPairs
+
+    torch.manual_seed(0)
+    heads, n = 2, 20
+    q, k, v = (torch.randn(2, heads, n, 16, requires_grad=True) for _ in range(3))
+    table = torch.randn(heads, 2 * n - 1, requires_grad=True)
+    column_value = torch.randn(heads, requires_grad=True)
+    pairs = torch.randn(heads, 4, requires_grad=True)
+    ids = (torch.arange(n) >= 8).long().expand(2, n)
+
+    def call(tables):
+        return get_kernel("triton")(q, k, v, mask=None, bias=None, scale=0.3, tables=tables)
+
+    untied = TableBias(offset=table, cls_untie=ClsUntie(0, 0, column_value))
+    leaves = [q, k, v, table, column_value]
+    expected = torch.autograd.grad(call(untied).square().sum(), leaves)
+    torch.use_deterministic_algorithms(True)
+    out = call(untied)
+    alert = r"kernel='triton' adds the gradient of the bias table, TUPE's untie with atomics"
+    with pytest.raises(RuntimeError, match=alert):
+        torch.autograd.grad(out.square().sum(), leaves)
+    with pytest.raises(RuntimeError, match="gradient of the segment table with atomics"):
+        call(TableBias(segments=SegmentPairs(pairs, ids, 2))).sum().backward()
+    fixed = call(TableBias(offset=table.detach()))
+    assert all(g is not None for g in torch.autograd.grad(fixed.sum(), [q, k, v]))
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    with pytest.warns(UserWarning, match=alert):
+        got = torch.autograd.grad(call(untied).square().sum(), leaves)
+    for ours, reference in zip(got, expected, strict=True):
+        assert torch.equal(ours, reference)
+
+
+def test_auto_leaves_a_learned_table_to_sdpa_under_deterministic_algorithms(
+    monkeypatch, restore_determinism
+):
+    """`auto` takes the kernel for a large learned table only while determinism is not asked
+    for (its table's gradient is added with atomics); for inference it still takes it."""
+    from posattn.kernels import flex
+
+    class Shaped:  # q or k as the rule reads them, on a GPU
+        shape, device = (8, 8, 8192, 64), torch.device("cuda")
+
+        def element_size(self):
+            return 2
+
+    monkeypatch.setattr(flex, "serves_table", lambda *args: True)
+    q = Shaped()
+    assert flex.auto_takes_triton(q, q, None, None, True)
+    torch.use_deterministic_algorithms(True)
+    assert not flex.auto_takes_triton(q, q, None, None, True)
+    assert flex.auto_takes_triton(q, q, None, None, False, inference=True)
+
+
 # (n_q, n_k, query_start, (low, high) table indices, padded, causal, untie, the backward's
 # choices): tails on both sides of the interpreter's 32 x 16 tiles, the low one alone (TUPE's
 # untied column inside it, decoding rows), causal rows hiding the high one.

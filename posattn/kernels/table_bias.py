@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -81,6 +82,27 @@ def refusal(kernel: str, reason: str) -> PosAttnConfigError:
         kernel,
         f"it cannot serve {reason}; use kernel={OTHER_KERNELS}, which serve it",
     )
+
+
+def alert_nondeterministic(gradients: str) -> None:
+    """torch.use_deterministic_algorithms(True)'s rule for a backward that is not
+    deterministic: an error, or with warn_only=True a warning. kernel="triton" adds each
+    query block's share of `gradients` (a bias table's, TUPE's untie's, DIET's segment
+    table's) with atomics, in whatever order the blocks run, so two runs may differ in the
+    last bits; q's, k's and v's gradients are deterministic. `auto` does not take the kernel
+    for a learned table while determinism is asked for (`flex.auto_takes_triton`)."""
+    if not torch.are_deterministic_algorithms_enabled():
+        return
+    message = (
+        f"kernel='triton' adds the gradient of {gradients} with atomics, in the order its "
+        "blocks run: its backward has no deterministic implementation, but "
+        "torch.use_deterministic_algorithms(True) is set; kernel='auto' does not take it "
+        "there, and kernel='sdpa' or 'eager' follow torch's deterministic setting"
+    )
+    if torch.is_deterministic_algorithms_warn_only_enabled():
+        warnings.warn(message, stacklevel=3)
+    else:
+        raise RuntimeError(message)
 
 
 def terms_refusal(terms, extra_bias: Tensor | None = None) -> str | None:

@@ -65,6 +65,7 @@ from torch import Tensor
 from ..errors import require
 from ..toeplitz import lines_served, require_table_shape
 from .masks import key_spans
+from .table_bias import alert_nondeterministic
 from .triton_backward import _backward_dk_dv, _backward_dq_dtable
 from .triton_forward import _forward
 from .triton_inputs import absent, last_dim_contiguous, table_copies
@@ -196,6 +197,10 @@ class TableBiasAttention(torch.autograd.Function):
         )
         scale, q_start, flags, table_grad = ctx.settings
         untie_row, untie_column, untie_grad = ctx.untie
+        learned = [name for name, grad in (("the bias table", table_grad), ("TUPE's untie",
+                   untie_grad), ("the segment table", ctx.segment_grad)) if grad]  # fmt: skip
+        if learned:
+            alert_nondeterministic(", ".join(learned))
         tail_low, tail_high = ctx.tails
         grad_out = last_dim_contiguous(grad_out)
         batch, heads, M, D = q.shape
