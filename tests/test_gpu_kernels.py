@@ -246,3 +246,45 @@ def test_torch_compile_of_a_model_on_the_triton_kernel_agrees_with_eager(
     assert len(grads) == len(grads_ref)
     for ours, reference in zip(grads, grads_ref, strict=True):
         torch.testing.assert_close(ours, reference, atol=2e-4, rtol=2e-3)
+
+
+def test_deterministic_triton_gradients_repeat_bit_for_bit():
+    """Under torch.use_deterministic_algorithms(True) kernel="triton" adds the tables'
+    gradients per query block and sums those in a fixed order: two backward passes give the
+    same bits (a table, TUPE's untie and DIET's segment pairs over 16 query blocks, 8 batch
+    rows), and the values of the default shared table's."""
+    pytest.importorskip("triton")
+    from posattn.kernels import get_kernel
+    from posattn.kernels.table_bias import SegmentPairs, TableBias
+    from posattn.toeplitz import ClsUntie
+
+    torch.manual_seed(0)
+    batch, heads, n, d = 8, 4, 1000, 64
+    q, k, v = (
+        torch.randn(batch, heads, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        for _ in "qkv"
+    )
+    table = torch.randn(heads, 2 * n - 1, device="cuda", requires_grad=True)
+    column = torch.randn(heads, device="cuda", requires_grad=True)
+    pairs = torch.randn(heads, 4, device="cuda", requires_grad=True)
+    ids = (torch.arange(n, device="cuda") >= n // 2).long().expand(batch, n)
+    grad = torch.randn(batch, heads, n, d, device="cuda", dtype=torch.bfloat16)
+    leaves = [q, k, v, table, column, pairs]
+    tables = TableBias(offset=table, segments=SegmentPairs(pairs, ids, 2),
+                       cls_untie=ClsUntie(0, 0, column))  # fmt: skip
+
+    def gradients():
+        out = get_kernel("triton")(q, k, v, mask=None, bias=None, scale=d**-0.5, tables=tables)
+        return torch.autograd.grad(out, leaves, grad)
+
+    shared = gradients()
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        first, second = gradients(), gradients()
+    finally:
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+    for one, two, reference in zip(first, second, shared, strict=True):
+        assert torch.equal(one, two)
+        torch.testing.assert_close(one.float(), reference.float(), atol=1e-2, rtol=1e-2)

@@ -107,6 +107,32 @@ def test_the_default_tiles_do_not_spill_registers(aot, head, rules):
         assert_spill_free_warpgroup_mma(aot, launch)
 
 
+@pytest.mark.parametrize(
+    ("head", "rules"),
+    [
+        (64, {"num_segments": 2, "has_keys": True}),  # DIET-REL's segment pairs
+        (128, {"value_head": 64, "has_untie": True, "has_keys": True, "tails": True}),  # TUPE-R
+    ],
+)
+def test_deterministic_gradients_cost_dq_no_registers_spilled_and_few_instructions(
+    aot, head, rules
+):
+    """dQ with its gradients' copies per query block (PER_BLOCK, under
+    torch.use_deterministic_algorithms) at the default tile: spill-free, all warpgroup MMA,
+    each loop within 8 instructions of the shared copies' (only the addresses differ)."""
+    from posattn.kernels.triton_settings import GPU_TILES
+
+    flags = aot.call_flags(torch.bfloat16, head, **rules)
+    dq = [
+        aot.launches(flags, GPU_TILES, True, mask_tail=False, per_block=per_block)[-1]
+        for per_block in (False, True)
+    ]
+    assert_spill_free_warpgroup_mma(aot, dq[1])
+    shared, per_block = (aot.compile_launch(launch, torch.bfloat16) for launch in dq)
+    for loops in zip(*map(aot.each_loop_instructions, (shared, per_block)), strict=True):
+        assert loops[1] <= loops[0] + 8, loops
+
+
 def test_a_register_cap_holds_the_wide_forward_to_16_warps_per_sm(aot):
     """POSATTN_TRITON_FORWARD=128,64,8,2,128: the forward at 128 x 64 with 8 warps takes at
     most 128 registers per thread with T5's flat tails (uncapped: 164, 8 warps per SM), so an

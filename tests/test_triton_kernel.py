@@ -9,6 +9,7 @@ the interpreted kernels are dropped afterwards (a GPU run later in the process c
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 import pytest
 import torch
@@ -347,48 +348,120 @@ def restore_determinism():
     torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
 
 
-def test_learned_tables_follow_torchs_deterministic_setting(restore_determinism):
-    """Under torch.use_deterministic_algorithms(True) a backward that adds a table's, the
-    untie's or a segment table's gradient with atomics raises, naming the kernel and those
-    gradients; with warn_only=True it warns and gives the gradients it gives otherwise. The
-    forward, and the backward of a fixed table (ALiBi's: no atomics), run as before."""
+def atomic_adds_per_address(monkeypatch) -> Counter:
+    """How many atomic adds the interpreted kernels make to each address (filled as they
+    run)."""
+    from triton.runtime import interpreter
+
+    adds = Counter()
+    original = interpreter.InterpreterBuilder.create_atomic_rmw
+
+    def counted(self, rmw, ptr, val, mask, sem, scope):
+        adds.update(ptr.data[mask.data].ravel().tolist())
+        return original(self, rmw, ptr, val, mask, sem, scope)
+
+    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_atomic_rmw", counted)
+    return adds
+
+
+# (padded, causal, table tails as indices, segments): the table's gradient carried across key
+# blocks, a tail's sum on its bound, causal blocks skipped, segment pairs per key block.
+DETERMINISTIC_CASES = [
+    (True, True, (30, 50), False),
+    (False, False, (30, 47), True),
+]
+
+
+@pytest.mark.parametrize(("padded", "causal", "tails", "segments"), DETERMINISTIC_CASES)
+def test_deterministic_gradients_take_at_most_two_adds_per_address(
+    monkeypatch, restore_determinism, padded, causal, tails, segments
+):
+    """Under torch.use_deterministic_algorithms(True) the tables' gradients (the table's,
+    TUPE's untie's, DIET's segment table's) are added per query block into copies of their
+    own and summed after in a fixed order: no address takes more than two atomic adds, so
+    the order the blocks run in cannot change a bit (two adds onto zero give one value either
+    way). Values and every gradient equal eager's. Without determinism the blocks share one
+    table, whose addresses take many adds."""
     from posattn.kernels.table_bias import SegmentPairs
 
+    torch.manual_seed(0)
+    batch, heads, n = 2, 2, 48
+    q, k, v = (torch.randn(batch, heads, n, 16, requires_grad=True) for _ in range(3))
+    table = torch.randn(heads, 2 * n - 1, requires_grad=True)
+    column_value = torch.randn(heads, requires_grad=True)
+    pairs = torch.randn(heads, 4, requires_grad=True)
+    ids = (torch.arange(n) >= 20).long().expand(batch, n)
+    padding = torch.ones(batch, n, dtype=torch.bool)
+    if padded:
+        padding[1, n - 7 :] = False
+    mask = build_attention_mask(padding, n, causal, torch.device("cpu"))
+    grad = torch.randn(batch, heads, n, 16)
+    untie = ClsUntie(3, 3, column_value)
+    known = None if tails is None else TableTails(*(index - (n - 1) for index in tails))
+    pair_bias = SegmentPairs(pairs, ids, 2) if segments else None
+    leaves = [q, k, v, table, column_value] + ([pairs] if segments else [])
+
+    def table_read():  # built anew for each backward
+        return table if tails is None else clamped_table(table, tails)
+
+    def call():
+        tables = TableBias(
+            offset=table_read(), offset_tails=known, segments=pair_bias, cls_untie=untie
+        )
+        return get_kernel("triton")(q, k, v, mask=mask, bias=None, scale=0.3, tables=tables)
+
+    adds = atomic_adds_per_address(monkeypatch)
+    shared = call()
+    shared.backward(grad)
+    assert max(adds.values()) > 2  # one table for every block: many adds per address
+    for leaf in leaves:
+        leaf.grad = None
+    adds.clear()
+    torch.use_deterministic_algorithms(True)
+    ours = call()
+    bias = untie.applied(toeplitz_rows(table_read(), n, n))[None]
+    if segments:
+        bias = bias + pair_bias.dense()
+    reference = eager_attention(q, k, v, mask=mask, bias=bias, scale=0.3)
+    assert_values_and_gradients_equal(ours, reference, leaves, grad)
+    assert adds and max(adds.values()) <= 2
+
+
+def test_the_wide_skew_follows_torchs_deterministic_setting(monkeypatch, restore_determinism):
+    """The wide skew adds a table entry more than twice per query block: under
+    torch.use_deterministic_algorithms(True) its backward raises, naming the kernel, the
+    gradient and the deterministic setting; with warn_only=True it warns and gives the
+    gradients it gives otherwise. The forward runs as before."""
+    monkeypatch.setenv("POSATTN_TRITON_SKEW", "wide")
     torch.manual_seed(0)
     heads, n = 2, 20
     q, k, v = (torch.randn(2, heads, n, 16, requires_grad=True) for _ in range(3))
     table = torch.randn(heads, 2 * n - 1, requires_grad=True)
-    column_value = torch.randn(heads, requires_grad=True)
-    pairs = torch.randn(heads, 4, requires_grad=True)
-    ids = (torch.arange(n) >= 8).long().expand(2, n)
+    leaves = [q, k, v, table]
 
-    def call(tables):
+    def call():
+        tables = TableBias(offset=table)
         return get_kernel("triton")(q, k, v, mask=None, bias=None, scale=0.3, tables=tables)
 
-    untied = TableBias(offset=table, cls_untie=ClsUntie(0, 0, column_value))
-    leaves = [q, k, v, table, column_value]
-    expected = torch.autograd.grad(call(untied).square().sum(), leaves)
+    expected = torch.autograd.grad(call().square().sum(), leaves)
     torch.use_deterministic_algorithms(True)
-    out = call(untied)
-    alert = r"kernel='triton' adds the gradient of the bias table, TUPE's untie with atomics"
+    out = call()
+    alert = r"kernel='triton' adds the gradient of the bias table under the wide skew"
     with pytest.raises(RuntimeError, match=alert):
         torch.autograd.grad(out.square().sum(), leaves)
-    with pytest.raises(RuntimeError, match="gradient of the segment table with atomics"):
-        call(TableBias(segments=SegmentPairs(pairs, ids, 2))).sum().backward()
-    fixed = call(TableBias(offset=table.detach()))
-    assert all(g is not None for g in torch.autograd.grad(fixed.sum(), [q, k, v]))
     torch.use_deterministic_algorithms(True, warn_only=True)
     with pytest.warns(UserWarning, match=alert):
-        got = torch.autograd.grad(call(untied).square().sum(), leaves)
+        got = torch.autograd.grad(call().square().sum(), leaves)
     for ours, reference in zip(got, expected, strict=True):
-        assert torch.equal(ours, reference)
+        torch.testing.assert_close(ours, reference)
 
 
-def test_auto_leaves_a_learned_table_to_sdpa_under_deterministic_algorithms(
+def test_auto_takes_the_kernel_under_deterministic_algorithms_where_it_is_deterministic(
     monkeypatch, restore_determinism
 ):
-    """`auto` takes the kernel for a large learned table only while determinism is not asked
-    for (its table's gradient is added with atomics); for inference it still takes it."""
+    """While determinism is asked for, `auto` takes the kernel for a large learned table
+    under the circular skew (deterministic) and leaves it to SDPA under the wide one; for
+    inference it takes it either way."""
     from posattn.kernels import flex
 
     class Shaped:  # q or k as the rule reads them, on a GPU
@@ -399,10 +472,13 @@ def test_auto_leaves_a_learned_table_to_sdpa_under_deterministic_algorithms(
 
     monkeypatch.setattr(flex, "serves_table", lambda *args: True)
     q = Shaped()
-    assert flex.auto_takes_triton(q, q, None, None, True)
     torch.use_deterministic_algorithms(True)
+    assert flex.auto_takes_triton(q, q, None, None, True)
+    monkeypatch.setenv("POSATTN_TRITON_SKEW", "wide")
     assert not flex.auto_takes_triton(q, q, None, None, True)
     assert flex.auto_takes_triton(q, q, None, None, False, inference=True)
+    torch.use_deterministic_algorithms(False)
+    assert flex.auto_takes_triton(q, q, None, None, True)
 
 
 # (n_q, n_k, query_start, (low, high) table indices, padded, causal, untie, the backward's

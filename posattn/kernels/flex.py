@@ -191,8 +191,11 @@ def auto_takes_triton(
     if q.device.type != "cuda":
         return False
     heads, n_q, n_k = q.shape[1], q.shape[-2], k.shape[-2]
-    # Its table's gradient is added with atomics (`table_bias.alert_nondeterministic`).
-    learned = learned and not torch.are_deterministic_algorithms_enabled()
+    if learned and torch.are_deterministic_algorithms_enabled():
+        # Deterministic gradients under its circular skew only (`triton_bias.gradient_mode`).
+        from .triton_settings import call_settings, circular_skew
+
+        learned = circular_skew(call_settings(q.device))
     large = (learned and bias_gradient_bytes(q, k) > triton_threshold_bytes()) or (
         inference and heads * n_q * n_k * 4 > triton_inference_threshold_bytes()
     )

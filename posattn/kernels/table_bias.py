@@ -86,21 +86,21 @@ def refusal(kernel: str, reason: str) -> PosAttnConfigError:
 
 def alert_nondeterministic(gradients: str) -> None:
     """torch.use_deterministic_algorithms(True)'s rule for a backward that is not
-    deterministic: an error, or with warn_only=True a warning. kernel="triton" adds each
-    query block's share of `gradients` (a bias table's, TUPE's untie's, DIET's segment
-    table's) with atomics, in whatever order the blocks run, so two runs may differ in the
-    last bits; q's, k's and v's gradients are deterministic. `auto` does not take the kernel
-    for a learned table while determinism is asked for (`flex.auto_takes_triton`)."""
+    deterministic: an error, or with warn_only=True a warning. kernel="triton" sums the
+    tables' gradients per query block and those in a fixed order when determinism is asked
+    for (`triton_bias.gradient_mode`), except where a block adds to one entry more than
+    twice (the wide skew), in whatever order the adds land."""
     if not torch.are_deterministic_algorithms_enabled():
         return
     message = (
         f"kernel='triton' adds the gradient of {gradients} with atomics, in the order its "
-        "blocks run: its backward has no deterministic implementation, but "
-        "torch.use_deterministic_algorithms(True) is set; kernel='auto' does not take it "
-        "there, and kernel='sdpa' or 'eager' follow torch's deterministic setting"
+        "blocks run: no deterministic implementation there, but "
+        "torch.use_deterministic_algorithms(True) is set; the circular skew (the default: "
+        "POSATTN_TRITON_SKEW=circular and a dQ tile of two squares) is deterministic, and "
+        "kernel='sdpa' or 'eager' follow torch's deterministic setting"
     )
     if torch.is_deterministic_algorithms_warn_only_enabled():
-        warnings.warn(message, stacklevel=3)
+        warnings.warn(message, stacklevel=4)
     else:
         raise RuntimeError(message)
 

@@ -53,12 +53,14 @@ class Launch:
 def launches(
     flags: dict, tiles: dict[str, Tiles], table_grad: bool, skew: str = "circular",
     key_major: bool = True, mask_tail: bool = True, raw_max: bool = True,
+    per_block: bool = False,
 ) -> list[Launch]:  # fmt: skip
     """The three kernels of a forward and backward with these flags and tiles (keyed as
     `GPU_TILES`; `skew`: the dQ kernel's, POSATTN_TRITON_SKEW; `key_major`: the dK/dV kernel's
     orientation, POSATTN_TRITON_DK_DV_ORDER; `mask_tail`: whether the length leaves a partial
     last key block, as the forward's and dQ's MASK_TAIL; `raw_max`: the forward's RAW_MAX,
-    a scale >= 0)."""
+    a scale >= 0; `per_block`: dQ's PER_BLOCK, the gradients' copies per query block that
+    torch.use_deterministic_algorithms asks for)."""
     forward, dq, dk_dv = tiles["forward"], tiles["dq"], tiles["dk_dv"]
     segment_grad = flags["NUM_SEGMENTS"] > 0
     return [
@@ -71,7 +73,8 @@ def launches(
         Launch("dq_dtable", triton_bias._backward_dq_dtable,
                {**flags, "BLOCK_M": dq.block_m, "BLOCK_N": dq.block_n, "TABLE_GRAD": table_grad,
                 "SEGMENT_GRAD": segment_grad, "UNTIE_GRAD": flags["HAS_UNTIE"],
-                "DIAGONALS": diagonal_block(dq, skew), "MASK_TAIL": mask_tail},
+                "DIAGONALS": diagonal_block(dq, skew), "MASK_TAIL": mask_tail,
+                "PER_BLOCK": per_block},
                dq),
     ]  # fmt: skip
 

@@ -236,17 +236,32 @@ def _backward_dq_dtable(
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, DIAGONALS: tl.constexpr,
     MASK_TAIL: tl.constexpr, TAILS: tl.constexpr, LINEAR: tl.constexpr, RUNS: tl.constexpr,
+    PER_BLOCK: tl.constexpr,
 ):  # fmt: skip
     """dQ of one query block over the keys it sees, and that block's share of dT (in the
-    batch element's own copy of dT where stride_dtb is not 0). First D_i = sum_d dO_id O_id
-    of its rows, in float32, kept for dK/dV (launched after): a kernel of its own was one
-    more launch from the host, which bounds a call at n=1024. TAILS: as the forward's;
+    batch element's own copy of dT where stride_dtb is not 0). PER_BLOCK (deterministic
+    gradients): each query block adds into a copy of its own - of dT (stride_dtb apart), of
+    the untie's values, and per key block of the segment table - summed after the kernel in a
+    fixed order; with the circular skew each entry of its dT then takes at most two adds
+    (one run, one tail's sum), which give the same value in either order.
+    First D_i = sum_d dO_id O_id of its rows, in float32, kept for dK/dV (launched after): a
+    kernel of its own was one more launch from the host, which bounds a call at n=1024.
+    TAILS: as the forward's;
     the tiles of a tail add their dS up in registers, and the sum goes to the tail's first
     entry (tail_low or tail_high), where every entry of the tail sends its gradient."""
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
-    DTABLE_B = DTABLE + b * stride_dtb
+    segment_table = H * NUM_SEGMENTS * NUM_SEGMENTS
+    if PER_BLOCK:
+        program = b * tl.num_programs(0) + tl.program_id(0)
+        DTABLE_B = DTABLE + program * stride_dtb
+        DUNTIE_B = DUNTIE + program * H
+        DSEGMENTS_B = DSEGMENTS + program * ((N + BLOCK_N - 1) // BLOCK_N) * segment_table
+    else:
+        DTABLE_B = DTABLE + b * stride_dtb
+        DUNTIE_B = DUNTIE
+        DSEGMENTS_B = DSEGMENTS
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
     q = _load_tile(Q + b * sqb + h * sqh, offs_m, sqm, M, offs_d, D, EVEN_D)
@@ -292,9 +307,12 @@ def _backward_dq_dtable(
                 dq, ds_table = _dq_step(
                     dq, q, do, lse, delta, start_m, start_n, offs_m, offs_d, offs_dv, b, h, K, V,
                     skb, skh, skn, svb, svh, svn, D, DV, scale2, TABLE, DTABLE_B, stride_th,
-                    stride_tk, stride_dth, table_shift, UNTIE, DUNTIE, untie_row, untie_column,
-                    table_len, KEYS, stride_kb, first, q_start, M, N, SEGMENTS, SEGMENT_IDS,
-                    stride_sb, DSEGMENTS, HAS_TABLE, TABLE_GRAD, HAS_UNTIE, UNTIE_GRAD,
+                    stride_tk, stride_dth, table_shift, UNTIE, DUNTIE_B, untie_row,
+                    untie_column, table_len, KEYS, stride_kb, first, q_start, M, N, SEGMENTS,
+                    SEGMENT_IDS, stride_sb,
+                    DSEGMENTS_B + (start_n // BLOCK_N) * segment_table if PER_BLOCK
+                    else DSEGMENTS_B,
+                    HAS_TABLE, TABLE_GRAD, HAS_UNTIE, UNTIE_GRAD,
                     HAS_KEYS & (piece != 1), CAUSAL & (piece != 1), PRECISION, NUM_SEGMENTS,
                     SEGMENT_GRAD, BLOCK_M, BLOCK_N, EVEN_D, EVEN_DV, DIAGONALS,
                     MASK_TAIL & (piece != 1), TAIL=TAILS & (part != 1),

@@ -73,6 +73,7 @@ from .triton_launch import DirectLaunch
 from .triton_settings import (
     blocks,
     call_settings,
+    circular_skew,
     diagonal_block,
     dk_dv_flags,
     kernel_flags,
@@ -111,6 +112,45 @@ def _rows_past(
     if written >= rows:
         return torch.empty(count, rows, dtype=torch.float32, device=device)
     return torch.full((count, rows), value, dtype=torch.float32, device=device)
+
+
+def gradient_mode(grads: tuple[bool, bool, bool], chosen: str, circular: bool) -> str:
+    """Where the dQ kernel adds the tables' gradients (`grads`: the table's, the untie's,
+    the segment table's): `chosen` (POSATTN_TRITON_TABLE_GRAD: one copy shared by every
+    block, or one per batch element, each address added to by many blocks with atomics, in
+    the order they run) or, under torch.use_deterministic_algorithms(True), "per-block": a
+    copy per query block, summed after in a fixed order. There an entry of the table's copy
+    takes at most two adds with the circular skew, which give one value in either order;
+    the wide skew adds more (`alert_nondeterministic`)."""
+    if not any(grads) or not torch.are_deterministic_algorithms_enabled():
+        return chosen
+    if grads[0] and not circular:
+        alert_nondeterministic(
+            "the bias table under the wide skew (POSATTN_TRITON_SKEW=wide, or a dQ tile "
+            "that is not two squares: POSATTN_TRITON_DQ)"
+        )
+    return "per-block"
+
+
+def gradient_copies(
+    grads: tuple[bool, bool, bool], mode: str, table_shape, copies: Tensor, untie32: Tensor,
+    segments32: Tensor, programs: tuple[int, int, int],
+) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    """(dT, the untie's, the segment table's) gradient buffers, zeros, for `gradient_mode`'s
+    mode: dT [H, L], [B, H, L] per batch element or [B * query blocks, H, L] per block; per
+    block also the untie's [B * query blocks, H] and the segment table's per key block too,
+    [B * query blocks * key blocks, H, S * S]. `programs`: (B, query blocks, key blocks).
+    An absent one where its gradient is not asked for."""
+    batch, query_blocks, key_blocks = programs
+    per_block = mode == "per-block"
+    leading = {"shared": (), "per-batch": (batch,), "per-block": (batch * query_blocks,)}[mode]
+    table_grad, untie_grad, segment_grad = grads
+    device, float32 = copies.device, torch.float32
+    dtable = copies.new_zeros(leading + tuple(table_shape)) if table_grad else None
+    duntie = untie32.new_zeros(leading[:per_block] + untie32.shape) if untie_grad else None
+    segment_copies = (batch * query_blocks * key_blocks,) if per_block else ()
+    dsegments = segments32.new_zeros(segment_copies + segments32.shape) if segment_grad else None
+    return tuple(absent(device, float32) if t is None else t for t in (dtable, duntie, dsegments))
 
 
 class TableBiasAttention(torch.autograd.Function):
@@ -197,10 +237,6 @@ class TableBiasAttention(torch.autograd.Function):
         )
         scale, q_start, flags, table_grad = ctx.settings
         untie_row, untie_column, untie_grad = ctx.untie
-        learned = [name for name, grad in (("the bias table", table_grad), ("TUPE's untie",
-                   untie_grad), ("the segment table", ctx.segment_grad)) if grad]  # fmt: skip
-        if learned:
-            alert_nondeterministic(", ".join(learned))
         tail_low, tail_high = ctx.tails
         grad_out = last_dim_contiguous(grad_out)
         batch, heads, M, D = q.shape
@@ -212,17 +248,15 @@ class TableBiasAttention(torch.autograd.Function):
         # (0 past M), read by dK/dV after it, unmasked like LSE.
         delta = _rows_past(batch * heads, rows, rounded_up(M, tile.block_m), 0.0, q.device)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        # dT's atomics go to one table or to one per batch element (summed after): fewer
-        # programs add to each address, at B tables of memory (`table_grad_mode`).
-        per_batch = table_grad and settings.grad_mode == "per-batch"
-        device, float32 = q.device, torch.float32
-        dtable = absent(device, float32)
-        if table_grad:
-            dtable = copies.new_zeros(((batch,) if per_batch else ()) + tuple(ctx.table_shape))
-        stride_dtb = dtable.stride(0) if per_batch else 0
+        diagonals = diagonal_block(tile, settings.skew if table_grad else "wide")
+        grads = (table_grad, untie_grad, ctx.segment_grad)
+        mode = gradient_mode(grads, settings.grad_mode, circular_skew(settings))
+        dtable, duntie, dsegments = gradient_copies(
+            grads, mode, ctx.table_shape, copies, untie32, segments32,
+            (batch, blocks(M, tile.block_m), blocks(N, tile.block_n)),
+        )  # fmt: skip
+        stride_dtb = dtable.stride(0) if table_grad and mode != "shared" else 0
         stride_dth = dtable.stride(-2) if table_grad else 0
-        dsegments = torch.zeros_like(segments32) if ctx.segment_grad else absent(device, float32)
-        duntie = torch.zeros_like(untie32) if untie_grad else absent(device, float32)
         common = (heads, M, N, D, DV, q_start, rows)
         mask_tail = N % tile.block_n != 0
         launch(
@@ -236,8 +270,8 @@ class TableBiasAttention(torch.autograd.Function):
              scale * LOG2E),
             dict(TABLE_GRAD=table_grad, UNTIE_GRAD=untie_grad, SEGMENT_GRAD=ctx.segment_grad,
                  BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, MASK_TAIL=mask_tail,
-                 DIAGONALS=diagonal_block(tile, settings.skew if table_grad else "wide"),
-                 **flags, **launch_options(settings.schedules["dq"], flags, mask_tail)),
+                 DIAGONALS=diagonals, PER_BLOCK=mode == "per-block", **flags,
+                 **launch_options(settings.schedules["dq"], flags, mask_tail)),
         )  # fmt: skip
         # Key-major, dK/dV reads bias[j, i] = R[i - j + N - 1] from the reversed table R (its
         # rows run along the queries).
@@ -257,7 +291,13 @@ class TableBiasAttention(torch.autograd.Function):
                  KEY_MAJOR=settings.key_major, **dk_dv_flags(flags),
                  **launch_options(settings.schedules["dk_dv"], flags)),
         )  # fmt: skip
-        if per_batch:
+        # The copies summed (in a fixed order: `gradient_mode`).
+        if mode == "per-block":
+            dtable, duntie, dsegments = (
+                copy.sum(0) if grad else copy
+                for copy, grad in zip((dtable, duntie, dsegments), grads, strict=True)
+            )
+        elif mode == "per-batch" and table_grad:
             dtable = dtable.sum(0)
         grad_table = dtable.to(ctx.dtypes[0]) if table_grad else None
         grad_segments = dsegments.to(ctx.dtypes[1]) if ctx.segment_grad else None

@@ -206,6 +206,14 @@ def diagonal_block(tile: Tiles, skew: str = "circular") -> int:
     return power_of_two_at_least(tile.block_m // 2 + tile.block_n - 1)
 
 
+def circular_skew(settings: CallSettings) -> bool:
+    """Whether the call's dQ kernel skews its tiles circularly (the skew chosen and a tile of
+    two squares): each query block then adds each entry of the table's gradient at most
+    twice, the condition of deterministic gradients (`triton_bias.gradient_mode`)."""
+    tile = settings.tiles["dq"]
+    return diagonal_block(tile, settings.skew) == tile.block_n
+
+
 # Host-side integer helpers instead of triton.cdiv / triton.next_power_of_2: Triton 3.9 makes
 # those constexpr functions with a call wrapper (ten calls cost a call about 50 us under the
 # profiler; scripts/triton_host.py --profile), and at n=1024 a GPU call waits on the host.
