@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-import warnings
 from dataclasses import dataclass
 
 import torch
@@ -82,27 +81,6 @@ def refusal(kernel: str, reason: str) -> PosAttnConfigError:
         kernel,
         f"it cannot serve {reason}; use kernel={OTHER_KERNELS}, which serve it",
     )
-
-
-def alert_nondeterministic(gradients: str) -> None:
-    """torch.use_deterministic_algorithms(True)'s rule for a backward that is not
-    deterministic: an error, or with warn_only=True a warning. kernel="triton" sums the
-    tables' gradients per query block and those in a fixed order when determinism is asked
-    for (`triton_bias.gradient_mode`), except where a block adds to one entry more than
-    twice (the wide skew), in whatever order the adds land."""
-    if not torch.are_deterministic_algorithms_enabled():
-        return
-    message = (
-        f"kernel='triton' adds the gradient of {gradients} with atomics, in the order its "
-        "blocks run: no deterministic implementation there, but "
-        "torch.use_deterministic_algorithms(True) is set; the circular skew (the default: "
-        "POSATTN_TRITON_SKEW=circular and a dQ tile of two squares) is deterministic, and "
-        "kernel='sdpa' or 'eager' follow torch's deterministic setting"
-    )
-    if torch.is_deterministic_algorithms_warn_only_enabled():
-        warnings.warn(message, stacklevel=4)
-    else:
-        raise RuntimeError(message)
 
 
 def terms_refusal(terms, extra_bias: Tensor | None = None) -> str | None:

@@ -57,6 +57,7 @@ stand-ins: `triton_inputs`.
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 import triton
@@ -65,7 +66,6 @@ from torch import Tensor
 from ..errors import require
 from ..toeplitz import lines_served, require_table_shape
 from .masks import key_spans
-from .table_bias import alert_nondeterministic
 from .triton_backward import _backward_dk_dv, _backward_dq_dtable
 from .triton_forward import _forward
 from .triton_inputs import absent, last_dim_contiguous, table_copies
@@ -112,6 +112,27 @@ def _rows_past(
     if written >= rows:
         return torch.empty(count, rows, dtype=torch.float32, device=device)
     return torch.full((count, rows), value, dtype=torch.float32, device=device)
+
+
+def alert_nondeterministic(gradients: str) -> None:
+    """torch.use_deterministic_algorithms(True)'s rule for a backward that is not
+    deterministic: an error, or with warn_only=True a warning. kernel="triton" sums the
+    tables' gradients per query block and those in a fixed order when determinism is asked
+    for (`triton_bias.gradient_mode`), except where a block adds to one entry more than
+    twice (the wide skew), in whatever order the adds land."""
+    if not torch.are_deterministic_algorithms_enabled():
+        return
+    message = (
+        f"kernel='triton' adds the gradient of {gradients} with atomics, in the order its "
+        "blocks run: no deterministic implementation there, but "
+        "torch.use_deterministic_algorithms(True) is set; the circular skew (the default: "
+        "POSATTN_TRITON_SKEW=circular and a dQ tile of two squares) is deterministic, and "
+        "kernel='sdpa' or 'eager' follow torch's deterministic setting"
+    )
+    if torch.is_deterministic_algorithms_warn_only_enabled():
+        warnings.warn(message, stacklevel=4)
+    else:
+        raise RuntimeError(message)
 
 
 def gradient_mode(grads: tuple[bool, bool, bool], chosen: str, circular: bool) -> str:
