@@ -288,3 +288,43 @@ def test_deterministic_triton_gradients_repeat_bit_for_bit():
     for one, two, reference in zip(first, second, shared, strict=True):
         assert torch.equal(one, two)
         torch.testing.assert_close(one.float(), reference.float(), atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_triton_dropout_equals_eager_with_the_kernels_mask(causal):
+    """Attention dropout inside kernel="triton" on the GPU (bf16, n=333, d_h=64, with a
+    table): output and gradients as close to eager's in float32 - with the scores the kernel
+    drops (`kept_scores`) zeroed and the rest scaled - as without dropout (the kernel's own
+    error at bf16); about 1 - p of the scores kept."""
+    pytest.importorskip("triton")
+    from posattn.kernels import build_attention_mask, get_kernel
+    from posattn.kernels.table_bias import TableBias
+    from posattn.kernels.triton_bias import kept_scores
+
+    torch.manual_seed(0)
+    batch, heads, n, d, p = 2, 4, 333, 64, 0.2
+    q, k, v = (torch.randn(batch, heads, n, d, device="cuda") for _ in "qkv")
+    table = torch.randn(heads, 2 * n - 1, device="cuda")
+    padding = torch.ones(batch, n, dtype=torch.bool, device="cuda")
+    padding[1, 300:] = False
+    mask = build_attention_mask(padding, n, causal, torch.device("cuda"))
+    grad = torch.randn(batch, heads, n, d, device="cuda")
+    torch.manual_seed(5)
+    inputs = [t.bfloat16().requires_grad_() for t in (q, k, v)]
+    table_in = table.clone().requires_grad_()
+    out = get_kernel("triton")(*inputs, mask=mask, bias=None, scale=d**-0.5, dropout_p=p,
+                               tables=TableBias(offset=table_in))  # fmt: skip
+    ours = [out.float(), *(g.float() for g in torch.autograd.grad(out, [*inputs, table_in],
+                                                                  grad.bfloat16()))]  # fmt: skip
+    torch.manual_seed(5)
+    kept = kept_scores(torch.randint(0, 2**31 - 1, (1,), device="cuda"), batch, heads, n, n, p)
+    assert abs(kept[mask.expand_as(kept)].float().mean().item() - (1 - p)) < 0.01
+    leaves = [t.clone().requires_grad_() for t in (q, k, v, table)]
+    i, j = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
+    bias = leaves[3][:, (j - i + n - 1).cuda()]
+    logits = leaves[0] @ leaves[1].transpose(-1, -2) * d**-0.5 + bias
+    probs = logits.masked_fill(~mask, float("-inf")).softmax(-1)
+    reference = (probs * kept / (1 - p)) @ leaves[2]
+    expected = [reference, *torch.autograd.grad(reference, leaves, grad)]
+    for mine, ref in zip(ours, expected, strict=True):
+        assert (mine - ref).abs().max() <= 2e-2 * ref.abs().max(), (mine - ref).abs().max()

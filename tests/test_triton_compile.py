@@ -133,6 +133,24 @@ def test_deterministic_gradients_cost_dq_no_registers_spilled_and_few_instructio
         assert loops[1] <= loops[0] + 8, loops
 
 
+@pytest.mark.parametrize(
+    ("head", "rules"),
+    [
+        (64, {"has_keys": True, "causal": True, "tails": True}),  # T5, causal
+        (128, {"value_head": 64, "has_untie": True, "has_keys": True, "tails": True}),  # TUPE-R
+    ],
+)
+def test_attention_dropout_compiles_spill_free_at_its_tiles(aot, head, rules):
+    """With attention dropout (each kernel drawing Philox numbers for its tiles) every kernel
+    compiles spill-free with warpgroup MMA only, dK/dV at its dropout tile (`DROPOUT_DK_DV`:
+    the default 64 x 128 spilled 40 bytes per thread for T5 and 248 for TUPE-R)."""
+    from posattn.kernels.triton_settings import DROPOUT_DK_DV, GPU_TILES
+
+    flags = aot.call_flags(torch.bfloat16, head, dropout=True, **rules)
+    for launch in aot.launches(flags, {**GPU_TILES, "dk_dv": DROPOUT_DK_DV}, True):
+        assert_spill_free_warpgroup_mma(aot, launch)
+
+
 def test_a_register_cap_holds_the_wide_forward_to_16_warps_per_sm(aot):
     """POSATTN_TRITON_FORWARD=128,64,8,2,128: the forward at 128 x 64 with 8 warps takes at
     most 128 registers per thread with T5's flat tails (uncapped: 164, 8 warps per SM), so an

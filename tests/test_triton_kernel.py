@@ -481,6 +481,77 @@ def test_auto_takes_the_kernel_under_deterministic_algorithms_where_it_is_determ
     assert flex.auto_takes_triton(q, q, None, None, True)
 
 
+# (padded, causal, (low, high) table tails, untie, segments, dK/dV's orientation)
+DROPOUT_CASES = [
+    (True, False, None, (3, 3), True, "key-major"),
+    (True, True, (30, 50), None, False, "query-major"),
+]
+
+
+@pytest.mark.parametrize(("padded", "causal", "tails", "untie", "segments", "order"), DROPOUT_CASES)
+def test_dropout_equals_eager_with_the_same_scores_dropped(
+    monkeypatch, padded, causal, tails, untie, segments, order
+):
+    """Attention dropout inside the kernel: the output and every gradient (q, k, v, the
+    table, the untie's values, the segment pairs) equal eager's with the scores the kernel
+    drops (its seed drawn from torch's generator, its mask from `_kept`) zeroed and the rest
+    scaled by 1 / (1 - p), dK/dV's tiles key- or query-major; about 1 - p of them kept."""
+    from posattn.kernels.table_bias import SegmentPairs
+    from posattn.kernels.triton_bias import kept_scores
+
+    monkeypatch.setenv("POSATTN_TRITON_DK_DV_ORDER", order)
+    torch.manual_seed(0)
+    batch, heads, n, p = 2, 2, 48, 0.3
+    q, k, v = (torch.randn(batch, heads, n, 16, requires_grad=True) for _ in range(3))
+    table = torch.randn(heads, 2 * n - 1, requires_grad=True)
+    column_value = torch.randn(heads, requires_grad=True)
+    pairs = torch.randn(heads, 4, requires_grad=True)
+    ids = (torch.arange(n) >= 20).long().expand(batch, n)
+    padding = torch.ones(batch, n, dtype=torch.bool)
+    if padded:
+        padding[1, n - 7 :] = False
+    mask = build_attention_mask(padding, n, causal, torch.device("cpu"))
+    read = table if tails is None else clamped_table(table, tails)
+    known = None if tails is None else TableTails(*(index - (n - 1) for index in tails))
+    rule = None if untie is None else ClsUntie(*untie, column_value)
+    pair_bias = SegmentPairs(pairs, ids, 2) if segments else None
+    tables = TableBias(offset=read, offset_tails=known, segments=pair_bias, cls_untie=rule)
+    torch.manual_seed(7)
+    ours = get_kernel("triton")(
+        q, k, v, mask=mask, bias=None, scale=0.3, dropout_p=p, tables=tables
+    )
+    torch.manual_seed(7)
+    seed = torch.randint(0, 2**31 - 1, (1,))
+    kept = kept_scores(seed, batch, heads, n, n, p)
+    assert abs(kept.float().mean().item() - (1 - p)) < 0.02
+    matrix = toeplitz_rows(table if tails is None else clamped_table(table, tails), n, n)
+    bias = (matrix if rule is None else rule.applied(matrix))[None]
+    if segments:
+        bias = bias + pair_bias.dense()
+    logits = (q @ k.transpose(-1, -2)) * 0.3 + bias
+    probs = logits.masked_fill(~mask, float("-inf")).softmax(-1)
+    reference = (probs * kept / (1 - p)) @ v
+    leaves = [q, k, v, table] + ([column_value] if untie else []) + ([pairs] if segments else [])
+    assert_values_and_gradients_equal(ours, reference, leaves, torch.randn_like(ours))
+
+
+def test_a_model_trains_with_attention_dropout_on_the_kernel():
+    """A model with attention dropout trains on kernel="triton": the same seed gives the same
+    output, another seed another, and eval mode none of it."""
+    ids = torch.randint(1, 40, (2, 12))
+    model = tiny_encoder("t5", kernel="triton", attention_dropout=0.3).train()
+    outputs = []
+    for seed in (1, 1, 2):
+        torch.manual_seed(seed)
+        outputs.append(model(ids))
+    outputs[0].square().sum().backward()
+    assert torch.equal(outputs[0], outputs[1]) and not torch.allclose(outputs[0], outputs[2])
+    eval_out = model.eval()(ids)
+    model.set_kernel("eager")
+    torch.testing.assert_close(eval_out, model(ids))
+    assert not torch.allclose(eval_out, outputs[0])
+
+
 # (n_q, n_k, query_start, (low, high) table indices, padded, causal, untie, the backward's
 # choices): tails on both sides of the interpreter's 32 x 16 tiles, the low one alone (TUPE's
 # untied column inside it, decoding rows), causal rows hiding the high one.
@@ -779,12 +850,13 @@ def test_configurations_it_cannot_serve_are_refused_at_construction(overrides, r
 
 
 def test_what_it_cannot_run_is_refused_when_called(monkeypatch):
+    from posattn.kernels.triton_bias import table_bias_attention
+
     ids = torch.randint(1, 40, (2, 6))
-    model = tiny_encoder("t5", kernel="triton", attention_dropout=0.1).train()
-    with pytest.raises(PosAttnConfigError, match=r"kernel='triton'.*dropout.*'sdpa'"):
-        model(ids)
-    model.eval()
+    model = tiny_encoder("t5", kernel="triton").eval()
     q = k = v = torch.randn(1, 2, 5, 8)
+    with pytest.raises(PosAttnConfigError, match=r"dropout_p=1.0 is not allowed: a probab"):
+        table_bias_attention(q, k, v, scale=1.0, dropout_p=1.0)
     kernel = get_kernel("triton")
     with pytest.raises(PosAttnConfigError, match=r"kernel='triton'.*\[\.\., n_q, n_k\] values"):
         kernel(q, k, v, mask=None, bias=torch.zeros(2, 5, 5), scale=1.0)

@@ -202,8 +202,6 @@ def triton_attention(
     None: an [.., n, n] bias is exactly what this kernel never reads)."""
     if bias is not None:
         raise refusal("triton", "a bias given as [.., n_q, n_k] values (it reads tables only)")
-    if dropout_p:
-        raise refusal("triton", f"dropout inside attention (dropout_p={dropout_p})")
     reason = unavailable(q.device)
     if reason is not None:
         raise refusal("triton", reason)
@@ -222,7 +220,7 @@ def triton_attention(
         segments=None if pairs is None else pairs.table,
         segment_ids=None if pairs is None else pairs.ids.to(torch.int32).contiguous(),
         untie=None if untie is None else (untie.row, untie.column, untie.column_value),
-        tails=tails, tail_slopes=slopes, spans=spans,
+        tails=tails, tail_slopes=slopes, spans=spans, dropout_p=dropout_p,
     )  # fmt: skip
 
 

@@ -32,9 +32,9 @@ from .triton_settings import (
 
 # Pointer arguments of the kernels by name (q, k, v and their gradients in the inputs' dtype).
 TABLES = ("LSE", "DELTA", "TABLE", "SLOPES", "DTABLE", "UNTIE", "DUNTIE", "SEGMENTS", "DSEGMENTS")
-INDICES = {"KEYS": "*i8", "SPANS": "*i32", "SEGMENT_IDS": "*i32"}
+INDICES = {"KEYS": "*i8", "SPANS": "*i32", "SEGMENT_IDS": "*i32", "SEED": "*i64"}
 TENSORS = ("Q", "K", "V", "OUT", "DO", "DK", "DV_", "DQ")
-FLOATS = ("scale", "scale2")
+FLOATS = ("scale", "scale2", "keep_scale")
 # Shared memory one block may take (bytes): Hopper (H100, H200), Ampere (A100).
 SHARED_LIMIT = {90: 232448, 80: 166912}
 TRITON_TYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}

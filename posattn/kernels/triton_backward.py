@@ -28,7 +28,7 @@ from .triton_scores import (
     _untied_positions,
 )
 from .triton_table_grad import _add_diagonal_sums, _add_to_table, _carried_diagonal_sums
-from .triton_tile_ops import _add, _load_tile, _tile_mask
+from .triton_tile_ops import _add, _kept, _load_tile, _tile_mask
 
 
 @triton.jit
@@ -41,10 +41,13 @@ def _dk_dv_step(
     CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
     BLOCK_M: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
     KEY_MAJOR: tl.constexpr, TAIL: tl.constexpr = False, tail_value=0.0,
-    LINEAR: tl.constexpr = False, slope=0.0, base=0,
+    LINEAR: tl.constexpr = False, slope=0.0, base=0, DROPOUT: tl.constexpr = False, seed=0,
+    bh=0, drop_below=0, keep_scale=1.0,
 ):  # fmt: skip
     """One query block's share of a key block's dK and dV; KEY_MAJOR: with P and dS as
-    [BLOCK_N, BLOCK_M] tiles (dV += P^T dO, dK += dS^T Q without turning them)."""
+    [BLOCK_N, BLOCK_M] tiles (dV += P^T dO, dK += dS^T Q without turning them). DROPOUT:
+    dV from the kept probabilities, scaled, and dP through the same mask (FlashAttention-2's
+    backward with dropout: dS = P (dP Z / (1 - p) - D), Z the kept scores)."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
     q = _load_tile(Q + b * sqb + h * sqh, offs_m, sqm, M, offs_d, D, EVEN_D)
     do = _load_tile(DO + b * sdob + h * sdoh, offs_m, sdom, M, offs_dv, DV, EVEN_DV)
@@ -63,14 +66,27 @@ def _dk_dv_step(
         lse -= _tail_shift(tail_value, slope, base, start_n, start_m, offs_m.shape[0], LINEAR)
     if KEY_MAJOR:
         p_t = tl.exp2(s - lse[None, :])
-        dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)
         dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+        if DROPOUT:
+            kept = _kept(seed, bh, start_m, start_n, N, drop_below, BLOCK_M, offs_n.shape[0], True)
+            dv += tl.dot(
+                tl.where(kept, p_t * keep_scale, 0.0).to(do.dtype), do, input_precision=PRECISION
+            )
+            dp_t = tl.where(kept, dp_t * keep_scale, 0.0)
+        else:
+            dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)
         ds_t = p_t * (dp_t - delta[None, :])
         dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)
     else:
         p = tl.exp2(s - lse[:, None])
-        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        if DROPOUT:
+            kept = _kept(seed, bh, start_m, start_n, N, drop_below, BLOCK_M, offs_n.shape[0])
+            dropped = tl.where(kept, p * keep_scale, 0.0)
+            dv += tl.dot(tl.trans(dropped.to(do.dtype)), do, input_precision=PRECISION)
+            dp = tl.where(kept, dp * keep_scale, 0.0)
+        else:
+            dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
         dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
     return dk, dv
@@ -79,16 +95,17 @@ def _dk_dv_step(
 @triton.jit
 def _backward_dk_dv(
     Q, K, V, DO, LSE, DELTA, DK, DV_, TABLE, SLOPES, UNTIE, KEYS, SPANS, SEGMENTS, SEGMENT_IDS,
+    SEED,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom,
     sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, stride_th, stride_tk, stride_kb, stride_sb,
     H, M, N, D, DV, q_start, rows, table_shift, untie_row, untie_column, tail_low, tail_high,
-    scale, scale2,
+    scale, scale2, drop_below, keep_scale,
     HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
     CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, KEY_MAJOR: tl.constexpr,
-    TAILS: tl.constexpr, LINEAR: tl.constexpr,
+    TAILS: tl.constexpr, LINEAR: tl.constexpr, DROPOUT: tl.constexpr,
 ):  # fmt: skip
     """dK, dV of one key block, over every query block that sees it. TABLE: the aligned
     copies of the offset table, or key-major of the table reversed (`_scores`). TAILS:
@@ -103,6 +120,9 @@ def _backward_dk_dv(
     first = 0
     if CAUSAL:
         first = tl.load(SPANS + 4 * b)
+    seed = 0
+    if DROPOUT:
+        seed = tl.load(SEED)
     dk = tl.full([BLOCK_N, BLOCK_D], 0.0, tl.float32)
     dv = tl.full([BLOCK_N, BLOCK_DV], 0.0, tl.float32)
     begin = _query_begin(start_n, q_start, first, SPANS, b, M, BLOCK_M, BLOCK_N, HAS_KEYS, CAUSAL)
@@ -141,7 +161,8 @@ def _backward_dk_dv(
                     NUM_SEGMENTS, BLOCK_M, EVEN_D, EVEN_DV, KEY_MAJOR, TAIL=TAILS & (part != 1),
                     tail_value=_pick(part, high_value, low_value), LINEAR=LINEAR,
                     slope=_pick(part, high_slope, low_slope),
-                    base=M - 1 - _pick(part, tail_high, tail_low),
+                    base=M - 1 - _pick(part, tail_high, tail_low), DROPOUT=DROPOUT, seed=seed,
+                    bh=bh, drop_below=drop_below, keep_scale=keep_scale,
                 )  # fmt: skip
     tl.store(
         DK + b * sdkb + h * sdkh + offs_n[:, None] * sdkn + offs_d[None, :],
@@ -168,7 +189,8 @@ def _dq_step(
     SEGMENT_GRAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, DIAGONALS: tl.constexpr,
     MASK_TAIL: tl.constexpr, TAIL: tl.constexpr = False, tail_value=0.0,
-    LINEAR: tl.constexpr = False, slope=0.0, base=0,
+    LINEAR: tl.constexpr = False, slope=0.0, base=0, DROPOUT: tl.constexpr = False, seed=0,
+    bh=0, drop_below=0, keep_scale=1.0,
 ):  # fmt: skip
     """One key block's share of a query block's dQ, and of the tables' gradients; returns dQ
     and the tile's dS as the offset table sees it (the circular skew's sums are carried by the
@@ -187,6 +209,9 @@ def _dq_step(
         lse -= _tail_shift(tail_value, slope, base, start_n, start_m, offs_m.shape[0], LINEAR)
     p = tl.exp2(s - lse[:, None])
     dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+    if DROPOUT:  # dP through the dropout mask (`_dk_dv_step`)
+        kept = _kept(seed, bh, start_m, start_n, N, drop_below, BLOCK_M, BLOCK_N)
+        dp = tl.where(kept, dp * keep_scale, 0.0)
     ds = p * (dp - delta[:, None])
     dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
     ds_table = ds
@@ -223,12 +248,12 @@ def _dq_step(
 @triton.jit
 def _backward_dq_dtable(
     Q, K, V, OUT, DO, LSE, DELTA, DQ, TABLE, SLOPES, DTABLE, UNTIE, DUNTIE, KEYS, SPANS, SEGMENTS,
-    SEGMENT_IDS, DSEGMENTS,
+    SEGMENT_IDS, DSEGMENTS, SEED,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, sdob, sdoh, sdom,
     sdqb, sdqh, sdqm,
     stride_th, stride_tk, stride_dtb, stride_dth, stride_kb, stride_sb,
     H, M, N, D, DV, q_start, rows, table_shift, table_len, untie_row, untie_column, tail_low,
-    tail_high, scale, scale2,
+    tail_high, scale, scale2, drop_below, keep_scale,
     HAS_TABLE: tl.constexpr, TABLE_GRAD: tl.constexpr, HAS_UNTIE: tl.constexpr,
     UNTIE_GRAD: tl.constexpr, HAS_KEYS: tl.constexpr,
     CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
@@ -236,7 +261,7 @@ def _backward_dq_dtable(
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, DIAGONALS: tl.constexpr,
     MASK_TAIL: tl.constexpr, TAILS: tl.constexpr, LINEAR: tl.constexpr, RUNS: tl.constexpr,
-    PER_BLOCK: tl.constexpr,
+    PER_BLOCK: tl.constexpr, DROPOUT: tl.constexpr,
 ):  # fmt: skip
     """dQ of one query block over the keys it sees, and that block's share of dT (in the
     batch element's own copy of dT where stride_dtb is not 0). PER_BLOCK (deterministic
@@ -273,6 +298,9 @@ def _backward_dq_dtable(
     first = 0
     if CAUSAL:
         first = tl.load(SPANS + 4 * b)
+    seed = 0
+    if DROPOUT:
+        seed = tl.load(SEED)
     dq = tl.full([BLOCK_M, BLOCK_D], 0.0, tl.float32)
     # The circular skew's sums are carried across key blocks (`_carried_diagonal_sums`).
     CARRIED: tl.constexpr = TABLE_GRAD & (DIAGONALS == BLOCK_N)
@@ -318,7 +346,8 @@ def _backward_dq_dtable(
                     MASK_TAIL & (piece != 1), TAIL=TAILS & (part != 1),
                     tail_value=_pick(part, low_value, high_value), LINEAR=LINEAR,
                     slope=_pick(part, low_slope, high_slope),
-                    base=M - 1 - _pick(part, tail_low, tail_high),
+                    base=M - 1 - _pick(part, tail_low, tail_high), DROPOUT=DROPOUT, seed=seed,
+                    bh=bh, drop_below=drop_below, keep_scale=keep_scale,
                 )  # fmt: skip
                 if TABLE_GRAD & TAILS & (part != 1):
                     tail += ds_table

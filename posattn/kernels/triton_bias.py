@@ -76,10 +76,12 @@ from .triton_settings import (
     circular_skew,
     diagonal_block,
     dk_dv_flags,
+    dk_dv_tiles,
     kernel_flags,
     launch_options,
     rounded_up,
 )
+from .triton_tile_ops import _write_kept
 
 LOG2E = 1.4426950408889634
 
@@ -181,7 +183,7 @@ class TableBiasAttention(torch.autograd.Function):
     @staticmethod
     def forward(
         ctx, q, k, v, table, keys, first, causal, q_start, scale, segments, segment_ids, untie,
-        column_value, grad_enabled, tails, tail_slopes, spans,
+        column_value, grad_enabled, tails, tail_slopes, spans, dropout_p,
     ):  # fmt: skip
         q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
         batch, heads, M, D = q.shape
@@ -199,9 +201,18 @@ class TableBiasAttention(torch.autograd.Function):
         ids = absent(device, torch.int32, 2) if segment_ids is None else segment_ids
         untie_row, untie_column = (-1, -1) if untie is None else untie
         untie32 = absent(device, float32) if untie is None else column_value.float() * LOG2E
+        # Dropout's seed, drawn from the device's generator (torch.manual_seed) without a
+        # host sync, kept for the backward, which drops the same scores.
+        seed = absent(device, torch.int64)
+        if dropout_p:
+            seed = torch.randint(0, 2**31 - 1, (1,), device=device)
+        # Dropped where 24 bits of a draw fall below p 2^24 (`_kept`); kept ones scaled by
+        # the inverse of the chance that gives.
+        drop_below = round(dropout_p * 2**24)
+        dropout = (drop_below, 2**24 / (2**24 - drop_below))
         out = torch.empty(batch, heads, M, DV, dtype=q.dtype, device=q.device)
         settings = call_settings(q.device)
-        tile, keys_tile = settings.tiles["forward"], settings.tiles["dk_dv"]
+        tile, (keys_tile, _) = settings.tiles["forward"], dk_dv_tiles(settings, dropout_p > 0)
         block_m, block_n = tile.block_m, tile.block_n
         # LSE per row, and +inf past M up to the end of dK/dV's last query block, which it
         # reads unmasked; the forward writes them where its own blocks reach that far.
@@ -212,6 +223,7 @@ class TableBiasAttention(torch.autograd.Function):
             causal=causal, num_segments=0 if segments is None else math.isqrt(segments.shape[-1]),
             has_untie=untie is not None, tails=tails is not None and settings.tails,
             linear_tails=tail_slopes is not None, key_runs=settings.key_runs,
+            dropout=dropout_p > 0,
         )  # fmt: skip
         # The tails' bounds inside the table: an entry past either end is a tail of one.
         tail_low, tail_high = (min(max(x, 0), M + N - 2) for x in tails or (0, M + N - 2))
@@ -230,18 +242,19 @@ class TableBiasAttention(torch.autograd.Function):
         )
         launch(
             _forward, grid, settings.launch_mode,
-            (q, k, v, out, lse, copies, slopes, untie32, keys_, spans, segments32, ids),
+            (q, k, v, out, lse, copies, slopes, untie32, keys_, spans, segments32, ids, seed),
             (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
              copies.stride(0), copies.stride(1), keys_.stride(0), ids.stride(0),
              heads, M, N, D, DV, q_start, rows, M - 1, untie_row, untie_column, tail_low,
-             tail_high, scale * LOG2E),
+             tail_high, scale * LOG2E, *dropout),
             dict(BLOCK_M=block_m, BLOCK_N=block_n, MASK_TAIL=mask_tail, **flags,
                  RAW_MAX=scale >= 0,
                  **launch_options(settings.schedules["forward"], flags, mask_tail)),
         )  # fmt: skip
         ctx.save_for_backward(
-            q, k, v, out, lse, copies, slopes, untie32, keys_, spans, segments32, ids
+            q, k, v, out, lse, copies, slopes, untie32, keys_, spans, segments32, ids, seed
         )
+        ctx.dropout = dropout
         ctx.table_shape = None if table is None else table.shape
         ctx.call, ctx.rows = settings, rows
         ctx.settings = (scale, q_start, flags, table is not None and table.requires_grad)
@@ -253,7 +266,7 @@ class TableBiasAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, out, lse, copies, slopes, untie32, keys_, spans, segments32, ids = (
+        q, k, v, out, lse, copies, slopes, untie32, keys_, spans, segments32, ids, seed = (
             ctx.saved_tensors
         )
         scale, q_start, flags, table_grad = ctx.settings
@@ -264,7 +277,10 @@ class TableBiasAttention(torch.autograd.Function):
         N, DV = k.shape[-2], v.shape[-1]
         # The forward's tiles: it sized the table's copies and LSE's rows for them.
         settings, rows = ctx.call, ctx.rows
-        tile, keys_tile = settings.tiles["dq"], settings.tiles["dk_dv"]
+        tile, (keys_tile, keys_schedule) = (
+            settings.tiles["dq"],
+            dk_dv_tiles(settings, flags["DROPOUT"]),
+        )
         # D_i = rowsum(dO * O), the term every row of dS subtracts: written by the dQ kernel
         # (0 past M), read by dK/dV after it, unmasked like LSE.
         delta = _rows_past(batch * heads, rows, rounded_up(M, tile.block_m), 0.0, q.device)
@@ -283,12 +299,12 @@ class TableBiasAttention(torch.autograd.Function):
         launch(
             _backward_dq_dtable, (blocks(M, tile.block_m), batch * heads), settings.launch_mode,
             (q, k, v, out, grad_out, lse, delta, dq, copies, slopes, dtable, untie32, duntie,
-             keys_, spans, segments32, ids, dsegments),
+             keys_, spans, segments32, ids, dsegments, seed),
             (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
              *grad_out.stride()[:3], *dq.stride()[:3], copies.stride(0), copies.stride(1),
              stride_dtb, stride_dth, keys_.stride(0), ids.stride(0),
              *common, M - 1, M + N - 1, untie_row, untie_column, tail_low, tail_high, scale,
-             scale * LOG2E),
+             scale * LOG2E, *ctx.dropout),
             dict(TABLE_GRAD=table_grad, UNTIE_GRAD=untie_grad, SEGMENT_GRAD=ctx.segment_grad,
                  BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, MASK_TAIL=mask_tail,
                  DIAGONALS=diagonals, PER_BLOCK=mode == "per-block", **flags,
@@ -302,15 +318,15 @@ class TableBiasAttention(torch.autograd.Function):
         launch(
             _backward_dk_dv, (blocks(N, keys_tile.block_n), batch * heads), settings.launch_mode,
             (q, k, v, grad_out, lse, delta, dk, dv, keys_copies, slopes, untie32, keys_, spans,
-             segments32, ids),
+             segments32, ids, seed),
             (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
              *dk.stride()[:3], *dv.stride()[:3], keys_copies.stride(0), keys_copies.stride(1),
              keys_.stride(0), ids.stride(0),
              *common, keys_shift, untie_row, untie_column, tail_low, tail_high, scale,
-             scale * LOG2E),
+             scale * LOG2E, *ctx.dropout),
             dict(BLOCK_M=keys_tile.block_m, BLOCK_N=keys_tile.block_n,
                  KEY_MAJOR=settings.key_major, **dk_dv_flags(flags),
-                 **launch_options(settings.schedules["dk_dv"], flags)),
+                 **launch_options(keys_schedule, flags)),
         )  # fmt: skip
         # The copies summed (in a fixed order: `gradient_mode`).
         if mode == "per-block":
@@ -325,7 +341,7 @@ class TableBiasAttention(torch.autograd.Function):
         grad_untie = duntie.to(ctx.dtypes[2]) if untie_grad else None
         return (
             dq, dk, dv, grad_table, None, None, None, None, None, grad_segments, None, None,
-            grad_untie, None, None, None, None,
+            grad_untie, None, None, None, None, None,
         )  # fmt: skip
 
 
@@ -346,6 +362,7 @@ def table_bias_attention(
     tails: tuple[int, int] | None = None,
     tail_slopes: tuple[Tensor, Tensor] | None = None,
     spans: Tensor | None = None,
+    dropout_p: float = 0.0,
 ) -> Tensor:
     """q [B, H, M, D], k [B, H, N, D], v [B, H, N, DV] -> [B, H, M, DV].
 
@@ -372,6 +389,10 @@ def table_bias_attention(
         gradient and has no untie; or None (flat tails).
     spans: `posattn.kernels.masks.key_spans` of keys and first_real, where the caller keeps
         them across calls (`table_bias.key_rules`: once per mask); None: made here.
+    dropout_p: attention dropout, 0 <= dropout_p < 1: each probability kept with chance
+        1 - dropout_p and scaled by 1 / (1 - dropout_p), from a seed drawn from the device's
+        generator; the backward drops the same ones (`_kept`: a Philox draw per score, four
+        per call; `kept_scores` gives the mask).
     """
     if table is not None:
         require_table_shape("table.shape", table, q, k)
@@ -386,6 +407,10 @@ def table_bias_attention(
             "tail_slopes", "given", "linear tails with `tails`, for a table that takes no "
             "gradient and has no untie (a line's gradient is not one entry's)",
         )  # fmt: skip
+    require(
+        isinstance(dropout_p, (int, float)) and 0 <= dropout_p < 1,
+        "dropout_p", dropout_p, "a probability 0 <= dropout_p < 1",
+    )  # fmt: skip
     rule, column_value = (None, None) if untie is None else (untie[:2], untie[2])
     # A float whatever it was given as: Triton compiles an integer 1 as a constant and a float
     # as an fp32 argument, and a direct launch's key tells 1 from 1.0 by value only. Whether
@@ -393,4 +418,17 @@ def table_bias_attention(
     return TableBiasAttention.apply(
         q, k, v, table, keys, first_real, causal, int(query_start), float(scale), segments,
         segment_ids, rule, column_value, torch.is_grad_enabled(), tails, tail_slopes, spans,
+        float(dropout_p),
     )  # fmt: skip
+
+
+def kept_scores(seed: Tensor, batch: int, heads: int, n_q: int, n_k: int, dropout_p: float):
+    """[B, H, n_q, n_k] bool: the scores that attention dropout keeps in a call whose seed
+    is `seed` (int64 [1], the first draw from the device's generator after the seed the call
+    was made under): the mask its forward and backward apply, for a reference to compare
+    with or a look at what was dropped."""
+    out = torch.empty(batch * heads, n_q, n_k, dtype=torch.int8, device=seed.device)
+    grid = (batch * heads, blocks(n_q, 32), blocks(n_k, 32))
+    drop_below = round(dropout_p * 2**24)
+    _write_kept[grid](seed, out, n_q, n_k, drop_below, BLOCK_M=32, BLOCK_N=32)
+    return out.bool().view(batch, heads, n_q, n_k)

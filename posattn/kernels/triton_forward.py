@@ -8,7 +8,7 @@ import triton.language as tl
 
 from .triton_blocks import _blocks, _key_parts, _keys_seen_whole, _pick, _unmasked_keys
 from .triton_scores import _scores, _tail_shift
-from .triton_tile_ops import _add, _load_tile, _maximum, _tile_mask
+from .triton_tile_ops import _add, _kept, _load_tile, _maximum, _tile_mask
 
 
 @triton.jit
@@ -21,13 +21,15 @@ def _forward_step(
     CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
     BLOCK_N: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, MASK_TAIL: tl.constexpr,
     TAIL: tl.constexpr = False, tail_value=0.0, LINEAR: tl.constexpr = False, slope=0.0,
-    base=0, PLAIN: tl.constexpr = False,
+    base=0, PLAIN: tl.constexpr = False, DROPOUT: tl.constexpr = False, seed=0, bh=0,
+    drop_below=0,
 ):  # fmt: skip
     """One key block of the online softmax: (acc, l_i, m_i) updated. PLAIN: the tile's
     scores are scale2 q k^T alone (no table read, flat tail's shift aside; no untie,
     segments or mask) and scale2 >= 0: the row maximum is taken before the scale (the same
     value: rounding keeps the order), so that each score's exponent is one FMA instead of
-    a multiply and a subtraction."""
+    a multiply and a subtraction. DROPOUT: the probabilities that reach V are those dropout
+    keeps (`_kept`); the rows' sums keep every one."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k = _load_tile(K + b * skb + h * skh, offs_n, skn, N, offs_d, D, EVEN_D)
     v = _load_tile(V + b * svb + h * svh, offs_n, svn, N, offs_dv, DV, EVEN_DV)
@@ -54,30 +56,35 @@ def _forward_step(
     p = tl.exp2(s * scale2 - below[:, None]) if PLAIN else tl.exp2(s - below[:, None])
     alpha = tl.exp2(m_i - m_safe)
     l_i = l_i * alpha + tl.reduce(p, 1, _add)
+    if DROPOUT:
+        kept = _kept(seed, bh, start_m, start_n, N, drop_below, offs_m.shape[0], BLOCK_N)
+        p = tl.where(kept, p, 0.0)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
     return acc, l_i, m_new
 
 
 @triton.jit
 def _forward(
-    Q, K, V, OUT, LSE, TABLE, SLOPES, UNTIE, KEYS, SPANS, SEGMENTS, SEGMENT_IDS,
+    Q, K, V, OUT, LSE, TABLE, SLOPES, UNTIE, KEYS, SPANS, SEGMENTS, SEGMENT_IDS, SEED,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, stride_th, stride_tk, stride_kb,
     stride_sb,
     H, M, N, D, DV, q_start, rows, table_shift, untie_row, untie_column, tail_low, tail_high,
-    scale2,
+    scale2, drop_below, keep_scale,
     HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
     CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, MASK_TAIL: tl.constexpr,
     TAILS: tl.constexpr, LINEAR: tl.constexpr, RUNS: tl.constexpr, RAW_MAX: tl.constexpr,
+    DROPOUT: tl.constexpr,
 ):  # fmt: skip
     """TAILS: the table is known below tail_low and above tail_high (`table_bias_attention`'s
     `tails`): flat, or with LINEAR a line (SLOPES); the key blocks inside either tail run in
     loops of their own and read no table. RUNS (with HAS_KEYS): the key blocks inside a run
     of visible keys take no key mask (`key_runs_choice`). RAW_MAX: scale2 >= 0, so that a
     block of scores that are the scaled product alone takes its row maximum before the scale
-    (`_forward_step`'s PLAIN)."""
+    (`_forward_step`'s PLAIN). DROPOUT: attention dropout (`_kept`: drop_below = p 2^24),
+    the kept probabilities scaled by keep_scale = 1 / (1 - p), from the seed SEED[0]."""
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
@@ -87,6 +94,9 @@ def _forward(
     first = 0
     if CAUSAL:
         first = tl.load(SPANS + 4 * b)
+    seed = 0
+    if DROPOUT:
+        seed = tl.load(SEED)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.full([BLOCK_M], 0.0, tl.float32)
     acc = tl.full([BLOCK_M, BLOCK_DV], 0.0, tl.float32)
@@ -127,10 +137,13 @@ def _forward(
                     base=M - 1 - _pick(part, tail_low, tail_high),
                     PLAIN=BARE & ((not HAS_TABLE) | (TAILS & (part != 1) & (not LINEAR)))
                     & ((not MASKED) | (piece == 1)),
+                    DROPOUT=DROPOUT, seed=seed, bh=bh, drop_below=drop_below,
                 )  # fmt: skip
     # A row that sees no key (out of range, or every key hidden) gives 0, not 0 / 0.
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     out = acc / l_safe[:, None]
+    if DROPOUT:
+        out *= keep_scale
     tl.store(
         OUT + b * sob + h * soh + offs_m[:, None] * som + offs_dv[None, :],
         out.to(OUT.dtype.element_ty),

@@ -30,6 +30,12 @@ class Tiles:
         return ",".join(str(value) for value in vars(self).values() if value is not None)
 
 
+# With attention dropout, dK/dV's default tile holds 32 queries instead of 64: at 64 x 128 the
+# Philox draws spilled registers (40 bytes per thread for T5, 248 for TUPE-R's 128-wide q and
+# k; sm_90, bf16), at 32 x 128 none (244 and 255 registers), at 2006 and 2164 warp
+# instructions per 1000 scores against 1872 and 2242. POSATTN_TRITON_DK_DV holds with dropout
+# too (`_settings`).
+DROPOUT_DK_DV = Tiles(32, 128, 8, 2)
 # Under the CPU interpreter: small and unequal tiles, so that test lengths cross several
 # blocks of each kind (warps and stages mean nothing there).
 INTERPRETER_TILES = Tiles(32, 16)
@@ -239,10 +245,10 @@ def head_block(size: int) -> int:
 def kernel_flags(
     dtype: torch.dtype, D: int, DV: int, *, has_table: bool, has_keys: bool, causal: bool,
     num_segments: int, has_untie: bool = False, tails: bool = False, linear_tails: bool = False,
-    key_runs: bool = False,
+    key_runs: bool = False, dropout: bool = False,
 ) -> dict:  # fmt: skip
     """The compile-time flags every kernel of one call shares (RUNS, the forward's and dQ's
-    alone: `key_runs_choice`)."""
+    alone: `key_runs_choice`; DROPOUT, attention dropout)."""
     return dict(
         HAS_TABLE=has_table,
         RUNS=has_keys and key_runs,
@@ -257,6 +263,7 @@ def kernel_flags(
         BLOCK_DV=head_block(DV),
         EVEN_D=head_block(D) == D,
         EVEN_DV=head_block(DV) == DV,
+        DROPOUT=dropout,
     )
 
 
@@ -301,6 +308,7 @@ class CallSettings:
     launch_mode: str
     tails: bool
     key_runs: bool
+    dropout_dk_dv: tuple[Tiles, dict]
 
 
 def call_settings(device: torch.device) -> CallSettings:
@@ -317,17 +325,28 @@ def _settings(device_type: str, environment: tuple, choose_tiles, choose_schedul
     """(`environment`, the variables' values, is part of the key: the choosers read them.)"""
     device = torch.device(device_type)
     chosen = {kind: choose_tiles(device, kind) for kind in GPU_TILES}
+    with_dropout = chosen["dk_dv"]
+    if with_dropout == GPU_TILES["dk_dv"]:  # not overridden
+        with_dropout = DROPOUT_DK_DV
     return CallSettings(
         tiles=chosen,
         schedules={kind: choose_schedule(tile, device) for kind, tile in chosen.items()},
-        longest_run=longest_table_run(chosen),
+        longest_run=longest_table_run({**chosen, "dropout_dk_dv": with_dropout}),
         key_major=dk_dv_order() == "key-major",
         skew=skew_choice(),
         grad_mode=table_grad_mode(),
         launch_mode=launch_choice(),
         tails=tails_choice() == "on",
         key_runs=key_runs_choice() == "on",
+        dropout_dk_dv=(with_dropout, choose_schedule(with_dropout, device)),
     )
+
+
+def dk_dv_tiles(settings: CallSettings, dropout: bool) -> tuple[Tiles, dict]:
+    """The dK/dV kernel's tile and schedule for a call with or without attention dropout."""
+    if dropout:
+        return settings.dropout_dk_dv
+    return settings.tiles["dk_dv"], settings.schedules["dk_dv"]
 
 
 def longest_table_run(chosen: dict[str, Tiles]) -> int:

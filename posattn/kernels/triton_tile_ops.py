@@ -52,3 +52,43 @@ def _load_tile(BASE, rows, row_stride, num_rows, columns, num_columns, FULL_WIDT
     """A [rows, columns] tile of a row-major matrix (unit column stride), 0 outside it."""
     mask = _tile_mask(rows, num_rows, columns, num_columns, FULL_WIDTH)
     return tl.load(BASE + rows[:, None] * row_stride + columns[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def _kept(
+    seed, bh, start_m, start_n, N, drop_below, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    KEY_MAJOR: tl.constexpr = False,
+):  # fmt: skip
+    """Which scores of a [BLOCK_M queries, BLOCK_N keys] tile (KEY_MAJOR: [keys, queries])
+    attention dropout keeps: score (i, j) is dropped where 24 bits of a Philox draw fall
+    below drop_below = p 2^24. One Philox call gives four draws, for four keys in a row
+    (from 4 (j // 4)): the head's stream (seed + b * H + h), counter i * ceil(N / 4) +
+    j // 4; draw (j % 4: 0, 2, 1, 3) of the four. The forward, dQ and dK/dV drop the same
+    scores whatever their tiles (blocks of keys start at multiples of 4)."""
+    groups = (N + 3) // 4
+    queries = start_m + tl.arange(0, BLOCK_M)
+    fours = start_n // 4 + tl.arange(0, BLOCK_N // 4)
+    if KEY_MAJOR:
+        counters = queries[None, :] * groups + fours[:, None]
+    else:
+        counters = queries[:, None] * groups + fours[None, :]
+    r0, r1, r2, r3 = tl.randint4x(seed + bh, counters)
+    draws = tl.join(tl.join(r0, r1), tl.join(r2, r3))  # [.., 4 keys' draws as 2 x 2]
+    if KEY_MAJOR:
+        draws = tl.reshape(tl.permute(draws, (0, 2, 3, 1)), (BLOCK_N, BLOCK_M))
+    else:
+        draws = tl.reshape(draws, (BLOCK_M, BLOCK_N))
+    return (draws >> 8).to(tl.int32) >= drop_below
+
+
+@triton.jit
+def _write_kept(SEED, OUT, M, N, drop_below, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """OUT[b * H + h, i, j] = whether dropout keeps score (i, j) (`_kept`), a tile per
+    program (grid: B * H, query blocks, key blocks)."""
+    bh = tl.program_id(0)
+    start_m, start_n = tl.program_id(1) * BLOCK_M, tl.program_id(2) * BLOCK_N
+    kept = _kept(tl.load(SEED), bh, start_m, start_n, N, drop_below, BLOCK_M, BLOCK_N)
+    rows = start_m + tl.arange(0, BLOCK_M)[:, None]
+    columns = start_n + tl.arange(0, BLOCK_N)[None, :]
+    inside = (rows < M) & (columns < N)
+    tl.store(OUT + bh * M * N + rows * N + columns, kept.to(tl.int8), mask=inside)

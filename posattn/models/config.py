@@ -25,7 +25,7 @@ class PosAttnConfig(PreTrainedConfig):
     kernel: "auto" (SDPA; for a large learned bias FlexAttention on GPU, the recomputing
         backward of "sdpa-lowmem" on CPU), "sdpa",
         "sdpa-lowmem", "flex", "triton" (a relative bias read from its table inside the
-        kernel; table-described, low-rank or no bias only, no attention dropout in training)
+        kernel; table-described, low-rank or no bias only)
         or "eager" (the reference); transformers' `attn_implementation` sets it and
         `_attn_implementation` reports it under transformers' names
         (posattn.models.attn_implementation).
