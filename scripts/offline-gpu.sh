@@ -138,6 +138,16 @@ check() {
             tail -n 5 "$work/bench-fold.log"
         pack_check "$out"
     fi
+    # BERT-small with BERT's attention dropout, T5 through SDPA and through the kernel (which
+    # `auto` leaves dropout to SDPA for: untimed).
+    if limit=$(within "${DROPOUT_SECONDS:-60}" 0); then
+        timeout "$limit" "$PYTHON" -m posattn bench --kernels sdpa,triton --encodings t5 \
+            --lengths 256 --model-lengths 512,2048 --long-lengths '' --attention-dropout 0.1 \
+            --output "$work/bench-dropout" >"$work/bench-dropout.log" 2>&1 || true
+        grep -A8 "Model level" "$work/bench-dropout/bench.md" 2>/dev/null ||
+            tail -n 5 "$work/bench-dropout.log"
+        pack_check "$out"
+    fi
     # With the time left: at those tiles, each kernel's share of a training call (T5, no
     # table, TUPE-R, flash); at n=4096 the kernels' time, at 1024 also the host's (wall
     # against GPU time).

@@ -168,15 +168,55 @@ def test_model_level_measures_each_kernel_and_skips_a_refusal(monkeypatch):
     assert rows[0]["train_ms"] > 0 and rows[0]["infer_ms"] > 0
 
 
-def small_model(encoding, n, kernel="auto"):
+def small_model(encoding, n, kernel="auto", attention_dropout=0.0):
     from posattn.models import PosAttnForMaskedLM
     from posattn.models.config import PosAttnConfig
 
     config = PosAttnConfig(
         vocab_size=50, d_model=16, num_layers=1, num_heads=2, ffn_dim=32, max_len=n,
-        encoding=encoding, kernel=kernel, attention_dropout=0.0,
+        encoding=encoding, kernel=kernel, attention_dropout=attention_dropout,
     )  # fmt: skip
     return PosAttnForMaskedLM(config)
+
+
+def test_attention_dropout_reaches_every_model_of_the_model_level(tmp_path, monkeypatch):
+    """`--attention-dropout 0.1`: `learned` and each encoding's BERT-small are built with it,
+    bench.json and bench.md say so; a probability outside [0, 1) is refused by name."""
+    from posattn.lab.bench import bench as bench_module
+
+    built = []
+
+    def recorded(encoding, n, kernel="auto", attention_dropout=0.0):
+        built.append((encoding, attention_dropout))
+        return small_model(encoding, n, kernel, attention_dropout)
+
+    monkeypatch.setattr(bench_module, "bert_small", recorded)
+    torch.set_default_dtype(torch.float32)
+    try:
+        main(
+            [
+                "bench",
+                "--lengths",
+                "8",
+                "--encodings",
+                "t5",
+                "--model-lengths",
+                "8",
+                "--long-lengths",
+                "",
+                "--attention-dropout",
+                "0.1",
+                "--output",
+                str(tmp_path),
+            ]
+        )
+    finally:
+        torch.set_default_dtype(torch.float64)
+    assert built == [("learned", 0.1), ("t5", 0.1)]
+    assert json.loads((tmp_path / "bench.json").read_text())["context"]["attention_dropout"] == 0.1
+    assert "+% over `learned`, attention dropout 0.1" in (tmp_path / "bench.md").read_text()
+    with pytest.raises(PosAttnConfigError, match=r"--attention-dropout=1\.0 is not allowed"):
+        main(["bench", "--attention-dropout", "1.0", "--output", str(tmp_path)])
 
 
 def test_paired_timing_holds_the_garbage_collector_off_and_restores_it():

@@ -51,7 +51,8 @@ def stages_run(tmp_path: Path, **bounds: int) -> list[tuple[str, int]]:
 
 
 def kinds(calls: list[tuple[str, int]]) -> list[str]:
-    names = {"fold=true": "fold", "-k triton": "tests", "triton_tiles": "tiles",
+    names = {"--attention-dropout": "dropout", "fold=true": "fold", "-k triton": "tests",
+             "triton_tiles": "tiles",
              "--model-lengths 512": "model",
              "--kernels sdpa,triton": "bench", "--host": "host", "triton_profile": "profile",
              "takes_flex": "untie", "--kernels flex": "flex"}  # fmt: skip
@@ -61,8 +62,8 @@ def kinds(calls: list[tuple[str, int]]) -> list[str]:
 def test_every_stage_runs_in_order_when_time_allows(tmp_path):
     calls = stages_run(tmp_path, CHECK_SECONDS=500, TEST_SLEEP=0)
     assert kinds(calls) == [
-        "tests", "tiles", "bench", "model", "fold", "profile", "profile", "host", "untie",
-        "flex",
+        "tests", "tiles", "bench", "model", "fold", "dropout", "profile", "profile", "host",
+        "untie", "flex",
     ]  # fmt: skip
 
 
@@ -71,7 +72,8 @@ def test_the_sweep_is_skipped_to_leave_the_benchmarks_their_bounds(tmp_path):
     # have 32 - 3 - 11 = 18 s, under the 20 a stage needs; the benchmarks and what follows run.
     calls = stages_run(tmp_path, CHECK_SECONDS=32, TEST_SLEEP=3, BENCH_SECONDS=10, MODEL_SECONDS=1)
     assert kinds(calls) == [
-        "tests", "bench", "model", "fold", "profile", "profile", "host", "untie", "flex"
+        "tests", "bench", "model", "fold", "dropout", "profile", "profile", "host", "untie",
+        "flex",
     ]  # fmt: skip
     bounds = dict(zip(kinds(calls), (bound for _, bound in calls), strict=False))
     # The tests' own 150 s would eat into the benchmarks' 11: they get 32 - 11 = 21 s (20

@@ -65,6 +65,8 @@ class BenchSettings:
     # which one the floor is, and where the others stand. None: every GPU one on a GPU
     # (flash, cuDNN, memory-efficient), none on CPU.
     floor_backends: list[str] | None = None
+    # The model level's dropout inside attention (every model, `learned`'s included).
+    attention_dropout: float = 0.0
 
     def sdpa_backends(self, device: torch.device) -> list[str]:
         names = self.floor_backends
@@ -295,13 +297,15 @@ def long_sequences(s: BenchSettings, device) -> list[dict]:
     return rows
 
 
-def bert_small(encoding: str, n: int, kernel: str = "auto") -> PosAttnForMaskedLM:
+def bert_small(
+    encoding: str, n: int, kernel: str = "auto", attention_dropout: float = 0.0
+) -> PosAttnForMaskedLM:
     """DIET Table 1's BERT-small: 4 layers, hidden 512, 8 heads; no dropout inside attention
-    (kernel="triton" takes none, and every model of the level runs alike)."""
+    unless asked for (`--attention-dropout`: BERT's 0.1), every model of the level alike."""
     config = PosAttnConfig(
         vocab_size=30522, d_model=512, num_layers=4, num_heads=8, ffn_dim=2048, max_len=n,
         encoding=encoding, encoding_options=BENCH_OPTIONS.get(encoding, {}),
-        causal=encoding in CAUSAL_ONLY, kernel=kernel, attention_dropout=0.0,
+        causal=encoding in CAUSAL_ONLY, kernel=kernel, attention_dropout=attention_dropout,
     )  # fmt: skip
     torch.manual_seed(0)
     return PosAttnForMaskedLM(config)
@@ -329,12 +333,12 @@ def model_level(s: BenchSettings, device) -> list[dict]:
     rows = []
     dtype = s.torch_dtype(device)
     for n in s.model_lengths:
-        baseline = autocast(step_functions(bert_small("learned", n).to(device), s.model_batch, n),
-                            device, dtype)  # fmt: skip
+        learned = bert_small("learned", n, attention_dropout=s.attention_dropout).to(device)
+        baseline = autocast(step_functions(learned, s.model_batch, n), device, dtype)
         for name in s.encodings:
             for kernel in s.kernels:
                 try:
-                    model = bert_small(name, n, kernel).to(device)
+                    model = bert_small(name, n, kernel, s.attention_dropout).to(device)
                     steps = autocast(step_functions(model, s.model_batch, n), device, dtype)
                     row = dict(encoding=name, kernel=kernel, n=n)
                     for key, base_fn, fn in zip(("train", "infer"), baseline, steps, strict=True):
@@ -390,7 +394,13 @@ def markdown(attention_rows: list[dict], model_rows: list[dict], context: dict) 
     lines += table_lines(header, rows)
     if not model_rows:  # --model-lengths ''
         return "\n".join(lines) + "\n"
-    lines += ["", "## Model level: BERT-small (4 x 512, 8 heads), +% over `learned`", ""]
+    dropout = context.get("attention_dropout", 0.0)
+    lines += [
+        "",
+        "## Model level: BERT-small (4 x 512, 8 heads), +% over `learned`"
+        + (f", attention dropout {dropout}" if dropout else ""),
+        "",
+    ]
     header = [
         "encoding",
         "n",
@@ -426,6 +436,7 @@ def bench(settings: BenchSettings, output: Path) -> dict:
         "dtype": str(settings.torch_dtype(device)).removeprefix("torch."),
         # posattn.execution's choices in force (`--choose`), the defaults included.
         "execution": dataclasses.asdict(execution.current()),
+        "attention_dropout": settings.attention_dropout,
     }
     attention_rows, skipped = attention_level(settings, device)
     model_rows = model_level(settings, device)

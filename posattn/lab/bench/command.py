@@ -37,6 +37,14 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.floor_backends is not None:  # "" pins none
         settings.floor_backends = [b.strip() for b in args.floor_backends.split(",") if b.strip()]
     settings.dtype = args.dtype
+    if args.attention_dropout is not None:
+        from ...errors import require
+
+        require(
+            0 <= args.attention_dropout < 1,
+            "--attention-dropout", args.attention_dropout, "a probability 0 <= p < 1",
+        )  # fmt: skip
+        settings.attention_dropout = args.attention_dropout
     choices = {}
     for text in args.choose or []:
         choices.update(execution.parse(text))
@@ -73,6 +81,12 @@ def register(commands) -> None:
         metavar="NAME=VALUE",
         help="an execution choice for the whole run (posattn.execution: fold=true, skew=none, "
         "kernel=sdpa, ..._threshold_bytes=N); repeatable",
+    )
+    parser.add_argument(
+        "--attention-dropout",
+        type=float,
+        help="dropout inside attention for every model of the model level (default 0; "
+        "BERT's is 0.1)",
     )
     parser.add_argument("--output", help="the run directory")
     parser.set_defaults(func=run_bench)
