@@ -385,7 +385,7 @@ def test_deterministic_gradients_take_at_most_two_adds_per_address(
     from posattn.kernels.table_bias import SegmentPairs
 
     torch.manual_seed(0)
-    batch, heads, n = 2, 2, 48
+    batch, heads, n = 2, 2, 36
     q, k, v = (torch.randn(batch, heads, n, 16, requires_grad=True) for _ in range(3))
     table = torch.randn(heads, 2 * n - 1, requires_grad=True)
     column_value = torch.randn(heads, requires_grad=True)
@@ -481,6 +481,33 @@ def test_auto_takes_the_kernel_under_deterministic_algorithms_where_it_is_determ
     assert flex.auto_takes_triton(q, q, None, None, True)
 
 
+def test_philox_gives_the_published_known_answers():
+    """The dropout's Philox4x32-10 (`_philox`) reproduces the generator's published
+    known-answer vectors (Random123's: a zero counter and key; the counter and key of pi's
+    hexadecimal digits)."""
+    from posattn.kernels.triton_tile_ops import _philox
+
+    def philox_of(C, K, OUT, PHILOX: triton.language.constexpr):  # [2, 4], [2, 2] -> [2, 4]
+        rows = triton.language.arange(0, 2)
+        words = [triton.language.load(C + rows * 4 + index) for index in range(4)]
+        keys = [triton.language.load(K + rows * 2 + index) for index in range(2)]
+        draws = PHILOX(words[0], words[1], words[2], words[3], keys[0], keys[1])
+        for index in range(4):
+            triton.language.store(OUT + rows * 4 + index, draws[index])
+
+    def uint32(values):
+        return torch.tensor(values, dtype=torch.int64).to(torch.int32).view(torch.uint32)
+
+    out = uint32([0] * 8)
+    words = [0, 0, 0, 0, 0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344]
+    keys = uint32([0, 0, 0xA4093822, 0x299F31D0])
+    triton.jit(philox_of)[(1,)](uint32(words), keys, out, PHILOX=_philox)
+    assert [int(x) & 0xFFFFFFFF for x in out.view(torch.int32)] == [
+        0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8,
+        0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1,
+    ]  # fmt: skip
+
+
 # (padded, causal, (low, high) table tails, untie, segments, dK/dV's orientation)
 DROPOUT_CASES = [
     (True, False, None, (3, 3), True, "key-major"),
@@ -501,7 +528,7 @@ def test_dropout_equals_eager_with_the_same_scores_dropped(
 
     monkeypatch.setenv("POSATTN_TRITON_DK_DV_ORDER", order)
     torch.manual_seed(0)
-    batch, heads, n, p = 2, 2, 48, 0.3
+    batch, heads, n, p = 2, 2, 36, 0.3
     q, k, v = (torch.randn(batch, heads, n, 16, requires_grad=True) for _ in range(3))
     table = torch.randn(heads, 2 * n - 1, requires_grad=True)
     column_value = torch.randn(heads, requires_grad=True)
@@ -523,7 +550,7 @@ def test_dropout_equals_eager_with_the_same_scores_dropped(
     torch.manual_seed(7)
     seed = torch.randint(0, 2**31 - 1, (1,))
     kept = kept_scores(seed, batch, heads, n, n, p)
-    assert abs(kept.float().mean().item() - (1 - p)) < 0.02
+    assert abs(kept.float().mean().item() - (1 - p)) < 0.03  # 5184 scores: 4.7 sigma
     matrix = toeplitz_rows(table if tails is None else clamped_table(table, tails), n, n)
     bias = (matrix if rule is None else rule.applied(matrix))[None]
     if segments:
@@ -539,7 +566,7 @@ def test_a_model_trains_with_attention_dropout_on_the_kernel():
     """A model with attention dropout trains on kernel="triton": the same seed gives the same
     output, another seed another, and eval mode none of it."""
     ids = torch.randint(1, 40, (2, 12))
-    model = tiny_encoder("t5", kernel="triton", attention_dropout=0.3).train()
+    model = tiny_encoder("t5", kernel="triton", attention_dropout=0.3, num_layers=1).train()
     outputs = []
     for seed in (1, 1, 2):
         torch.manual_seed(seed)

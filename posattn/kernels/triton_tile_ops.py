@@ -54,6 +54,29 @@ def _load_tile(BASE, rows, row_stride, num_rows, columns, num_columns, FULL_WIDT
     return tl.load(BASE + rows[:, None] * row_stride + columns[None, :], mask=mask, other=0.0)
 
 
+# Philox4x32-10 (Salmon, Moraes, Dror, Shaw, SC 2011): its two multipliers and the Weyl
+# increments of its key.
+PHILOX_M0, PHILOX_M1 = tl.constexpr(0xD2511F53), tl.constexpr(0xCD9E8D57)
+PHILOX_W0, PHILOX_W1 = tl.constexpr(0x9E3779B9), tl.constexpr(0xBB67AE85)
+
+
+@triton.jit
+def _philox(c0, c1, c2, c3, k0, k1):
+    """Philox4x32-10 of the counter (c0, c1, c2, c3) under the key (k0, k1), all uint32:
+    four uint32 draws. posattn's own (Triton's tl.randint4x is built when triton is first
+    imported, for the compiler alone where the interpreter is switched on later: the tests'
+    case)."""
+    m0 = tl.full(c0.shape, PHILOX_M0, tl.uint32)
+    m1 = tl.full(c0.shape, PHILOX_M1, tl.uint32)
+    for _ in tl.static_range(10):
+        high0, low0 = tl.umulhi(m0, c0), m0 * c0
+        high1, low1 = tl.umulhi(m1, c2), m1 * c2
+        c0, c1, c2, c3 = high1 ^ c1 ^ k0, low1, high0 ^ c3 ^ k1, low0
+        k0 = (k0 + PHILOX_W0).to(tl.uint32)  # modulo 2^32, whatever the sum was widened to
+        k1 = (k1 + PHILOX_W1).to(tl.uint32)
+    return c0, c1, c2, c3
+
+
 @triton.jit
 def _kept(
     seed, bh, start_m, start_n, N, drop_below, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -72,7 +95,12 @@ def _kept(
         counters = queries[None, :] * groups + fours[:, None]
     else:
         counters = queries[:, None] * groups + fours[None, :]
-    r0, r1, r2, r3 = tl.randint4x(seed + bh, counters)
+    key = seed + bh
+    zero = tl.full(counters.shape, 0, tl.uint32)
+    r0, r1, r2, r3 = _philox(
+        counters.to(tl.uint32), zero, zero, zero, (key & 0xFFFFFFFF).to(tl.uint32),
+        (key >> 32).to(tl.uint32),
+    )  # fmt: skip
     draws = tl.join(tl.join(r0, r1), tl.join(r2, r3))  # [.., 4 keys' draws as 2 x 2]
     if KEY_MAJOR:
         draws = tl.reshape(tl.permute(draws, (0, 2, 3, 1)), (BLOCK_N, BLOCK_M))
