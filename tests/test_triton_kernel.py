@@ -562,21 +562,39 @@ def test_dropout_equals_eager_with_the_same_scores_dropped(
     assert_values_and_gradients_equal(ours, reference, leaves, torch.randn_like(ours))
 
 
+@pytest.mark.filterwarnings("ignore:`gradient_checkpointing_enable` is deprecated")
 def test_a_model_trains_with_attention_dropout_on_the_kernel():
-    """A model with attention dropout trains on kernel="triton": the same seed gives the same
-    output, another seed another, and eval mode none of it."""
+    """A masked LM with attention dropout trains on kernel="triton": the same seed gives the
+    same loss, another seed another, eval mode none of it; with gradient checkpointing (its
+    recomputed forward draws the same seed: torch restores the generator) every gradient
+    equals the plain model's."""
+    import copy
+
+    from posattn import PosAttnForMaskedLM
+
+    torch.manual_seed(0)
+    config = tiny_config("t5", kernel="triton", attention_dropout=0.3, num_layers=1)
+    model = PosAttnForMaskedLM(config).train()
     ids = torch.randint(1, 40, (2, 12))
-    model = tiny_encoder("t5", kernel="triton", attention_dropout=0.3, num_layers=1).train()
-    outputs = []
-    for seed in (1, 1, 2):
+
+    def loss(model, seed):
         torch.manual_seed(seed)
-        outputs.append(model(ids))
-    outputs[0].square().sum().backward()
-    assert torch.equal(outputs[0], outputs[1]) and not torch.allclose(outputs[0], outputs[2])
-    eval_out = model.eval()(ids)
-    model.set_kernel("eager")
-    torch.testing.assert_close(eval_out, model(ids))
-    assert not torch.allclose(eval_out, outputs[0])
+        return model(input_ids=ids, labels=ids).loss
+
+    first, again, other = loss(model, 1), loss(model, 1), loss(model, 2)
+    assert torch.equal(first, again) and not torch.allclose(first, other)
+    first.backward()
+    checkpointed = copy.deepcopy(model)
+    checkpointed.zero_grad()
+    checkpointed.gradient_checkpointing_enable()
+    loss(checkpointed, 1).backward()
+    for ours, plain in zip(checkpointed.parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(ours.grad, plain.grad)
+    model.eval()
+    with torch.no_grad():
+        evaluated = model(input_ids=ids, labels=ids).loss
+        model.posattn.encoder.set_kernel("eager")
+        torch.testing.assert_close(evaluated, model(input_ids=ids, labels=ids).loss)
 
 
 # (n_q, n_k, query_start, (low, high) table indices, padded, causal, untie, the backward's
