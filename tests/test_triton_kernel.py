@@ -364,6 +364,24 @@ def atomic_adds_per_address(monkeypatch) -> Counter:
     return adds
 
 
+def learned_tables_case(padded: bool, causal: bool, n: int) -> tuple:
+    """q, k, v [2, 2, n, 16], an offset table, the untie's column values and DIET's segment
+    pairs (all leaves), segment ids (segment 1 from position 20) and the mask (the second
+    row's last 7 keys padded if `padded`)."""
+    torch.manual_seed(0)
+    batch, heads = 2, 2
+    q, k, v = (torch.randn(batch, heads, n, 16, requires_grad=True) for _ in range(3))
+    table = torch.randn(heads, 2 * n - 1, requires_grad=True)
+    column_value = torch.randn(heads, requires_grad=True)
+    pairs = torch.randn(heads, 4, requires_grad=True)
+    ids = (torch.arange(n) >= 20).long().expand(batch, n)
+    padding = torch.ones(batch, n, dtype=torch.bool)
+    if padded:
+        padding[1, n - 7 :] = False
+    mask = build_attention_mask(padding, n, causal, torch.device("cpu"))
+    return q, k, v, table, column_value, pairs, ids, mask
+
+
 # (padded, causal, table tails as indices, segments): the table's gradient carried across key
 # blocks, a tail's sum on its bound, causal blocks skipped, segment pairs per key block.
 DETERMINISTIC_CASES = [
@@ -384,17 +402,8 @@ def test_deterministic_gradients_take_at_most_two_adds_per_address(
     table, whose addresses take many adds."""
     from posattn.kernels.table_bias import SegmentPairs
 
-    torch.manual_seed(0)
     batch, heads, n = 2, 2, 36
-    q, k, v = (torch.randn(batch, heads, n, 16, requires_grad=True) for _ in range(3))
-    table = torch.randn(heads, 2 * n - 1, requires_grad=True)
-    column_value = torch.randn(heads, requires_grad=True)
-    pairs = torch.randn(heads, 4, requires_grad=True)
-    ids = (torch.arange(n) >= 20).long().expand(batch, n)
-    padding = torch.ones(batch, n, dtype=torch.bool)
-    if padded:
-        padding[1, n - 7 :] = False
-    mask = build_attention_mask(padding, n, causal, torch.device("cpu"))
+    q, k, v, table, column_value, pairs, ids, mask = learned_tables_case(padded, causal, n)
     grad = torch.randn(batch, heads, n, 16)
     untie = ClsUntie(3, 3, column_value)
     known = None if tails is None else TableTails(*(index - (n - 1) for index in tails))
@@ -527,17 +536,8 @@ def test_dropout_equals_eager_with_the_same_scores_dropped(
     from posattn.kernels.triton_bias import kept_scores
 
     monkeypatch.setenv("POSATTN_TRITON_DK_DV_ORDER", order)
-    torch.manual_seed(0)
     batch, heads, n, p = 2, 2, 36, 0.3
-    q, k, v = (torch.randn(batch, heads, n, 16, requires_grad=True) for _ in range(3))
-    table = torch.randn(heads, 2 * n - 1, requires_grad=True)
-    column_value = torch.randn(heads, requires_grad=True)
-    pairs = torch.randn(heads, 4, requires_grad=True)
-    ids = (torch.arange(n) >= 20).long().expand(batch, n)
-    padding = torch.ones(batch, n, dtype=torch.bool)
-    if padded:
-        padding[1, n - 7 :] = False
-    mask = build_attention_mask(padding, n, causal, torch.device("cpu"))
+    q, k, v, table, column_value, pairs, ids, mask = learned_tables_case(padded, causal, n)
     read = table if tails is None else clamped_table(table, tails)
     known = None if tails is None else TableTails(*(index - (n - 1) for index in tails))
     rule = None if untie is None else ClsUntie(*untie, column_value)
