@@ -382,56 +382,64 @@ def learned_tables_case(padded: bool, causal: bool, n: int) -> tuple:
     return q, k, v, table, column_value, pairs, ids, mask
 
 
-# (padded, causal, table tails as indices, segments): the table's gradient carried across key
-# blocks, a tail's sum on its bound, causal blocks skipped, segment pairs per key block.
+# (padded, causal, table tails as indices, segments, dK/dV's orientation): the table's
+# gradient carried across key blocks, a tail's sum on its bound, causal blocks skipped,
+# segment pairs per key block.
 DETERMINISTIC_CASES = [
-    (True, True, (30, 50), False),
-    (False, False, (30, 47), True),
+    (True, True, (30, 50), False, "query-major"),
+    (True, False, (30, 47), True, "key-major"),
 ]
 
 
-@pytest.mark.parametrize(("padded", "causal", "tails", "segments"), DETERMINISTIC_CASES)
-def test_deterministic_gradients_take_at_most_two_adds_per_address(
-    monkeypatch, restore_determinism, padded, causal, tails, segments
+@pytest.mark.parametrize(("padded", "causal", "tails", "segments", "order"), DETERMINISTIC_CASES)
+def test_deterministic_dropout_equals_eager_and_takes_at_most_two_adds_per_address(
+    monkeypatch, restore_determinism, padded, causal, tails, segments, order
 ):
-    """Under torch.use_deterministic_algorithms(True) the tables' gradients (the table's,
-    TUPE's untie's, DIET's segment table's) are added per query block into copies of their
-    own and summed after in a fixed order: no address takes more than two atomic adds, so
-    the order the blocks run in cannot change a bit (two adds onto zero give one value either
-    way). Values and every gradient equal eager's. Without determinism the blocks share one
-    table, whose addresses take many adds."""
+    """Two features at once, each against eager. Under torch.use_deterministic_algorithms
+    the tables' gradients (the table's, TUPE's untie's, DIET's segment table's) are added per
+    query block into copies of their own and summed after in a fixed order: no address takes
+    more than two atomic adds, so the order the blocks run in cannot change a bit (two adds
+    onto zero give one value either way); shared by every block, an address takes many.
+    Attention dropout inside the kernel: the output and every gradient equal eager's with the
+    scores the kernel drops (its seed drawn from torch's generator, its mask `kept_scores`)
+    zeroed and the rest scaled by 1 / (1 - p), dK/dV key- or query-major; about 1 - p of the
+    scores kept."""
     from posattn.kernels.table_bias import SegmentPairs
+    from posattn.kernels.triton_bias import kept_scores
 
-    batch, heads, n = 2, 2, 36
+    monkeypatch.setenv("POSATTN_TRITON_DK_DV_ORDER", order)
+    batch, heads, n, p = 2, 2, 36, 0.3
     q, k, v, table, column_value, pairs, ids, mask = learned_tables_case(padded, causal, n)
     grad = torch.randn(batch, heads, n, 16)
     untie = ClsUntie(3, 3, column_value)
-    known = None if tails is None else TableTails(*(index - (n - 1) for index in tails))
+    known = TableTails(*(index - (n - 1) for index in tails))
     pair_bias = SegmentPairs(pairs, ids, 2) if segments else None
     leaves = [q, k, v, table, column_value] + ([pairs] if segments else [])
 
-    def table_read():  # built anew for each backward
-        return table if tails is None else clamped_table(table, tails)
-
-    def call():
-        tables = TableBias(
-            offset=table_read(), offset_tails=known, segments=pair_bias, cls_untie=untie
-        )
-        return get_kernel("triton")(q, k, v, mask=mask, bias=None, scale=0.3, tables=tables)
+    def call():  # the table read anew for each backward
+        tables = TableBias(offset=clamped_table(table, tails), offset_tails=known,
+                           segments=pair_bias, cls_untie=untie)  # fmt: skip
+        kernel = get_kernel("triton")
+        return kernel(q, k, v, mask=mask, bias=None, scale=0.3, dropout_p=p, tables=tables)
 
     adds = atomic_adds_per_address(monkeypatch)
-    shared = call()
-    shared.backward(grad)
+    call().backward(grad)
     assert max(adds.values()) > 2  # one table for every block: many adds per address
     for leaf in leaves:
         leaf.grad = None
     adds.clear()
     torch.use_deterministic_algorithms(True)
+    torch.manual_seed(7)
     ours = call()
-    bias = untie.applied(toeplitz_rows(table_read(), n, n))[None]
+    torch.manual_seed(7)
+    kept = kept_scores(torch.randint(0, 2**31 - 1, (1,)), batch, heads, n, n, p)
+    assert abs(kept.float().mean().item() - (1 - p)) < 0.03  # 5184 scores: 4.7 sigma
+    bias = untie.applied(toeplitz_rows(clamped_table(table, tails), n, n))[None]
     if segments:
         bias = bias + pair_bias.dense()
-    reference = eager_attention(q, k, v, mask=mask, bias=bias, scale=0.3)
+    logits = (q @ k.transpose(-1, -2)) * 0.3 + bias
+    probs = logits.masked_fill(~mask, float("-inf")).softmax(-1)
+    reference = (probs * kept / (1 - p)) @ v
     assert_values_and_gradients_equal(ours, reference, leaves, grad)
     assert adds and max(adds.values()) <= 2
 
@@ -515,51 +523,6 @@ def test_philox_gives_the_published_known_answers():
         0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8,
         0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1,
     ]  # fmt: skip
-
-
-# (padded, causal, (low, high) table tails, untie, segments, dK/dV's orientation)
-DROPOUT_CASES = [
-    (True, False, None, (3, 3), True, "key-major"),
-    (True, True, (30, 50), None, False, "query-major"),
-]
-
-
-@pytest.mark.parametrize(("padded", "causal", "tails", "untie", "segments", "order"), DROPOUT_CASES)
-def test_dropout_equals_eager_with_the_same_scores_dropped(
-    monkeypatch, padded, causal, tails, untie, segments, order
-):
-    """Attention dropout inside the kernel: the output and every gradient (q, k, v, the
-    table, the untie's values, the segment pairs) equal eager's with the scores the kernel
-    drops (its seed drawn from torch's generator, its mask from `_kept`) zeroed and the rest
-    scaled by 1 / (1 - p), dK/dV's tiles key- or query-major; about 1 - p of them kept."""
-    from posattn.kernels.table_bias import SegmentPairs
-    from posattn.kernels.triton_bias import kept_scores
-
-    monkeypatch.setenv("POSATTN_TRITON_DK_DV_ORDER", order)
-    batch, heads, n, p = 2, 2, 36, 0.3
-    q, k, v, table, column_value, pairs, ids, mask = learned_tables_case(padded, causal, n)
-    read = table if tails is None else clamped_table(table, tails)
-    known = None if tails is None else TableTails(*(index - (n - 1) for index in tails))
-    rule = None if untie is None else ClsUntie(*untie, column_value)
-    pair_bias = SegmentPairs(pairs, ids, 2) if segments else None
-    tables = TableBias(offset=read, offset_tails=known, segments=pair_bias, cls_untie=rule)
-    torch.manual_seed(7)
-    ours = get_kernel("triton")(
-        q, k, v, mask=mask, bias=None, scale=0.3, dropout_p=p, tables=tables
-    )
-    torch.manual_seed(7)
-    seed = torch.randint(0, 2**31 - 1, (1,))
-    kept = kept_scores(seed, batch, heads, n, n, p)
-    assert abs(kept.float().mean().item() - (1 - p)) < 0.03  # 5184 scores: 4.7 sigma
-    matrix = toeplitz_rows(table if tails is None else clamped_table(table, tails), n, n)
-    bias = (matrix if rule is None else rule.applied(matrix))[None]
-    if segments:
-        bias = bias + pair_bias.dense()
-    logits = (q @ k.transpose(-1, -2)) * 0.3 + bias
-    probs = logits.masked_fill(~mask, float("-inf")).softmax(-1)
-    reference = (probs * kept / (1 - p)) @ v
-    leaves = [q, k, v, table] + ([column_value] if untie else []) + ([pairs] if segments else [])
-    assert_values_and_gradients_equal(ours, reference, leaves, torch.randn_like(ours))
 
 
 @pytest.mark.filterwarnings("ignore:`gradient_checkpointing_enable` is deprecated")
