@@ -564,6 +564,33 @@ def test_direct_launches_give_the_launcher_what_tritons_own_path_gives_it(aot, m
         assert all(launch.with_metadata for launch in run("direct", training_leaves(48)))
 
 
+def test_attention_dropout_launches_through_tritons_path_then_directly(aot):
+    """A bf16 model with attention dropout trained on the stand-in GPU: its kernels compile
+    for sm_90 with dropout as a launch specialises them (the seed's pointer, the drop
+    threshold, dK/dV at its dropout tile), and the next step launches them directly with the
+    arguments Triton's own path gave (its fresh seed a tensor of the same kind)."""
+    from conftest import tiny_encoder
+    from test_kernels import padded_batch
+
+    from posattn.kernels.triton_settings import DROPOUT_DK_DV
+
+    ids, mask, segment_ids = padded_batch()
+    model = tiny_encoder("t5", attention_dropout=0.1, num_layers=1).to(torch.bfloat16).train()
+    model.set_kernel("triton")
+    with aot.stand_in_gpu() as launches:
+        model(ids, mask, segment_ids).float().sum().backward()
+        first = list(launches)
+        launches.clear()
+        model(ids, mask, segment_ids).float().sum().backward()
+    assert [launch.name for launch in first] == list(aot.KERNEL_NAMES)
+    assert all(launch.with_metadata for launch in first)
+    assert not any(launch.with_metadata for launch in launches)
+    assert launch_summary(launches) == launch_summary(first)
+    # LSE's rows reach the end of dK/dV's last query block: 32 at its dropout tile, not 64.
+    lse = first[0].arguments[4]
+    assert lse.shape[-1] == DROPOUT_DK_DV.block_m == 32
+
+
 def test_scalar_classes_are_at_least_as_fine_as_tritons_specialisation(aot):
     """Two scalars of one class get the same specialisation from Triton's own rule (ints on
     being 1, divisibility by 16, width; floats and bools by type), so a kernel found by class
