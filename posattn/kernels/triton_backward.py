@@ -66,28 +66,26 @@ def _dk_dv_step(
         lse -= _tail_shift(tail_value, slope, base, start_n, start_m, offs_m.shape[0], LINEAR)
     if KEY_MAJOR:
         p_t = tl.exp2(s - lse[None, :])
+        dropped = p_t
         if DROPOUT:
             kept = _kept(seed, bh, start_m, start_n, N, drop_below, BLOCK_M, offs_n.shape[0], True)
             dropped = tl.where(kept, p_t * keep_scale, 0.0)
-            dv += tl.dot(dropped.to(do.dtype), do, input_precision=PRECISION)
-            dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+        dv += tl.dot(dropped.to(do.dtype), do, input_precision=PRECISION)
+        dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+        if DROPOUT:
             dp_t = tl.where(kept, dp_t * keep_scale, 0.0)
-        else:
-            dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)
-            dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
         ds_t = p_t * (dp_t - delta[None, :])
         dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)
     else:
         p = tl.exp2(s - lse[:, None])
+        dropped = p
         if DROPOUT:
             kept = _kept(seed, bh, start_m, start_n, N, drop_below, BLOCK_M, offs_n.shape[0])
             dropped = tl.where(kept, p * keep_scale, 0.0)
-            dv += tl.dot(tl.trans(dropped.to(do.dtype)), do, input_precision=PRECISION)
-            dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        dv += tl.dot(tl.trans(dropped.to(do.dtype)), do, input_precision=PRECISION)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        if DROPOUT:
             dp = tl.where(kept, dp * keep_scale, 0.0)
-        else:
-            dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
-            dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
         dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
     return dk, dv

@@ -116,6 +116,14 @@ def _rows_past(
     return torch.full((count, rows), value, dtype=torch.float32, device=device)
 
 
+def dropout_scalars(dropout_p: float) -> tuple[int, float]:
+    """(drop_below, keep_scale) of the kernels' dropout: a score is dropped where 24 bits of
+    its Philox draw fall below drop_below = p 2^24 (`_kept`), and a kept one is scaled by
+    the inverse of the chance that leaves."""
+    drop_below = round(dropout_p * 2**24)
+    return drop_below, 2**24 / (2**24 - drop_below)
+
+
 def alert_nondeterministic(gradients: str) -> None:
     """torch.use_deterministic_algorithms(True)'s rule for a backward that is not
     deterministic: an error, or with warn_only=True a warning. kernel="triton" sums the
@@ -206,10 +214,7 @@ class TableBiasAttention(torch.autograd.Function):
         seed = absent(device, torch.int64)
         if dropout_p:
             seed = torch.randint(0, 2**31 - 1, (1,), device=device)
-        # Dropped where 24 bits of a draw fall below p 2^24 (`_kept`); kept ones scaled by
-        # the inverse of the chance that gives.
-        drop_below = round(dropout_p * 2**24)
-        dropout = (drop_below, 2**24 / (2**24 - drop_below))
+        dropout = dropout_scalars(dropout_p)
         out = torch.empty(batch, heads, M, DV, dtype=q.dtype, device=q.device)
         settings = call_settings(q.device)
         tile, (keys_tile, _) = settings.tiles["forward"], dk_dv_tiles(settings, dropout_p > 0)
@@ -429,6 +434,6 @@ def kept_scores(seed: Tensor, batch: int, heads: int, n_q: int, n_k: int, dropou
     with or a look at what was dropped."""
     out = torch.empty(batch * heads, n_q, n_k, dtype=torch.int8, device=seed.device)
     grid = (batch * heads, blocks(n_q, 32), blocks(n_k, 32))
-    drop_below = round(dropout_p * 2**24)
+    drop_below, _ = dropout_scalars(dropout_p)
     _write_kept[grid](seed, out, n_q, n_k, drop_below, BLOCK_M=32, BLOCK_N=32)
     return out.bool().view(batch, heads, n_q, n_k)
