@@ -167,7 +167,7 @@ check() {
     # under torch.compile, its deterministic gradients and its dropout: reported, not a gate.
     if limit=$(within "${UNTIE_TEST_SECONDS:-120}" 0); then
         timeout "$limit" "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_gpu_kernels.py \
-            -k "(tupe and not triton) or takes_flex or torch_compile or deterministic or dropout" \
+            -k "${UNTIE_FILTER:-(tupe and not triton) or takes_flex or torch_compile or deterministic or dropout}" \
             >"$work/gpu-tests-untie.log" 2>&1 || true
         tail -n 3 "$work/gpu-tests-untie.log"
     fi

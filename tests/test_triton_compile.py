@@ -5,7 +5,9 @@ that does not is refused only at launch, on the GPU: "out of resource: shared me
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -448,7 +450,13 @@ def test_models_trace_into_one_torch_compile_graph_on_the_stand_in_gpu(
     from conftest import tiny_encoder
     from test_kernels import padded_batch
 
+    from posattn.kernels import table_bias
+
     monkeypatch.setattr(torch.utils._triton, "has_triton", lambda: True)
+    # Dynamo before torch 2.13 (the lent GPU's 2.11) refuses to trace importlib's find_spec;
+    # 2.13 folds that very function to a constant, so the kernel's module gets one it cannot.
+    untraceable = SimpleNamespace(find_spec=torch.compiler.disable(importlib.util.find_spec))
+    monkeypatch.setattr(table_bias, "importlib", SimpleNamespace(util=untraceable))
     ids, mask, segment_ids = padded_batch()
     model = tiny_encoder(
         encoding, causal=causal, encoding_options=options, segments=segments, num_layers=1

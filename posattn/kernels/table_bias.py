@@ -103,7 +103,9 @@ def terms_refusal(terms, extra_bias: Tensor | None = None) -> str | None:
 
 def unavailable(device: torch.device) -> str | None:
     """Why the Triton kernel cannot run on `device` in this process, or None."""
-    if importlib.util.find_spec("triton") is None:
+    # Dynamo before torch 2.13 does not trace find_spec (an error under fullgraph): while it
+    # traces, the kernel module's own import of triton is the check.
+    if not torch.compiler.is_compiling() and importlib.util.find_spec("triton") is None:
         return "anything without the triton package installed (pip install triton)"
     if device.type == "cuda":
         return None
