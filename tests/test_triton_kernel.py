@@ -1128,6 +1128,22 @@ def test_auto_asks_about_tupe_r_at_its_folded_head_size(monkeypatch):
     assert asked == [(8, 16, False, False)] * 2  # TUPE-R's folded forward stays with SDPA
 
 
+def test_auto_asks_about_a_learned_table_with_attention_dropout(monkeypatch):
+    """Attention dropout does not keep `auto` from the kernel (which drops scores itself): a
+    learned table in training asks as a learned one, dropout on or off."""
+    from posattn import attention
+
+    asked = []
+    monkeypatch.setattr(
+        attention, "auto_takes_triton", lambda q, k, table, mask, learned, *_: asked.append(learned)
+    )
+    ids = torch.randint(1, 40, (2, 6))
+    for dropout in (0.0, 0.1):
+        model = tiny_encoder("t5", kernel="auto", attention_dropout=dropout).train()
+        model(ids).sum().backward()
+    assert asked == [True] * 4
+
+
 def test_auto_asks_for_inference_with_a_table_alone(monkeypatch):
     """Without gradients `auto` asks about a plain table (T5) as inference, and by the size
     rule of `auto_takes_triton`: a learned table's gradient past 256 MiB (n=2048 at B=8, H=8
