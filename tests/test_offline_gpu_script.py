@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 STAND_IN_PYTHON = """#!/bin/bash
 case "$*" in -c* | *"pip install"*) exit 0 ;; esac
 echo "$*" >>"$CALLS"
-case "$*" in *pytest*-k\\ triton*) sleep "$TEST_SLEEP" ;; esac
+case "$*" in *pytest*-k\\ triton*) sleep "$TEST_SLEEP" && exit "${TEST_EXIT:-0}" ;; esac
 exit 0
 """
 STAND_IN_TIMEOUT = """#!/bin/bash
@@ -26,7 +26,7 @@ exec "$@"
 """
 
 
-def stages_run(tmp_path: Path, **bounds: int) -> list[tuple[str, int]]:
+def stages_run(tmp_path: Path, returncode: int = 0, **bounds: int) -> list[tuple[str, int]]:
     """(the stage's python arguments, its bound in seconds) for each stage that ran."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -43,7 +43,7 @@ def stages_run(tmp_path: Path, **bounds: int) -> list[tuple[str, int]]:
         ["bash", "scripts/offline-gpu.sh", "check", str(tmp_path / "out")],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == returncode, result.stderr
     assert (tmp_path / "out" / "check.tar.gz").is_file()
     stages = calls.read_text().splitlines()
     bounds = [int(line) for line in Path(f"{calls}.bounds").read_text().split()]
@@ -100,3 +100,12 @@ def test_wheels_builds_what_check_needs_without_the_data(tmp_path):
     (call,) = calls.read_text().splitlines()
     assert call.startswith(f"-m pip wheel -q --no-deps -w {tmp_path / 'offline'}/wheels ")
     assert "omegaconf==2.3.0" in call and "data pack" not in call
+
+
+def test_a_failed_gate_stops_the_check_and_says_how_it_ended(tmp_path):
+    """A gate cut off by its bound (timeout's 124: a fresh H200 ran its 18 tests in 134 s,
+    past 150 with pytest's start) ends the check, its log saying so."""
+    calls = stages_run(tmp_path, returncode=1, CHECK_SECONDS=500, TEST_SLEEP=0, TEST_EXIT=124)
+    assert kinds(calls) == ["tests"]
+    log = (tmp_path / "runs" / "check" / "gpu-tests.log").read_text()
+    assert "gate: pytest exited 124 (124: cut off at 150s)" in log
