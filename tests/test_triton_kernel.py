@@ -8,6 +8,7 @@ the interpreted kernels are dropped afterwards (a GPU run later in the process c
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import Counter
 
@@ -37,12 +38,49 @@ if Version(triton.__version__) < Version("3.7"):
     )
 
 
+@contextlib.contextmanager
+def language_patched_once_per_launch():
+    """Triton's interpreter patches triton.language for each launch, and again at every call
+    of a @triton.jit helper inside it (`_patch_lang`: inspect.getmembers over the language's
+    modules, never undone), though the launch's patches already hold there: a fifth of these
+    tests' time. Here a helper's call inside a launch patches nothing; a launch patches as
+    before and undoes it after. Where Triton has no `_patch_lang`, nothing changes."""
+    from triton.runtime import interpreter
+
+    patch_lang = getattr(interpreter, "_patch_lang", None)
+    if patch_lang is None:
+        yield
+        return
+    launches = []
+
+    def once_per_launch(fn):
+        if launches:  # a helper's call: the launch's patches hold
+            return None
+        scope = patch_lang(fn)
+        restore = scope.restore
+
+        def restore_and_end():
+            launches.pop()
+            restore()
+
+        scope.restore = restore_and_end
+        launches.append(scope)
+        return scope
+
+    interpreter._patch_lang = once_per_launch
+    try:
+        yield
+    finally:
+        interpreter._patch_lang = patch_lang
+
+
 @pytest.fixture(scope="module", autouse=True)
 def interpreter():
     previous = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"
     forget_built_kernels()
-    yield
+    with language_patched_once_per_launch():
+        yield
     forget_built_kernels()
     if previous is None:
         del os.environ["TRITON_INTERPRET"]
