@@ -66,6 +66,11 @@ pack_check() {
     tar czf "$1/check.tar.gz" -C "$RUNS" check
 }
 
+# A stage that failed says how in its log (a bench stage once left an empty log behind).
+ended() {
+    echo "(exit status $?: 124 when cut off at its bound)" >>"$1"
+}
+
 # Seconds for a stage: its own limit ($1), or less, so that $2 seconds stay for the stages
 # after it within CHECK_SECONDS (default 540: a device command runs 600 at most). Fails,
 # and the stage is skipped, when fewer than 20 are left.
@@ -96,7 +101,8 @@ check() {
     limit=$(within "${TEST_SECONDS:-150}" "$results") || return 1
     # Float32 and `auto`'s choices only: with bf16 (8 more compiles) the gate took 134 s of
     # tests on a fresh H200, past its limit with pytest's start; bf16 is reported below.
-    local gate="${TEST_FILTER:-triton and not (bfloat16 or torch_compile or deterministic or dropout)}"
+    local later="bfloat16 or torch_compile or deterministic or dropout"
+    local gate="${TEST_FILTER:-triton and not ($later)}"
     timeout "$limit" "$PYTHON" -m pytest -x -q -p no:cacheprovider \
         tests/test_gpu_kernels.py -k "$gate" >"$work/gpu-tests.log" 2>&1 || {
         echo "gate: pytest exited $? (124: cut off at ${limit}s)" | tee -a "$work/gpu-tests.log"
@@ -120,7 +126,7 @@ check() {
             --lengths 1024,4096,8192 \
             --encodings "${BENCH_ENCODINGS:-t5,diet-rel,tupe-r,kerple,alibi,diet-abs}" \
             --model-lengths '' --long-lengths '' --output "$work/bench" \
-            >"$work/bench.log" 2>&1 || true
+            >"$work/bench.log" 2>&1 || ended "$work/bench.log"
         grep -A30 "Attention level" "$work/bench/bench.md" 2>/dev/null ||
             tail -n 20 "$work/bench.log"
         pack_check "$out"
@@ -129,7 +135,8 @@ check() {
     if limit=$(within "${MODEL_SECONDS:-120}" 0); then
         timeout "$limit" "$PYTHON" -m posattn bench --kernels sdpa,triton \
             --lengths 256 --encodings t5,tupe-r,diet-rel --model-lengths 512,2048 \
-            --long-lengths '' --output "$work/bench-model" >"$work/bench-model.log" 2>&1 || true
+            --long-lengths '' --output "$work/bench-model" >"$work/bench-model.log" 2>&1 ||
+            ended "$work/bench-model.log"
         grep -A20 "Model level" "$work/bench-model/bench.md" 2>/dev/null ||
             tail -n 20 "$work/bench-model.log"
         pack_check "$out"
@@ -139,17 +146,19 @@ check() {
     if limit=$(within "${FOLD_SECONDS:-60}" 0); then
         timeout "$limit" "$PYTHON" -m posattn bench --kernels sdpa --encodings tupe-r \
             --lengths 1024,4096 --model-lengths 512 --long-lengths '' --choose fold=true \
-            --output "$work/bench-fold" >"$work/bench-fold.log" 2>&1 || true
+            --output "$work/bench-fold" >"$work/bench-fold.log" 2>&1 ||
+            ended "$work/bench-fold.log"
         grep -A8 "Attention level" "$work/bench-fold/bench.md" 2>/dev/null ||
             tail -n 5 "$work/bench-fold.log"
         pack_check "$out"
     fi
     # BERT-small with BERT's attention dropout, T5 through SDPA and through the kernel (which
-    # `auto` leaves dropout to SDPA for: untimed).
+    # `auto` takes with dropout by the rule it uses without).
     if limit=$(within "${DROPOUT_SECONDS:-60}" 0); then
         timeout "$limit" "$PYTHON" -m posattn bench --kernels sdpa,triton --encodings t5 \
             --lengths 256 --model-lengths 512,2048 --long-lengths '' --attention-dropout 0.1 \
-            --output "$work/bench-dropout" >"$work/bench-dropout.log" 2>&1 || true
+            --output "$work/bench-dropout" >"$work/bench-dropout.log" 2>&1 ||
+            ended "$work/bench-dropout.log"
         grep -A8 "Model level" "$work/bench-dropout/bench.md" 2>/dev/null ||
             tail -n 5 "$work/bench-dropout.log"
         pack_check "$out"
@@ -172,11 +181,10 @@ check() {
     # Models on the kernel under torch.compile, its deterministic gradients, its dropout, bf16
     # against SDPA's error, TUPE's [CLS] untie through sdpa, flex (its score_mod) and auto:
     # reported, not a gate.
-    local reported="torch_compile or deterministic or dropout or bfloat16"
     if limit=$(within "${UNTIE_TEST_SECONDS:-180}" 0); then
         timeout "$limit" "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_gpu_kernels.py \
-            -k "${UNTIE_FILTER:-$reported or (tupe and not triton) or takes_flex}" \
-            >"$work/gpu-tests-untie.log" 2>&1 || true
+            -k "${UNTIE_FILTER:-$later or (tupe and not triton) or takes_flex}" \
+            >"$work/gpu-tests-untie.log" 2>&1 || ended "$work/gpu-tests-untie.log"
         tail -n 3 "$work/gpu-tests-untie.log"
     fi
     # FlexAttention beside them (a compile per encoding and length).
@@ -184,7 +192,7 @@ check() {
         timeout "$limit" "$PYTHON" -m posattn bench --kernels flex \
             --lengths 1024,4096 --encodings "${FLEX_ENCODINGS:-t5,alibi,diet-rel}" \
             --model-lengths '' --long-lengths '' --output "$work/bench-flex" \
-            >"$work/bench-flex.log" 2>&1 || true
+            >"$work/bench-flex.log" 2>&1 || ended "$work/bench-flex.log"
         grep -A12 "Attention level" "$work/bench-flex/bench.md" 2>/dev/null ||
             tail -n 5 "$work/bench-flex.log"
     fi

@@ -17,6 +17,7 @@ STAND_IN_PYTHON = """#!/bin/bash
 case "$*" in -c* | *"pip install"*) exit 0 ;; esac
 echo "$*" >>"$CALLS"
 case "$*" in *pytest*-k\\ triton*) sleep "$TEST_SLEEP" && exit "${TEST_EXIT:-0}" ;; esac
+case "$*" in *"--kernels flex"*) exit "${FLEX_EXIT:-0}" ;; esac
 exit 0
 """
 STAND_IN_TIMEOUT = """#!/bin/bash
@@ -109,3 +110,11 @@ def test_a_failed_gate_stops_the_check_and_says_how_it_ended(tmp_path):
     assert kinds(calls) == ["tests"]
     log = (tmp_path / "runs" / "check" / "gpu-tests.log").read_text()
     assert "gate: pytest exited 124 (124: cut off at 150s)" in log
+
+
+def test_a_stage_that_fails_says_so_in_its_log(tmp_path):
+    """A benchmark stage that dies (the H200's flex stage left an empty log after 13 s) gets
+    its exit status written into its log, and the check goes on to its end."""
+    stages_run(tmp_path, CHECK_SECONDS=500, TEST_SLEEP=0, FLEX_EXIT=139)
+    log = (tmp_path / "runs" / "check" / "bench-flex.log").read_text()
+    assert log == "(exit status 139: 124 when cut off at its bound)\n"
