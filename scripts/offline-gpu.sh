@@ -7,10 +7,11 @@
 #                                              image lacks: omegaconf and its antlr runtime)
 #   scripts/offline-gpu.sh wheels              here: offline/wheels alone, all `check` needs
 #                                              (no prepared data)
-#   scripts/offline-gpu.sh check OUT           there: the Triton kernel's GPU tests, a sweep
-#                                              of its tiles, `posattn bench` with sdpa and
-#                                              triton (attention, then BERT-small), TUPE-R
-#                                              folded, a profile per kernel and flex; all in
+#   scripts/offline-gpu.sh check OUT           there: the Triton kernel's GPU tests,
+#                                              `posattn bench` with sdpa and triton
+#                                              (attention, BERT-small, with dropout), a
+#                                              profile per kernel, a sweep of its tiles,
+#                                              TUPE-R folded and flex; all in
 #                                              OUT/check.tar.gz, within CHECK_SECONDS
 #   scripts/offline-gpu.sh start NAME ARGS...  there: `python -m posattn ARGS --output
 #                                              $RUNS/NAME` in the background, detached
@@ -87,7 +88,7 @@ check() {
     local out=$1 work="$RUNS/check" limit
     CHECK_SECONDS=${CHECK_SECONDS:-540}
     CHECK_START=$SECONDS
-    # What the results need after the gate and the tiles: the attention and model benchmarks.
+    # What the results need after the tests: the attention and model benchmarks.
     local results=$((${BENCH_SECONDS:-200} + ${MODEL_SECONDS:-120}))
     setup_python
     mkdir -p "$out" "$work"
@@ -111,16 +112,17 @@ check() {
         return 1
     }
     tail -n 3 "$work/gpu-tests.log"
-    # The tiles: each candidate checked, then timed; the fastest are used below (tiles.env is
-    # rewritten as each choice is made, so a sweep cut short hands on what it chose).
-    if limit=$(within "${TILE_SECONDS:-150}" "$results"); then
-        timeout "$limit" "$PYTHON" scripts/triton_tiles.py "$work" 2>&1 |
-            tee "$work/tiles.log" | tail -n 36 || true
+    # Models on the kernel under torch.compile, its deterministic gradients, its dropout, bf16
+    # against SDPA's error, TUPE's [CLS] untie through sdpa, flex (its score_mod) and auto:
+    # reported, not a gate; before the benchmarks, which keep their bounds.
+    if limit=$(within "${UNTIE_TEST_SECONDS:-150}" "$results"); then
+        timeout "$limit" "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_gpu_kernels.py \
+            -k "${UNTIE_FILTER:-$later or (tupe and not triton) or takes_flex}" \
+            >"$work/gpu-tests-untie.log" 2>&1 || ended "$work/gpu-tests-untie.log"
+        tail -n 3 "$work/gpu-tests-untie.log"
     fi
-    # shellcheck disable=SC1091
-    [ -f "$work/tiles.env" ] && source "$work/tiles.env"
     pack_check "$out"
-    # Attention level first: each level's tables are written when it ends.
+    # The shipped tiles, attention level first: each level's tables are written when it ends.
     if limit=$(within "${BENCH_SECONDS:-200}" "${MODEL_SECONDS:-120}"); then
         timeout "$limit" "$PYTHON" -m posattn bench --kernels sdpa,triton \
             --lengths 1024,4096,8192 \
@@ -141,17 +143,6 @@ check() {
             tail -n 20 "$work/bench-model.log"
         pack_check "$out"
     fi
-    # The fold's default beside its former one (TUPE-R through SDPA with its absolute part
-    # folded into q and k, now added to its T5 bias instead): attention and BERT-small.
-    if limit=$(within "${FOLD_SECONDS:-60}" 0); then
-        timeout "$limit" "$PYTHON" -m posattn bench --kernels sdpa --encodings tupe-r \
-            --lengths 1024,4096 --model-lengths 512 --long-lengths '' --choose fold=true \
-            --output "$work/bench-fold" >"$work/bench-fold.log" 2>&1 ||
-            ended "$work/bench-fold.log"
-        grep -A8 "Attention level" "$work/bench-fold/bench.md" 2>/dev/null ||
-            tail -n 5 "$work/bench-fold.log"
-        pack_check "$out"
-    fi
     # BERT-small with BERT's attention dropout, T5 through SDPA and through the kernel (which
     # `auto` takes with dropout by the rule it uses without).
     if limit=$(within "${DROPOUT_SECONDS:-60}" 0); then
@@ -163,7 +154,7 @@ check() {
             tail -n 5 "$work/bench-dropout.log"
         pack_check "$out"
     fi
-    # With the time left: at those tiles, each kernel's share of a training call (T5, no
+    # With the time left, at the shipped tiles: each kernel's share of a training call (T5, no
     # table, TUPE-R, flash); at n=4096 the kernels' time, at 1024 also the host's (wall
     # against GPU time).
     for length in 4096 1024; do
@@ -178,14 +169,23 @@ check() {
             --host 2>&1 | tee "$work/host.log" | grep -iv warn | head -n 12 || true
     fi
     pack_check "$out"
-    # Models on the kernel under torch.compile, its deterministic gradients, its dropout, bf16
-    # against SDPA's error, TUPE's [CLS] untie through sdpa, flex (its score_mod) and auto:
-    # reported, not a gate.
-    if limit=$(within "${UNTIE_TEST_SECONDS:-180}" 0); then
-        timeout "$limit" "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_gpu_kernels.py \
-            -k "${UNTIE_FILTER:-$later or (tupe and not triton) or takes_flex}" \
-            >"$work/gpu-tests-untie.log" 2>&1 || ended "$work/gpu-tests-untie.log"
-        tail -n 3 "$work/gpu-tests-untie.log"
+    # The tiles: each candidate checked, then timed (tiles.env is rewritten as each choice is
+    # made, so a sweep cut short hands on what it chose): what the shipped ones should become.
+    if limit=$(within "${TILE_SECONDS:-150}" 0); then
+        timeout "$limit" "$PYTHON" scripts/triton_tiles.py "$work" 2>&1 |
+            tee "$work/tiles.log" | tail -n 36 || true
+        pack_check "$out"
+    fi
+    # The fold's default beside its former one (TUPE-R through SDPA with its absolute part
+    # folded into q and k, now added to its T5 bias instead): attention and BERT-small.
+    if limit=$(within "${FOLD_SECONDS:-60}" 0); then
+        timeout "$limit" "$PYTHON" -m posattn bench --kernels sdpa --encodings tupe-r \
+            --lengths 1024,4096 --model-lengths 512 --long-lengths '' --choose fold=true \
+            --output "$work/bench-fold" >"$work/bench-fold.log" 2>&1 ||
+            ended "$work/bench-fold.log"
+        grep -A8 "Attention level" "$work/bench-fold/bench.md" 2>/dev/null ||
+            tail -n 5 "$work/bench-fold.log"
+        pack_check "$out"
     fi
     # FlexAttention beside them (a compile per encoding and length).
     if limit=$(within "${FLEX_SECONDS:-90}" 0); then
