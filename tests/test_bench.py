@@ -125,6 +125,22 @@ def test_targets_take_the_fastest_kernel_and_name_it():
     ]
 
 
+def test_paired_ratios_come_with_their_spread(monkeypatch):
+    """The median ratio of the alternated pairs, with the least and the greatest of them: a
+    call twice, then four times, then three times the floor's time reads 3 (2 - 4), in the
+    rows and in the targets table."""
+    from posattn.lab.bench import bench as bench_module
+
+    clock = iter([0, 1, 3, 3, 4, 8, 8, 9, 12, 12])  # floor 1, call 2; 1, 4; 1, 3
+    monkeypatch.setattr(bench_module, "now", lambda: next(clock))
+    timed = bench_module.paired(lambda: None, lambda: None, repeats=3)
+    assert (timed.ms, timed.ratio, timed.low, timed.high) == (3000, 3.0, 2.0, 4.0)
+    row = dict(encoding="t5", kernel="triton", n=1024, train=True, extra_mib=1.0,
+               **bench_module.timed_fields(timed))  # fmt: skip
+    text = bench_module.targets_markdown(bench_module.targets([row], [], "cuda"))
+    assert "| t5 [triton] train n=1024 <= 1.3x | 3.00 (2.00, 4.00) | no |" in text
+
+
 def test_out_of_memory_skips_the_call_and_says_so(monkeypatch):
     """A call that runs out of GPU memory (a materialised bias at large n) is a skipped row
     with the reason, and the benchmark goes on."""
@@ -228,9 +244,9 @@ def test_paired_timing_holds_the_garbage_collector_off_and_restores_it():
     from posattn.lab.bench.bench import paired
 
     seen = []
-    ms, ratio = paired(lambda: seen.append(gc.isenabled()), lambda: None, repeats=3)
+    timed = paired(lambda: seen.append(gc.isenabled()), lambda: None, repeats=3)
     assert seen == [True, False, False, False]  # the warm-up call, then the timed ones
-    assert gc.isenabled() and ms >= 0 and ratio >= 0
+    assert gc.isenabled() and timed.ms >= 0 and 0 <= timed.low <= timed.ratio <= timed.high
 
     def fails():
         if not gc.isenabled():

@@ -185,11 +185,23 @@ def attention_call(
     return call
 
 
-def paired(floor, fn, repeats: int) -> tuple[float, float]:
-    """(median ms of fn, median ratio fn / floor) with the two calls alternated, so that the
-    machine's slow spells hit both sides of every ratio. Python's garbage collector is held
-    off while they run (as timeit does): a training step's autograd objects would otherwise
-    start a collection inside whichever call happens to cross its threshold."""
+@dataclass(frozen=True)
+class Paired:
+    """A call timed against a floor, alternated: its median ms, and its ratio to the floor -
+    the median, the least and the greatest over the alternated pairs (the spread a verdict
+    reads beside the median)."""
+
+    ms: float
+    ratio: float
+    low: float
+    high: float
+
+
+def paired(floor, fn, repeats: int) -> Paired:
+    """fn timed against floor with the two calls alternated, so that the machine's slow
+    spells hit both sides of every ratio. Python's garbage collector is held off while they
+    run (as timeit does): a training step's autograd objects would otherwise start a
+    collection inside whichever call happens to cross its threshold."""
     floor(), fn()
     times, ratios = [], []
     was_enabled = gc.isenabled()
@@ -207,7 +219,7 @@ def paired(floor, fn, repeats: int) -> tuple[float, float]:
     finally:
         if was_enabled:
             gc.enable()
-    return statistics.median(times), statistics.median(ratios)
+    return Paired(statistics.median(times), statistics.median(ratios), min(ratios), max(ratios))
 
 
 def refusal_of(call) -> str | None:
@@ -237,7 +249,7 @@ def attention_level(s: BenchSettings, device) -> tuple[list[dict], list[dict]]:
                         call = attention_call(name, s, n, train, device, kernel=kernel)
                         reason = refusal_of(call)
                         if reason is None:
-                            ms, ratio = paired(floor, call, s.repeats)
+                            timed = paired(floor, call, s.repeats)
                             _, mib = measure(call, 1)
                     except torch.OutOfMemoryError:
                         # A materialised [B, H, n, n] bias and its gradient outgrow the GPU
@@ -250,8 +262,8 @@ def attention_level(s: BenchSettings, device) -> tuple[list[dict], list[dict]]:
                         skipped.append(dict(encoding=name, kernel=kernel, n=n, train=train,
                                             reason=reason))  # fmt: skip
                         continue
-                    rows.append(dict(encoding=name, kernel=kernel, n=n, train=train, ms=ms,
-                                     ratio=ratio, extra_mib=mib))  # fmt: skip
+                    rows.append(dict(encoding=name, kernel=kernel, n=n, train=train,
+                                     **timed_fields(timed), extra_mib=mib))  # fmt: skip
             gc.collect()
     return rows, skipped
 
@@ -267,15 +279,20 @@ def pinned_floors(
         name = f"sdpa {backend} (no bias)"
         call = attention_call(None, s, n, train, device, sdpa_backend=backend)
         try:
-            ms, ratio = paired(floor, call, s.repeats)
+            timed = paired(floor, call, s.repeats)
             _, mib = measure(call, 1)
         except RuntimeError as error:  # "No viable backend" (its warnings say why)
             reason = str(error).splitlines()[0][:200]
             print(f"skipped {name} n={n} train={train}: {reason}")
             skipped.append(dict(encoding=name, kernel="sdpa", n=n, train=train, reason=reason))
             continue
-        rows.append(dict(encoding=name, n=n, train=train, ms=ms, ratio=ratio, extra_mib=mib))
+        rows.append(dict(encoding=name, n=n, train=train, **timed_fields(timed), extra_mib=mib))
     return rows
+
+
+def timed_fields(timed: Paired) -> dict:
+    """A row's timing: ms, the median ratio and its spread (least, greatest)."""
+    return dict(ms=timed.ms, ratio=timed.ratio, ratio_range=[timed.low, timed.high])
 
 
 def free_memory() -> None:
@@ -342,8 +359,9 @@ def model_level(s: BenchSettings, device) -> list[dict]:
                     steps = autocast(step_functions(model, s.model_batch, n), device, dtype)
                     row = dict(encoding=name, kernel=kernel, n=n)
                     for key, base_fn, fn in zip(("train", "infer"), baseline, steps, strict=True):
-                        ms, ratio = paired(base_fn, fn, s.repeats)
-                        row[f"{key}_ms"], row[f"{key}_pct"] = ms, 100 * (ratio - 1)
+                        timed = paired(base_fn, fn, s.repeats)
+                        row[f"{key}_ms"], row[f"{key}_pct"] = timed.ms, 100 * (timed.ratio - 1)
+                        row[f"{key}_pct_range"] = [100 * (timed.low - 1), 100 * (timed.high - 1)]
                     rows.append(row)
                 except PosAttnConfigError as error:
                     print(f"skipped BERT-small {name} [{kernel}] n={n}: {error}")
@@ -405,21 +423,28 @@ def markdown(attention_rows: list[dict], model_rows: list[dict], context: dict) 
         "encoding",
         "n",
         "train ms",
-        "train +%",
+        "train +% (least, greatest)",
         "infer ms",
-        "infer +%",
+        "infer +% (least, greatest)",
         "DIET Table 1 (train / infer)",
     ]
     rows = []
     for r in model_rows:
         paper = PAPER_TABLE1.get(r["encoding"])
         rows.append([
-            label(r), r["n"], f"{r['train_ms']:.1f}", f"{r.get('train_pct', 0):+.1f}",
-            f"{r['infer_ms']:.1f}", f"{r.get('infer_pct', 0):+.1f}",
+            label(r), r["n"], f"{r['train_ms']:.1f}", percent_cell(r, "train"),
+            f"{r['infer_ms']:.1f}", percent_cell(r, "infer"),
             f"+{paper['train']}% / +{paper['infer']}%" if paper else "-",
         ])  # fmt: skip
     lines += table_lines(header, rows)
     return "\n".join(lines) + "\n"
+
+
+def percent_cell(row: dict, key: str) -> str:
+    """A model row's +% over `learned`, with the spread of its alternated pairs."""
+    spread = row.get(f"{key}_pct_range")
+    text = f"{row.get(f'{key}_pct', 0):+.1f}"
+    return text if spread is None else f"{text} ({spread[0]:+.1f}, {spread[1]:+.1f})"
 
 
 def bench(settings: BenchSettings, output: Path) -> dict:
@@ -529,22 +554,33 @@ def targets(attention_rows: list[dict], model_rows: list[dict], device_type: str
         for r in attention_rows:
             if r["encoding"] in names and r["train"] == train and r["n"] in lengths:
                 what = f"{label(r)} {mode} n={r['n']} <= {bound}x"
-                checks.append(dict(target=what, measured=r["ratio"], met=r["ratio"] <= bound))
+                checks.append(dict(target=what, measured=r["ratio"], met=r["ratio"] <= bound,
+                                   spread=r.get("ratio_range")))  # fmt: skip
     checks += memory_checks(attention_rows, device_type)
     for names, key, bound in MODEL_TARGETS[device_type]:
         for r in fastest([r for r in model_rows if key in r], key, "encoding", "n"):
             if r["encoding"] in names:
                 what = f"BERT-small {label(r)} {key[:5]} n={r['n']} <= +{bound:g}%"
-                checks.append(dict(target=what, measured=r[key], met=r[key] <= bound))
+                checks.append(dict(target=what, measured=r[key], met=r[key] <= bound,
+                                   spread=r.get(f"{key}_range")))  # fmt: skip
     return checks
 
 
 def targets_markdown(checks: list[dict]) -> str:
     if not checks:
         return ""
-    rows = [[c["target"], f"{c['measured']:.2f}", "yes" if c["met"] else "no"] for c in checks]
-    lines = ["", "## Targets", "", *table_lines(["target", "measured", "met"], rows)]
+    rows = [[c["target"], measured_cell(c), "yes" if c["met"] else "no"] for c in checks]
+    header = ["target", "measured (least, greatest of the pairs)", "met"]
+    lines = ["", "## Targets", "", *table_lines(header, rows)]
     return "\n".join(lines) + "\n"
+
+
+def measured_cell(check: dict) -> str:
+    """A target's median, with the spread of its alternated pairs where it has one."""
+    spread = check.get("spread")
+    if spread is None:
+        return f"{check['measured']:.2f}"
+    return f"{check['measured']:.2f} ({spread[0]:.2f}, {spread[1]:.2f})"
 
 
 def skipped_markdown(skipped: list[dict]) -> str:
