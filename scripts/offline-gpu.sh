@@ -102,7 +102,7 @@ check() {
     limit=$(within "${TEST_SECONDS:-150}" "$results") || return 1
     # Float32 and `auto`'s choices only: with bf16 (8 more compiles) the gate took 134 s of
     # tests on a fresh H200, past its limit with pytest's start; bf16 is reported below.
-    local later="bfloat16 or torch_compile or deterministic or dropout"
+    local later="bfloat16 or torch_compile or deterministic or dropout or fused"
     local gate="${TEST_FILTER:-triton and not ($later)}"
     timeout "$limit" "$PYTHON" -m pytest -x -q -p no:cacheprovider \
         tests/test_gpu_kernels.py -k "$gate" >"$work/gpu-tests.log" 2>&1 || {

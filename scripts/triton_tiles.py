@@ -9,7 +9,8 @@ default max_distance) and ALiBi's lines with their tails handled without the tab
 from it (POSATTN_TRITON_TABLE_TAILS on / off); then a padded batch (its rows' real lengths
 n/8, 2n/8 ... n) with its key mask and without, whose blocks of padding the kernels skip
 and whose blocks inside each row's real keys they run unmasked (POSATTN_TRITON_KEY_RUNS on /
-off).
+off); last, without a table, the forward, the training call, and the training call with the
+backward in one kernel (POSATTN_TRITON_BACKWARD=fused, checked against the split one).
 Writes tiles.env (the fastest correct tiles and
 choices, as the POSATTN_TRITON_* variables `posattn.kernels.triton_settings` reads) and
 tiles.json.
@@ -221,14 +222,26 @@ def main() -> None:
     save()
     rows.extend(padded_rows(n, time, flash))
     save()
+    tiles_used = ";".join(os.environ[f"POSATTN_TRITON_{k.upper()}"] for k in CANDIDATES)
     for kind in ("forward", "training"):
         train = kind == "training"
         floor, ms = time(flash, train), time(bias_free, train)
-        tiles_used = ";".join(os.environ[f"POSATTN_TRITON_{k.upper()}"] for k in CANDIDATES)
         row = dict(kind=f"{kind} no table", tile=tiles_used, error=float("nan"),
                    ok=True, ms=ms, ratio=ms / floor)  # fmt: skip
         rows.append(row)
         print(json.dumps(row), flush=True)
+    # The backward in one kernel (POSATTN_TRITON_BACKWARD=fused) where no table takes a
+    # gradient, against the training row above: checked, then timed.
+    os.environ["POSATTN_TRITON_BACKWARD"] = "fused"
+    try:
+        error = fused_error(q, k, v, grad, scale)
+        floor, ms = time(flash, True), time(bias_free, True)
+        row = dict(kind="training no table fused", tile=tiles_used, error=error,
+                   ok=error < 2e-2, ms=ms, ratio=ms / floor)  # fmt: skip
+    finally:
+        del os.environ["POSATTN_TRITON_BACKWARD"]
+    rows.append(row)
+    print(json.dumps(row), flush=True)
     lines = save()
     print(f"n={n} bf16 B={BATCH} H={HEADS} d={HEAD_DIM}; T5-like table, ratio to flash SDPA")
     for r in rows:
@@ -237,6 +250,19 @@ def main() -> None:
             cells += f", flat tails {r['flat_ratio']:5.2f}x"
         print(f"{r['kind']:17} {r['tile']:12} {cells}")
     print("\n".join(lines))
+
+
+def fused_error(q, k, v, grad, scale: float) -> float:
+    """The largest relative error of the fused backward's dq, dk, dv against the split one's
+    (bf16, no table)."""
+    grads = []
+    for backward in ("split", "fused"):
+        os.environ["POSATTN_TRITON_BACKWARD"] = backward
+        leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+        table_bias_attention(*leaves, scale=scale).backward(grad)
+        grads.append([leaf.grad.float() for leaf in leaves])
+    os.environ["POSATTN_TRITON_BACKWARD"] = "fused"
+    return max(relative_error(a, b) for a, b in zip(*grads, strict=True))
 
 
 def tail_rows(n: int, time, flash) -> list[dict]:

@@ -163,6 +163,37 @@ def test_attention_dropout_compiles_spill_free_at_its_tiles(aot, head, rules):
             assert_spill_free_warpgroup_mma(aot, launch)
 
 
+def test_the_fused_backward_compiles_spill_free_in_fewer_instructions(aot, monkeypatch):
+    """POSATTN_TRITON_BACKWARD=fused: dK/dV adding dQ with atomics compiles spill-free with
+    warpgroup MMA only (dQ^T = K^T dS^T; dS^T K took mma.sync), without a table and with a
+    frozen one (and with attention dropout at its tile), and its loop issues fewer
+    instructions per score than split's dK/dV and dQ loops together (439 / 535 against 708 /
+    932 per 1000 scores without a table / with one, sm_90, Triton 3.9).
+    Through the stand-in GPU, a bf16 call launches the forward and the fused kernel alone."""
+    from posattn.kernels import triton_bias
+    from posattn.kernels.triton_settings import DROPOUT_DK_DV, GPU_TILES
+
+    def per_score(launch):
+        compiled = aot.compile_launch(launch, torch.bfloat16)
+        return aot.instructions_per_score(launch, aot.loop_instructions(compiled))
+
+    for rules in ({"has_table": False}, {}):
+        flags = aot.call_flags(torch.bfloat16, 64, **rules)
+        split = aot.launches(flags, GPU_TILES, False, mask_tail=False)[1:]
+        fused = aot.launches(flags, GPU_TILES, False, mask_tail=False, fused=True)[1]
+        assert_spill_free_warpgroup_mma(aot, fused)
+        assert per_score(fused) < 0.7 * sum(map(per_score, split))
+    flags = aot.call_flags(torch.bfloat16, 64, dropout=True)
+    tiles = {**GPU_TILES, "dk_dv": DROPOUT_DK_DV}
+    assert_spill_free_warpgroup_mma(aot, aot.launches(flags, tiles, False, fused=True)[1])
+    monkeypatch.setenv("POSATTN_TRITON_BACKWARD", "fused")
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 100, 64, dtype=torch.bfloat16, requires_grad=True) for _ in "qkv")
+    with aot.stand_in_gpu() as launches:
+        triton_bias.table_bias_attention(q, k, v, scale=0.125).sum().backward()
+        assert [launch.name for launch in launches] == ["_forward", "_backward_dk_dv"]
+
+
 def test_a_register_cap_holds_the_wide_forward_to_16_warps_per_sm(aot):
     """POSATTN_TRITON_FORWARD=128,64,8,2,128: the forward at 128 x 64 with 8 warps takes at
     most 128 registers per thread with T5's flat tails (uncapped: 164, 8 warps per SM), so an

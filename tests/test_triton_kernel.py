@@ -668,6 +668,71 @@ def test_tails_equal_eager_in_values_and_every_gradient(
     torch.testing.assert_close(table_bias_attention(*inputs, **common, tails=flat), honest)
 
 
+# (n_q, n_k, query_start, flat tails as indices or None, padded, causal, the table: None,
+# "frozen" or "learned", dropout p): FlashAttention-2's one backward kernel
+# (POSATTN_TRITON_BACKWARD=fused) over a whole table, its tails, padding, causality, decoding
+# rows, no table, dropout; a learned table's gradient takes the split backward.
+FUSED_CASES = [
+    (70, 70, 0, None, False, False, "frozen", 0.0),
+    (48, 48, 0, (30, 47), True, True, "frozen", 0.0),
+    (21, 40, 19, (35, 50), True, True, "frozen", 0.0),
+    (37, 37, 0, None, True, False, None, 0.0),
+    (45, 45, 0, (20, 70), True, False, "frozen", 0.3),
+    (48, 48, 0, (30, 47), False, False, "learned", 0.0),
+]
+
+
+@pytest.mark.parametrize(("n_q", "n_k", "start", "flat", "padded", "causal", "table", "p"),
+                         FUSED_CASES)  # fmt: skip
+def test_the_fused_backward_equals_eager_in_values_and_every_gradient(
+    monkeypatch, n_q, n_k, start, flat, padded, causal, table, p
+):
+    """POSATTN_TRITON_BACKWARD=fused: the dK/dV kernel alone (no dQ kernel launched, dQ added
+    there with atomics) gives eager's gradients of q, k and v, with dropout against eager
+    with the kernel's mask; a learned table (whose gradient the dQ kernel reduces) takes the
+    split backward and gets eager's gradient there."""
+    from posattn.kernels import triton_bias
+
+    monkeypatch.setenv("POSATTN_TRITON_BACKWARD", "fused")
+    launched = []
+    launch = triton_bias.launch
+
+    def recorded(kernel, *args, **kwargs):
+        launched.append(kernel.__name__)
+        return launch(kernel, *args, **kwargs)
+
+    monkeypatch.setattr(triton_bias, "launch", recorded)
+    torch.manual_seed(3)
+    batch, heads = (2 if padded else 1), 2
+    q = torch.randn(batch, heads, n_q, 16, requires_grad=True)
+    k, v = (torch.randn(batch, heads, n_k, 16, requires_grad=True) for _ in range(2))
+    mask = tail_test_mask(batch, n_k, padded, causal, start)
+    leaves, bias, tables = (q, k, v), None, None
+    if table is not None:
+        parameter = torch.randn(heads, n_q + n_k - 1, requires_grad=table == "learned")
+
+        def read():  # anew for each graph (each is differentiated once)
+            return parameter if flat is None else clamped_table(parameter, flat)
+
+        tails = None if flat is None else TableTails(*(x - (n_k - 1) for x in flat))
+        leaves += (parameter,) if table == "learned" else ()
+        bias, tables = toeplitz_rows(read(), n_q, n_k), TableBias(offset=read(), offset_tails=tails)
+    torch.manual_seed(7)
+    out = get_kernel("triton")(q, k, v, mask=mask, bias=None, scale=0.3, dropout_p=p,
+                               tables=tables)  # fmt: skip
+    if p:
+        torch.manual_seed(7)
+        seed = torch.randint(0, 2**31 - 1, (1,))
+        kept = triton_bias.kept_scores(seed, batch, heads, n_q, n_k, p)
+        logits = (q @ k.transpose(-1, -2)) * 0.3 + bias
+        reference = (logits.masked_fill(~mask, float("-inf")).softmax(-1) * kept / (1 - p)) @ v
+    else:
+        reference = eager_attention(q, k, v, mask=mask, bias=bias, scale=0.3)
+    assert_values_and_gradients_equal(out, reference, leaves, torch.randn_like(out))
+    split = ["_backward_dq_dtable"] if table == "learned" else []
+    assert launched == ["_forward", *split, "_backward_dk_dv"]
+
+
 @pytest.mark.parametrize("scale", [0.3, -0.3])
 @pytest.mark.parametrize("flat", [None, (30, 47)])
 def test_scores_far_apart_keep_their_row_maximum_in_plain_blocks(scale, flat):

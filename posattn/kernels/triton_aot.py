@@ -31,7 +31,18 @@ from .triton_settings import (
 )
 
 # Pointer arguments of the kernels by name (q, k, v and their gradients in the inputs' dtype).
-TABLES = ("LSE", "DELTA", "TABLE", "SLOPES", "DTABLE", "UNTIE", "DUNTIE", "SEGMENTS", "DSEGMENTS")
+TABLES = (
+    "LSE",
+    "DELTA",
+    "TABLE",
+    "SLOPES",
+    "DTABLE",
+    "UNTIE",
+    "DUNTIE",
+    "SEGMENTS",
+    "DSEGMENTS",
+    "DQ_ACC",
+)
 INDICES = {"KEYS": "*i8", "SPANS": "*i32", "SEGMENT_IDS": "*i32", "SEED": "*i64"}
 TENSORS = ("Q", "K", "V", "OUT", "DO", "DK", "DV_", "DQ")
 FLOATS = ("scale", "scale2", "keep_scale")
@@ -53,14 +64,15 @@ class Launch:
 def launches(
     flags: dict, tiles: dict[str, Tiles], table_grad: bool, skew: str = "circular",
     key_major: bool = True, mask_tail: bool = True, raw_max: bool = True,
-    per_block: bool = False,
+    per_block: bool = False, fused: bool = False,
 ) -> list[Launch]:  # fmt: skip
     """The three kernels of a forward and backward with these flags and tiles (keyed as
     `GPU_TILES`; `skew`: the dQ kernel's, POSATTN_TRITON_SKEW; `key_major`: the dK/dV kernel's
     orientation, POSATTN_TRITON_DK_DV_ORDER; `mask_tail`: whether the length leaves a partial
     last key block, as the forward's and dQ's MASK_TAIL; `raw_max`: the forward's RAW_MAX,
     a scale >= 0; `per_block`: dQ's PER_BLOCK, the gradients' copies per query block that
-    torch.use_deterministic_algorithms asks for)."""
+    torch.use_deterministic_algorithms asks for; `fused`: dK/dV's FUSED, the backward in one
+    kernel, POSATTN_TRITON_BACKWARD)."""
     forward, dq, dk_dv = tiles["forward"], tiles["dq"], tiles["dk_dv"]
     segment_grad = flags["NUM_SEGMENTS"] > 0
     return [
@@ -69,7 +81,7 @@ def launches(
                 "MASK_TAIL": mask_tail, "RAW_MAX": raw_max}, forward),
         Launch("dk_dv", triton_bias._backward_dk_dv,
                {**dk_dv_flags(flags), "BLOCK_M": dk_dv.block_m, "BLOCK_N": dk_dv.block_n,
-                "KEY_MAJOR": key_major}, dk_dv),
+                "KEY_MAJOR": key_major, "FUSED": fused}, dk_dv),
         Launch("dq_dtable", triton_bias._backward_dq_dtable,
                {**flags, "BLOCK_M": dq.block_m, "BLOCK_N": dq.block_n, "TABLE_GRAD": table_grad,
                 "SEGMENT_GRAD": segment_grad, "UNTIE_GRAD": flags["HAS_UNTIE"],

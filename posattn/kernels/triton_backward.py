@@ -42,12 +42,16 @@ def _dk_dv_step(
     BLOCK_M: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
     KEY_MAJOR: tl.constexpr, TAIL: tl.constexpr = False, tail_value=0.0,
     LINEAR: tl.constexpr = False, slope=0.0, base=0, DROPOUT: tl.constexpr = False, seed=0,
-    bh=0, drop_below=0, keep_scale=1.0,
+    bh=0, drop_below=0, keep_scale=1.0, FUSED: tl.constexpr = False, DQ_ACC=None, sqam=0,
+    rows=0,
 ):  # fmt: skip
     """One query block's share of a key block's dK and dV; KEY_MAJOR: with P and dS as
     [BLOCK_N, BLOCK_M] tiles (dV += P^T dO, dK += dS^T Q without turning them). DROPOUT:
     dV from the kept probabilities, scaled, and dP through the same mask (FlashAttention-2's
-    backward with dropout: dS = P (dP Z / (1 - p) - D), Z the kept scores)."""
+    backward with dropout: dS = P (dP Z / (1 - p) - D), Z the kept scores). FUSED (key-major
+    only): also the block's share of dQ, dS K, added to a float32 sum with atomics
+    (FlashAttention-2's one backward kernel; DQ_ACC's rows sqam apart, `rows` of them). Keys
+    past N add nothing there: their rows of K load as 0."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
     q = _load_tile(Q + b * sqb + h * sqh, offs_m, sqm, M, offs_d, D, EVEN_D)
     do = _load_tile(DO + b * sdob + h * sdoh, offs_m, sdom, M, offs_dv, DV, EVEN_DV)
@@ -74,8 +78,14 @@ def _dk_dv_step(
         dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
         if DROPOUT:
             dp_t = tl.where(kept, dp_t * keep_scale, 0.0)
-        ds_t = p_t * (dp_t - delta[None, :])
-        dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)
+        ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
+        dk += tl.dot(ds_t, q, input_precision=PRECISION)
+        if FUSED:  # dQ^T = K^T dS^T: the keys' side as the product's rows, a warpgroup MMA
+            tl.atomic_add(
+                DQ_ACC + offs_m[None, :] * sqam + offs_d[:, None],
+                tl.dot(tl.trans(k), ds_t, input_precision=PRECISION),
+                mask=tl.trans(_tile_mask(offs_m, rows, offs_d, D, EVEN_D)), sem="relaxed",
+            )  # fmt: skip
     else:
         p = tl.exp2(s - lse[:, None])
         dropped = p
@@ -94,9 +104,9 @@ def _dk_dv_step(
 @triton.jit
 def _backward_dk_dv(
     Q, K, V, DO, LSE, DELTA, DK, DV_, TABLE, SLOPES, UNTIE, KEYS, SPANS, SEGMENTS, SEGMENT_IDS,
-    SEED,
+    SEED, DQ_ACC,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom,
-    sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, stride_th, stride_tk, stride_kb, stride_sb,
+    sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, sqab, sqam, stride_th, stride_tk, stride_kb, stride_sb,
     H, M, N, D, DV, q_start, rows, table_shift, untie_row, untie_column, tail_low, tail_high,
     scale, scale2, drop_below, keep_scale,
     HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
@@ -104,11 +114,13 @@ def _backward_dk_dv(
     PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, KEY_MAJOR: tl.constexpr,
-    TAILS: tl.constexpr, LINEAR: tl.constexpr, DROPOUT: tl.constexpr,
+    TAILS: tl.constexpr, LINEAR: tl.constexpr, DROPOUT: tl.constexpr, FUSED: tl.constexpr,
 ):  # fmt: skip
     """dK, dV of one key block, over every query block that sees it. TABLE: the aligned
     copies of the offset table, or key-major of the table reversed (`_scores`). TAILS:
-    as the forward's, the query blocks in the table's high tail first."""
+    as the forward's, the query blocks in the table's high tail first. FUSED (key-major):
+    also dQ, unscaled, into the float32 DQ_ACC [B H, rows, D] (sqab, sqam apart), where no
+    table takes a gradient (`triton_bias.fused_backward`): the dQ kernel is not launched."""
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
@@ -161,7 +173,8 @@ def _backward_dk_dv(
                     tail_value=_pick(part, high_value, low_value), LINEAR=LINEAR,
                     slope=_pick(part, high_slope, low_slope),
                     base=M - 1 - _pick(part, tail_high, tail_low), DROPOUT=DROPOUT, seed=seed,
-                    bh=bh, drop_below=drop_below, keep_scale=keep_scale,
+                    bh=bh, drop_below=drop_below, keep_scale=keep_scale, FUSED=FUSED,
+                    DQ_ACC=DQ_ACC + bh * sqab, sqam=sqam, rows=rows,
                 )  # fmt: skip
     tl.store(
         DK + b * sdkb + h * sdkh + offs_n[:, None] * sdkn + offs_d[None, :],

@@ -71,6 +71,7 @@ from .triton_forward import _forward
 from .triton_inputs import absent, last_dim_contiguous, table_copies
 from .triton_launch import DirectLaunch
 from .triton_settings import (
+    CallSettings,
     blocks,
     call_settings,
     circular_skew,
@@ -286,6 +287,9 @@ class TableBiasAttention(torch.autograd.Function):
             settings.tiles["dq"],
             dk_dv_tiles(settings, flags["DROPOUT"]),
         )
+        if fused_backward(settings, flags, table_grad):
+            return fused_backward_pass(ctx, q, k, v, out, grad_out, lse, copies, slopes, keys_,
+                                       spans, seed)  # fmt: skip
         # D_i = rowsum(dO * O), the term every row of dS subtracts: written by the dQ kernel
         # (0 past M), read by dK/dV after it, unmasked like LSE.
         delta = _rows_past(batch * heads, rows, rounded_up(M, tile.block_m), 0.0, q.device)
@@ -320,17 +324,18 @@ class TableBiasAttention(torch.autograd.Function):
         keys_copies, keys_shift = copies, M - 1
         if settings.key_major and flags["HAS_TABLE"]:
             keys_copies, keys_shift = copies[:, 4:], N - 1
+        unfused = absent(q.device, torch.float32)
         launch(
             _backward_dk_dv, (blocks(N, keys_tile.block_n), batch * heads), settings.launch_mode,
             (q, k, v, grad_out, lse, delta, dk, dv, keys_copies, slopes, untie32, keys_, spans,
-             segments32, ids, seed),
+             segments32, ids, seed, unfused),
             (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
-             *dk.stride()[:3], *dv.stride()[:3], keys_copies.stride(0), keys_copies.stride(1),
-             keys_.stride(0), ids.stride(0),
+             *dk.stride()[:3], *dv.stride()[:3], 0, 0, keys_copies.stride(0),
+             keys_copies.stride(1), keys_.stride(0), ids.stride(0),
              *common, keys_shift, untie_row, untie_column, tail_low, tail_high, scale,
              scale * LOG2E, *ctx.dropout),
             dict(BLOCK_M=keys_tile.block_m, BLOCK_N=keys_tile.block_n,
-                 KEY_MAJOR=settings.key_major, **dk_dv_flags(flags),
+                 KEY_MAJOR=settings.key_major, **dk_dv_flags(flags), FUSED=False,
                  **launch_options(keys_schedule, flags)),
         )  # fmt: skip
         # The copies summed (in a fixed order: `gradient_mode`).
@@ -348,6 +353,56 @@ class TableBiasAttention(torch.autograd.Function):
             dq, dk, dv, grad_table, None, None, None, None, None, grad_segments, None, None,
             grad_untie, None, None, None, None, None,
         )  # fmt: skip
+
+
+def fused_backward(settings: CallSettings, flags: dict, table_grad: bool) -> bool:
+    """Whether the call's backward runs fused (POSATTN_TRITON_BACKWARD=fused, where it serves
+    the call: `triton_settings.BACKWARDS`)."""
+    return (
+        settings.fused_backward
+        and settings.key_major
+        and not table_grad
+        and not flags["HAS_UNTIE"]
+        and flags["NUM_SEGMENTS"] == 0
+        and not torch.are_deterministic_algorithms_enabled()
+    )
+
+
+def fused_backward_pass(ctx, q, k, v, out, grad_out, lse, copies, slopes, keys_, spans, seed):
+    """`TableBiasAttention.backward` as one dK/dV kernel that also adds dQ
+    (`_backward_dk_dv`'s FUSED), D_i = rowsum(dO O) computed by torch before it."""
+    scale, q_start, flags, _ = ctx.settings
+    tail_low, tail_high = ctx.tails
+    batch, heads, M, D = q.shape
+    N = k.shape[-2]
+    settings, rows = ctx.call, ctx.rows
+    keys_tile, keys_schedule = dk_dv_tiles(settings, flags["DROPOUT"])
+    device, float32 = q.device, torch.float32
+    # D_i, 0 past M up to the last query block's end (read unmasked, like LSE).
+    delta = torch.zeros(batch * heads, rows, dtype=float32, device=device)
+    delta[:, :M] = (out.float() * grad_out.float()).sum(-1).flatten(0, 1)
+    dq_sum = torch.zeros(batch * heads, rows, D, dtype=float32, device=device)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    # Key-major, dK/dV reads the table reversed (`TableBiasAttention.backward`).
+    keys_copies = copies[:, 4:] if flags["HAS_TABLE"] else copies
+    unused = absent(device, float32)
+    launch(
+        _backward_dk_dv, (blocks(N, keys_tile.block_n), batch * heads), settings.launch_mode,
+        (q, k, v, grad_out, lse, delta, dk, dv, keys_copies, slopes, unused, keys_, spans,
+         unused, absent(device, torch.int32, 2), seed, dq_sum),
+        (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
+         *dk.stride()[:3], *dv.stride()[:3], dq_sum.stride(0), dq_sum.stride(1),
+         keys_copies.stride(0), keys_copies.stride(1), keys_.stride(0), 0,
+         heads, M, N, D, v.shape[-1], q_start, rows, N - 1, -1, -1, tail_low, tail_high,
+         scale, scale * LOG2E, *ctx.dropout),
+        dict(BLOCK_M=keys_tile.block_m, BLOCK_N=keys_tile.block_n, KEY_MAJOR=True,
+             **dk_dv_flags(flags), FUSED=True, **launch_options(keys_schedule, flags)),
+    )  # fmt: skip
+    dq = (dq_sum[:, :M] * scale).to(q.dtype).view(batch, heads, M, D)
+    return (
+        dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None, None,
+        None, None, None,
+    )  # fmt: skip
 
 
 def table_bias_attention(

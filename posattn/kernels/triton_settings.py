@@ -165,6 +165,26 @@ def dk_dv_order() -> str:
     return environment_choice("POSATTN_TRITON_DK_DV_ORDER", DK_DV_ORDERS)
 
 
+# How the backward runs: "split", a dQ kernel (which also reduces the tables' gradients) and a
+# dK/dV kernel, each recomputing the scores, probabilities and dP (7 products per block
+# pair), or "fused", FlashAttention-2's one kernel: dK/dV key-major adds each block's dQ to a
+# float32 sum with atomics (5 products per pair), D_i = rowsum(dO O) by torch before it.
+# "fused" serves calls whose tables take no gradient (no table, ALiBi's lines, a frozen
+# table), without TUPE's untie or DIET's segments, outside torch.use_deterministic_algorithms
+# (its atomics sum dQ in the order blocks run), with dK/dV key-major; other calls run split.
+# On sm_90 (bf16, d_h=64, default tiles) its dK/dV loop issues 439 warp instructions per 1000
+# scores without a table and 535 with a frozen one, against 333 + 375 and 420 + 512 for
+# split's dK/dV and dQ; spill-free, every product a warpgroup MMA (dQ^T = K^T dS^T). The
+# table's diagonal sums inside it (the wide skew of its 128 x 64 tile) took 2833 and
+# spilled: a learned table's gradient stays with dQ.
+# Chosen by POSATTN_TRITON_BACKWARD; not yet on a GPU's clock.
+BACKWARDS = ("split", "fused")
+
+
+def backward_choice() -> str:
+    return environment_choice("POSATTN_TRITON_BACKWARD", BACKWARDS)
+
+
 # How a kernel is launched: "direct", Triton's compiled launcher called with the kernel
 # kept per key (`triton_launch.DirectLaunch`: a third of a T5 training call's host time went
 # to Triton's launch path), or "triton", through `kernel[grid](...)` each time. Chosen by
@@ -290,6 +310,7 @@ SETTING_VARIABLES = (
     "POSATTN_TRITON_LAUNCH",
     "POSATTN_TRITON_TABLE_TAILS",
     "POSATTN_TRITON_KEY_RUNS",
+    "POSATTN_TRITON_BACKWARD",
 )
 
 
@@ -309,6 +330,7 @@ class CallSettings:
     tails: bool
     key_runs: bool
     dropout_dk_dv: tuple[Tiles, dict]
+    fused_backward: bool
 
 
 def call_settings(device: torch.device) -> CallSettings:
@@ -339,6 +361,7 @@ def _settings(device_type: str, environment: tuple, choose_tiles, choose_schedul
         tails=tails_choice() == "on",
         key_runs=key_runs_choice() == "on",
         dropout_dk_dv=(with_dropout, choose_schedule(with_dropout, device)),
+        fused_backward=backward_choice() == "fused",
     )
 
 
