@@ -9,8 +9,9 @@ default max_distance) and ALiBi's lines with their tails handled without the tab
 from it (POSATTN_TRITON_TABLE_TAILS on / off); then a padded batch (its rows' real lengths
 n/8, 2n/8 ... n) with its key mask and without, whose blocks of padding the kernels skip
 and whose blocks inside each row's real keys they run unmasked (POSATTN_TRITON_KEY_RUNS on /
-off); last, without a table, the forward, the training call, and the training call with the
-backward in one kernel (POSATTN_TRITON_BACKWARD=fused, checked against the split one).
+off); last, without a table, the forward and the training call, and the training call with
+the backward in one kernel (POSATTN_TRITON_BACKWARD=fused, checked against the split one)
+without a table and with the learned one, at the chosen dK/dV tile and at 32 x 64.
 Writes tiles.env (the fastest correct tiles and
 choices, as the POSATTN_TRITON_* variables `posattn.kernels.triton_settings` reads) and
 tiles.json.
@@ -230,18 +231,24 @@ def main() -> None:
                    ok=True, ms=ms, ratio=ms / floor)  # fmt: skip
         rows.append(row)
         print(json.dumps(row), flush=True)
-    # The backward in one kernel (POSATTN_TRITON_BACKWARD=fused) where no table takes a
-    # gradient, against the training row above: checked, then timed.
-    os.environ["POSATTN_TRITON_BACKWARD"] = "fused"
+    # The backward in one kernel (POSATTN_TRITON_BACKWARD=fused), without a table and with
+    # the learned T5-like one (split: the sweep's rows above), at the chosen dK/dV tile and
+    # at 32 x 64 (spill-free there with the table's sums): checked, then timed.
+    kept_dk_dv = os.environ["POSATTN_TRITON_DK_DV"]
     try:
-        error = fused_error(q, k, v, grad, scale)
-        floor, ms = time(flash, True), time(bias_free, True)
-        row = dict(kind="training no table fused", tile=tiles_used, error=error,
-                   ok=error < 2e-2, ms=ms, ratio=ms / floor)  # fmt: skip
+        for dk_dv in dict.fromkeys((kept_dk_dv, FUSED_DK_DV)):
+            os.environ["POSATTN_TRITON_DK_DV"] = dk_dv
+            for label, call, with_table in (("no table", bias_free, False), ("table", ours, True)):
+                error = fused_error(q, k, v, grad, scale, table if with_table else None)
+                os.environ["POSATTN_TRITON_BACKWARD"] = "fused"
+                floor, ms = time(flash, True), time(call, True)
+                row = dict(kind=f"training {label} fused", tile=dk_dv, error=error,
+                           ok=error < 2e-2, ms=ms, ratio=ms / floor)  # fmt: skip
+                rows.append(row)
+                print(json.dumps(row), flush=True)
     finally:
-        del os.environ["POSATTN_TRITON_BACKWARD"]
-    rows.append(row)
-    print(json.dumps(row), flush=True)
+        os.environ.pop("POSATTN_TRITON_BACKWARD", None)
+        os.environ["POSATTN_TRITON_DK_DV"] = kept_dk_dv
     lines = save()
     print(f"n={n} bf16 B={BATCH} H={HEADS} d={HEAD_DIM}; T5-like table, ratio to flash SDPA")
     for r in rows:
@@ -252,17 +259,22 @@ def main() -> None:
     print("\n".join(lines))
 
 
-def fused_error(q, k, v, grad, scale: float) -> float:
-    """The largest relative error of the fused backward's dq, dk, dv against the split one's
-    (bf16, no table)."""
+def fused_error(q, k, v, grad, scale: float, table=None) -> float:
+    """The largest relative error of the fused backward's gradients (dq, dk, dv, the
+    table's) against the split one's, bf16."""
     grads = []
     for backward in ("split", "fused"):
         os.environ["POSATTN_TRITON_BACKWARD"] = backward
-        leaves = [x.detach().requires_grad_() for x in (q, k, v)]
-        table_bias_attention(*leaves, scale=scale).backward(grad)
+        leaves = [x.detach().requires_grad_() for x in (q, k, v, table) if x is not None]
+        table_bias_attention(*leaves[:3], scale=scale, table=leaves[3] if table is not None
+                             else None).backward(grad)  # fmt: skip
         grads.append([leaf.grad.float() for leaf in leaves])
-    os.environ["POSATTN_TRITON_BACKWARD"] = "fused"
     return max(relative_error(a, b) for a, b in zip(*grads, strict=True))
+
+
+# dK/dV's tile the fused backward is also timed at: spill-free with the table's sums on sm_90
+# (the default 64 x 128 spilled 64 bytes per thread there).
+FUSED_DK_DV = "32,64,4,2"
 
 
 def tail_rows(n: int, time, flash) -> list[dict]:

@@ -671,14 +671,14 @@ def test_tails_equal_eager_in_values_and_every_gradient(
 # (n_q, n_k, query_start, flat tails as indices or None, padded, causal, the table: None,
 # "frozen" or "learned", dropout p): FlashAttention-2's one backward kernel
 # (POSATTN_TRITON_BACKWARD=fused) over a whole table, its tails, padding, causality, decoding
-# rows, no table, dropout; a learned table's gradient takes the split backward.
+# rows, no table, dropout.
 FUSED_CASES = [
-    (70, 70, 0, None, False, False, "frozen", 0.0),
-    (48, 48, 0, (30, 47), True, True, "frozen", 0.0),
-    (21, 40, 19, (35, 50), True, True, "frozen", 0.0),
+    (70, 70, 0, None, False, False, "learned", 0.0),
+    (48, 48, 0, (30, 47), True, True, "learned", 0.0),
+    (21, 40, 19, (35, 50), True, True, "learned", 0.0),
     (37, 37, 0, None, True, False, None, 0.0),
-    (45, 45, 0, (20, 70), True, False, "frozen", 0.3),
-    (48, 48, 0, (30, 47), False, False, "learned", 0.0),
+    (45, 45, 0, (20, 70), True, False, "learned", 0.3),
+    (48, 48, 0, (30, 47), False, False, "frozen", 0.0),
 ]
 
 
@@ -687,13 +687,21 @@ FUSED_CASES = [
 def test_the_fused_backward_equals_eager_in_values_and_every_gradient(
     monkeypatch, n_q, n_k, start, flat, padded, causal, table, p
 ):
-    """POSATTN_TRITON_BACKWARD=fused: the dK/dV kernel alone (no dQ kernel launched, dQ added
-    there with atomics) gives eager's gradients of q, k and v, with dropout against eager
-    with the kernel's mask; a learned table (whose gradient the dQ kernel reduces) takes the
-    split backward and gets eager's gradient there."""
-    from posattn.kernels import triton_bias
+    """POSATTN_TRITON_BACKWARD=fused: the dK/dV kernel alone (no dQ kernel launched; dQ added
+    there with atomics, the table's diagonal sums carried across query blocks in its tiles
+    of twice as many keys as queries, its tails' sums on their bounds) gives eager's
+    gradients of q, k, v and the table's parameter, with dropout against eager with the
+    kernel's mask."""
+    from posattn.kernels import triton_bias, triton_settings
 
     monkeypatch.setenv("POSATTN_TRITON_BACKWARD", "fused")
+    # Under the interpreter every kernel takes 32 x 16; dK/dV here 16 queries x 32 keys.
+    monkeypatch.setattr(
+        triton_settings, "tiles", lambda device, kind: (
+            triton_settings.Tiles(16, 32) if kind == "dk_dv"
+            else triton_settings.INTERPRETER_TILES
+        ),
+    )  # fmt: skip
     launched = []
     launch = triton_bias.launch
 
@@ -729,8 +737,36 @@ def test_the_fused_backward_equals_eager_in_values_and_every_gradient(
     else:
         reference = eager_attention(q, k, v, mask=mask, bias=bias, scale=0.3)
     assert_values_and_gradients_equal(out, reference, leaves, torch.randn_like(out))
-    split = ["_backward_dq_dtable"] if table == "learned" else []
-    assert launched == ["_forward", *split, "_backward_dk_dv"]
+    assert launched == ["_forward", "_backward_dk_dv"]
+
+
+def test_the_fused_backward_serves_what_it_can_and_leaves_the_rest_split(monkeypatch):
+    """`fused_backward`: chosen by POSATTN_TRITON_BACKWARD=fused, dK/dV key-major; a table's
+    gradient only where dK/dV's tile holds twice as many keys as queries; never with TUPE's
+    untie, DIET's segments or torch.use_deterministic_algorithms."""
+    from posattn.kernels.triton_bias import fused_backward
+    from posattn.kernels.triton_settings import Tiles, call_settings
+
+    plain = dict(HAS_UNTIE=False, NUM_SEGMENTS=0, DROPOUT=False)
+
+    def serves(table_grad=True, dk_dv=(16, 32), order="key-major", **flags):
+        monkeypatch.setenv("POSATTN_TRITON_DK_DV_ORDER", order)
+        from posattn.kernels import triton_settings
+
+        monkeypatch.setattr(triton_settings, "tiles", lambda device, kind: Tiles(*dk_dv))
+        settings = call_settings(torch.device("cpu"))
+        return fused_backward(settings, {**plain, **flags}, table_grad)
+
+    assert not serves()  # not chosen
+    monkeypatch.setenv("POSATTN_TRITON_BACKWARD", "fused")
+    assert serves() and serves(dk_dv=(32, 16), table_grad=False)
+    assert not serves(dk_dv=(32, 16)) and not serves(order="query-major")
+    assert not serves(HAS_UNTIE=True) and not serves(NUM_SEGMENTS=2)
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert not serves()
+    finally:
+        torch.use_deterministic_algorithms(False)
 
 
 @pytest.mark.parametrize("scale", [0.3, -0.3])

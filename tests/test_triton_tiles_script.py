@@ -81,9 +81,13 @@ def test_the_sweep_writes_each_choice_and_picks_the_forward_on_both_tables(
     assert [row["tile"] for row in forward] == sweep.CANDIDATES["forward"]
     assert all(row["ok"] and row["flat_ok"] for row in forward)
     assert forward[0]["ratio"] == 1.0 and forward[0]["flat_ratio"] == 3.0
-    # The fused backward last, checked against the split one, timed, and not kept.
-    assert rows[-1]["kind"] == "training no table fused" and rows[-1]["ok"]
-    assert "POSATTN_TRITON_BACKWARD" not in os.environ
+    # The fused backward last, checked against the split one and timed at the chosen dK/dV
+    # tile and at 32 x 64; not kept.
+    fused = [(row["kind"], row["tile"]) for row in rows if row["kind"].endswith("fused")]
+    dk_dv = chosen["POSATTN_TRITON_DK_DV"]
+    assert fused == [(f"training {what} fused", tile) for tile in (dk_dv, "32,64,4,2")
+                     for what in ("no table", "table")]  # fmt: skip
+    assert all(row["ok"] for row in rows[-4:]) and "POSATTN_TRITON_BACKWARD" not in os.environ
 
 
 def test_a_sweep_cut_short_keeps_what_it_chose(sweep, tmp_path, monkeypatch):

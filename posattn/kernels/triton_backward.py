@@ -43,7 +43,7 @@ def _dk_dv_step(
     KEY_MAJOR: tl.constexpr, TAIL: tl.constexpr = False, tail_value=0.0,
     LINEAR: tl.constexpr = False, slope=0.0, base=0, DROPOUT: tl.constexpr = False, seed=0,
     bh=0, drop_below=0, keep_scale=1.0, FUSED: tl.constexpr = False, DQ_ACC=None, sqam=0,
-    rows=0,
+    rows=0, MASK_TAIL: tl.constexpr = False,
 ):  # fmt: skip
     """One query block's share of a key block's dK and dV; KEY_MAJOR: with P and dS as
     [BLOCK_N, BLOCK_M] tiles (dV += P^T dO, dK += dS^T Q without turning them). DROPOUT:
@@ -51,7 +51,8 @@ def _dk_dv_step(
     backward with dropout: dS = P (dP Z / (1 - p) - D), Z the kept scores). FUSED (key-major
     only): also the block's share of dQ, dS K, added to a float32 sum with atomics
     (FlashAttention-2's one backward kernel; DQ_ACC's rows sqam apart, `rows` of them). Keys
-    past N add nothing there: their rows of K load as 0."""
+    past N add nothing there: their rows of K load as 0. Returns dK, dV and, key-major, the
+    tile's dS (for the table's gradient, where MASK_TAIL hides the keys past N)."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
     q = _load_tile(Q + b * sqb + h * sqh, offs_m, sqm, M, offs_d, D, EVEN_D)
     do = _load_tile(DO + b * sdob + h * sdoh, offs_m, sdom, M, offs_dv, DV, EVEN_DV)
@@ -63,11 +64,12 @@ def _dk_dv_step(
         q, k, offs_m, offs_n, start_m, start_n, b, h, scale2, TABLE, stride_th, stride_tk,
         table_shift, UNTIE, untie_row, untie_column, KEYS, stride_kb,
         first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
-        HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, False, KEY_MAJOR,
+        HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, MASK_TAIL, KEY_MAJOR,
         TAIL=TAIL, tail_value=tail_value, LINEAR=LINEAR, slope=slope,
     )  # fmt: skip
     if TAIL:  # s is less its rows' part (`_scores`)
         lse -= _tail_shift(tail_value, slope, base, start_n, start_m, offs_m.shape[0], LINEAR)
+    ds_t = 0.0
     if KEY_MAJOR:
         p_t = tl.exp2(s - lse[None, :])
         dropped = p_t
@@ -78,12 +80,13 @@ def _dk_dv_step(
         dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
         if DROPOUT:
             dp_t = tl.where(kept, dp_t * keep_scale, 0.0)
-        ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
-        dk += tl.dot(ds_t, q, input_precision=PRECISION)
+        ds_t = p_t * (dp_t - delta[None, :])
+        ds_low = ds_t.to(q.dtype)
+        dk += tl.dot(ds_low, q, input_precision=PRECISION)
         if FUSED:  # dQ^T = K^T dS^T: the keys' side as the product's rows, a warpgroup MMA
             tl.atomic_add(
                 DQ_ACC + offs_m[None, :] * sqam + offs_d[:, None],
-                tl.dot(tl.trans(k), ds_t, input_precision=PRECISION),
+                tl.dot(tl.trans(k), ds_low, input_precision=PRECISION),
                 mask=tl.trans(_tile_mask(offs_m, rows, offs_d, D, EVEN_D)), sem="relaxed",
             )  # fmt: skip
     else:
@@ -98,15 +101,16 @@ def _dk_dv_step(
             dp = tl.where(kept, dp * keep_scale, 0.0)
         ds = p * (dp - delta[:, None])
         dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
-    return dk, dv
+    return dk, dv, ds_t
 
 
 @triton.jit
 def _backward_dk_dv(
     Q, K, V, DO, LSE, DELTA, DK, DV_, TABLE, SLOPES, UNTIE, KEYS, SPANS, SEGMENTS, SEGMENT_IDS,
-    SEED, DQ_ACC,
+    SEED, DQ_ACC, DTABLE,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom,
-    sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, sqab, sqam, stride_th, stride_tk, stride_kb, stride_sb,
+    sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, sqab, sqam, stride_th, stride_tk, stride_dth,
+    stride_kb, stride_sb,
     H, M, N, D, DV, q_start, rows, table_shift, untie_row, untie_column, tail_low, tail_high,
     scale, scale2, drop_below, keep_scale,
     HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
@@ -115,12 +119,18 @@ def _backward_dk_dv(
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, KEY_MAJOR: tl.constexpr,
     TAILS: tl.constexpr, LINEAR: tl.constexpr, DROPOUT: tl.constexpr, FUSED: tl.constexpr,
+    TABLE_GRAD: tl.constexpr, MASK_TAIL: tl.constexpr,
 ):  # fmt: skip
     """dK, dV of one key block, over every query block that sees it. TABLE: the aligned
     copies of the offset table, or key-major of the table reversed (`_scores`). TAILS:
     as the forward's, the query blocks in the table's high tail first. FUSED (key-major):
-    also dQ, unscaled, into the float32 DQ_ACC [B H, rows, D] (sqab, sqam apart), where no
-    table takes a gradient (`triton_bias.fused_backward`): the dQ kernel is not launched."""
+    also dQ, unscaled, into the float32 DQ_ACC [B H, rows, D] (sqab, sqam apart), and with
+    TABLE_GRAD the table's gradient into DTABLE [H, M + N - 1] reversed: entry i - j + N - 1
+    sums dS[i, j] (`triton_bias.fused_backward`; the dQ kernel is not launched). Key-major
+    tiles of 2 BLOCK_M keys are two squares along the keys, whose diagonals the circular
+    skew sums as dQ's does (`_carried_diagonal_sums`, rows and columns swapped, which turns
+    j - i into i - j), carried from one query block to the next; a tail's tiles sum their dS
+    onto its bound. MASK_TAIL: the keys past N hidden (their dS would reach the table)."""
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
@@ -156,13 +166,18 @@ def _backward_dk_dv(
     SPLIT: tl.constexpr = CAUSAL & (not HAS_KEYS)
     FIRST_PIECE: tl.constexpr = 1 if SPLIT else 2
     seeing = _queries_seeing_whole(start_n, q_start, N, M, BLOCK_M, BLOCK_N)
+    SUMS: tl.constexpr = FUSED & TABLE_GRAD
+    near = tl.full([BLOCK_M], 0.0, tl.float32)
+    far = tl.full([BLOCK_M], 0.0, tl.float32)
+    reversed_shift = N - 1  # DTABLE's entry of i - j = 0
     # The high tail, the blocks that read the table, the low tail (one part without tails).
     for part in tl.static_range(3 if TAILS else 1):
+        tail = tl.full([BLOCK_N, BLOCK_M], 0.0, tl.float32)
         for piece in tl.static_range(FIRST_PIECE, 3):
             start, end = _blocks(part, piece, begin, high_end, low_start, M, 0, seeing,
                                  FIRST_PIECE, BLOCK_M)  # fmt: skip
             for start_m in range(start, end, BLOCK_M):
-                dk, dv = _dk_dv_step(
+                dk, dv, ds_t = _dk_dv_step(
                     dk, dv, k, v, start_m, offs_n, start_n, offs_d, offs_dv, b, h,
                     LSE + bh * rows, DELTA + bh * rows, Q, DO,
                     sqb, sqh, sqm, sdob, sdoh, sdom, D, DV, scale2, TABLE, stride_th, stride_tk,
@@ -174,8 +189,30 @@ def _backward_dk_dv(
                     slope=_pick(part, high_slope, low_slope),
                     base=M - 1 - _pick(part, tail_high, tail_low), DROPOUT=DROPOUT, seed=seed,
                     bh=bh, drop_below=drop_below, keep_scale=keep_scale, FUSED=FUSED,
-                    DQ_ACC=DQ_ACC + bh * sqab, sqam=sqam, rows=rows,
+                    DQ_ACC=DQ_ACC + bh * sqab, sqam=sqam, rows=rows, MASK_TAIL=MASK_TAIL,
                 )  # fmt: skip
+                if SUMS & TAILS & (part != 1):
+                    tail += ds_t
+                elif SUMS:
+                    near, far = _carried_diagonal_sums(
+                        ds_t, near, far, start_n, start_m, h, DTABLE, stride_dth,
+                        reversed_shift, M + N - 1, BLOCK_N, BLOCK_M,
+                    )  # fmt: skip
+        if SUMS & TAILS & (part != 1):
+            # A tail's gradient goes to its bound (part 0 the high tail here); a part without
+            # blocks adds 0.
+            total = tl.reduce(tl.reduce(tail, 1, _add), 0, _add)
+            entry = M + N - 2 - _pick(part, tail_high, tail_low)
+            tl.atomic_add(DTABLE + h * stride_dth + entry, total, sem="relaxed")
+        elif SUMS:
+            # The two runs still carried, where a block past the last would have added them.
+            part_start, part_end = _part(part, begin, high_end, low_start, M)
+            if part_end > part_start:
+                end_m = (part_end + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+                index = end_m - start_n + reversed_shift + tl.arange(0, BLOCK_M)
+                row = DTABLE + h * stride_dth
+                _add_to_table(row, index - 2 * BLOCK_M, far, M + N - 1)
+                _add_to_table(row, index - BLOCK_M, near, M + N - 1)
     tl.store(
         DK + b * sdkb + h * sdkh + offs_n[:, None] * sdkn + offs_d[None, :],
         (dk * scale).to(DK.dtype.element_ty),

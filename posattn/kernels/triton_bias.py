@@ -328,15 +328,15 @@ class TableBiasAttention(torch.autograd.Function):
         launch(
             _backward_dk_dv, (blocks(N, keys_tile.block_n), batch * heads), settings.launch_mode,
             (q, k, v, grad_out, lse, delta, dk, dv, keys_copies, slopes, untie32, keys_, spans,
-             segments32, ids, seed, unfused),
+             segments32, ids, seed, unfused, unfused),
             (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
              *dk.stride()[:3], *dv.stride()[:3], 0, 0, keys_copies.stride(0),
-             keys_copies.stride(1), keys_.stride(0), ids.stride(0),
+             keys_copies.stride(1), 0, keys_.stride(0), ids.stride(0),
              *common, keys_shift, untie_row, untie_column, tail_low, tail_high, scale,
              scale * LOG2E, *ctx.dropout),
             dict(BLOCK_M=keys_tile.block_m, BLOCK_N=keys_tile.block_n,
                  KEY_MAJOR=settings.key_major, **dk_dv_flags(flags), FUSED=False,
-                 **launch_options(keys_schedule, flags)),
+                 TABLE_GRAD=False, MASK_TAIL=False, **launch_options(keys_schedule, flags)),
         )  # fmt: skip
         # The copies summed (in a fixed order: `gradient_mode`).
         if mode == "per-block":
@@ -357,11 +357,13 @@ class TableBiasAttention(torch.autograd.Function):
 
 def fused_backward(settings: CallSettings, flags: dict, table_grad: bool) -> bool:
     """Whether the call's backward runs fused (POSATTN_TRITON_BACKWARD=fused, where it serves
-    the call: `triton_settings.BACKWARDS`)."""
+    the call: `triton_settings.BACKWARDS`); a table's gradient needs dK/dV's tile to hold
+    twice as many keys as queries (two squares: the circular skew)."""
+    tile, _ = dk_dv_tiles(settings, flags["DROPOUT"])
     return (
         settings.fused_backward
         and settings.key_major
-        and not table_grad
+        and (not table_grad or tile.block_n == 2 * tile.block_m)
         and not flags["HAS_UNTIE"]
         and flags["NUM_SEGMENTS"] == 0
         and not torch.are_deterministic_algorithms_enabled()
@@ -369,9 +371,9 @@ def fused_backward(settings: CallSettings, flags: dict, table_grad: bool) -> boo
 
 
 def fused_backward_pass(ctx, q, k, v, out, grad_out, lse, copies, slopes, keys_, spans, seed):
-    """`TableBiasAttention.backward` as one dK/dV kernel that also adds dQ
-    (`_backward_dk_dv`'s FUSED), D_i = rowsum(dO O) computed by torch before it."""
-    scale, q_start, flags, _ = ctx.settings
+    """`TableBiasAttention.backward` as one dK/dV kernel that also adds dQ and the table's
+    gradient (`_backward_dk_dv`'s FUSED), D_i = rowsum(dO O) computed by torch before it."""
+    scale, q_start, flags, table_grad = ctx.settings
     tail_low, tail_high = ctx.tails
     batch, heads, M, D = q.shape
     N = k.shape[-2]
@@ -382,6 +384,8 @@ def fused_backward_pass(ctx, q, k, v, out, grad_out, lse, copies, slopes, keys_,
     delta = torch.zeros(batch * heads, rows, dtype=float32, device=device)
     delta[:, :M] = (out.float() * grad_out.float()).sum(-1).flatten(0, 1)
     dq_sum = torch.zeros(batch * heads, rows, D, dtype=float32, device=device)
+    # The table's gradient reversed (entry i - j + N - 1), flipped after.
+    reversed_grad = copies.new_zeros(ctx.table_shape) if table_grad else absent(device, float32)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     # Key-major, dK/dV reads the table reversed (`TableBiasAttention.backward`).
     keys_copies = copies[:, 4:] if flags["HAS_TABLE"] else copies
@@ -389,19 +393,23 @@ def fused_backward_pass(ctx, q, k, v, out, grad_out, lse, copies, slopes, keys_,
     launch(
         _backward_dk_dv, (blocks(N, keys_tile.block_n), batch * heads), settings.launch_mode,
         (q, k, v, grad_out, lse, delta, dk, dv, keys_copies, slopes, unused, keys_, spans,
-         unused, absent(device, torch.int32, 2), seed, dq_sum),
+         unused, absent(device, torch.int32, 2), seed, dq_sum, reversed_grad),
         (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
          *dk.stride()[:3], *dv.stride()[:3], dq_sum.stride(0), dq_sum.stride(1),
-         keys_copies.stride(0), keys_copies.stride(1), keys_.stride(0), 0,
+         keys_copies.stride(0), keys_copies.stride(1),
+         reversed_grad.stride(0) if table_grad else 0, keys_.stride(0), 0,
          heads, M, N, D, v.shape[-1], q_start, rows, N - 1, -1, -1, tail_low, tail_high,
          scale, scale * LOG2E, *ctx.dropout),
         dict(BLOCK_M=keys_tile.block_m, BLOCK_N=keys_tile.block_n, KEY_MAJOR=True,
-             **dk_dv_flags(flags), FUSED=True, **launch_options(keys_schedule, flags)),
+             **dk_dv_flags(flags), FUSED=True, TABLE_GRAD=table_grad,
+             MASK_TAIL=table_grad and N % keys_tile.block_n != 0,
+             **launch_options(keys_schedule, flags)),
     )  # fmt: skip
     dq = (dq_sum[:, :M] * scale).to(q.dtype).view(batch, heads, M, D)
+    grad_table = reversed_grad.flip(-1).to(ctx.dtypes[0]) if table_grad else None
     return (
-        dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None, None,
-        None, None, None,
+        dq, dk, dv, grad_table, None, None, None, None, None, None, None, None, None, None,
+        None, None, None, None,
     )  # fmt: skip
 
 

@@ -168,16 +168,16 @@ def dk_dv_order() -> str:
 # How the backward runs: "split", a dQ kernel (which also reduces the tables' gradients) and a
 # dK/dV kernel, each recomputing the scores, probabilities and dP (7 products per block
 # pair), or "fused", FlashAttention-2's one kernel: dK/dV key-major adds each block's dQ to a
-# float32 sum with atomics (5 products per pair), D_i = rowsum(dO O) by torch before it.
-# "fused" serves calls whose tables take no gradient (no table, ALiBi's lines, a frozen
-# table), without TUPE's untie or DIET's segments, outside torch.use_deterministic_algorithms
-# (its atomics sum dQ in the order blocks run), with dK/dV key-major; other calls run split.
-# On sm_90 (bf16, d_h=64, default tiles) its dK/dV loop issues 439 warp instructions per 1000
-# scores without a table and 535 with a frozen one, against 333 + 375 and 420 + 512 for
-# split's dK/dV and dQ; spill-free, every product a warpgroup MMA (dQ^T = K^T dS^T). The
-# table's diagonal sums inside it (the wide skew of its 128 x 64 tile) took 2833 and
-# spilled: a learned table's gradient stays with dQ.
-# Chosen by POSATTN_TRITON_BACKWARD; not yet on a GPU's clock.
+# float32 sum with atomics (5 products per pair) and, where a tile holds twice as many keys
+# as queries, a learned table's diagonal sums (dQ's circular skew, carried across query
+# blocks); D_i = rowsum(dO O) by torch before it. "fused" serves calls without TUPE's untie
+# or DIET's segments, outside torch.use_deterministic_algorithms (its atomics sum dQ in the
+# order blocks run), with dK/dV key-major; other calls run split. sm_90 (bf16, d_h=64), warp
+# instructions per 1000 scores, fused against split's dK/dV + dQ: no table 439 / 708, a
+# frozen table 535 / 932 (default tile, spill-free); a learned one 911 / 1178 at the default
+# 64 x 128 (spilling 64 bytes per thread; with T5's flat tails 160), 969 at 32 x 64
+# (POSATTN_TRITON_DK_DV=32,64,4,2: spill-free). Chosen by POSATTN_TRITON_BACKWARD; not yet
+# on a GPU's clock (the tile sweep times it).
 BACKWARDS = ("split", "fused")
 
 
