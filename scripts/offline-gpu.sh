@@ -154,6 +154,17 @@ check() {
             tail -n 5 "$work/bench-dropout.log"
         pack_check "$out"
     fi
+    # The backward in one kernel (POSATTN_TRITON_BACKWARD=fused, opt-in): attention and
+    # BERT-small, whose +% over `learned` compares with bench-model's kernel rows.
+    if limit=$(within "${FUSED_SECONDS:-100}" 0); then
+        POSATTN_TRITON_BACKWARD=fused timeout "$limit" "$PYTHON" -m posattn bench \
+            --kernels triton --encodings t5,diet-rel,alibi --lengths 1024,4096,8192 \
+            --model-lengths 512,2048 --long-lengths '' --output "$work/bench-fused" \
+            >"$work/bench-fused.log" 2>&1 || ended "$work/bench-fused.log"
+        grep -A24 "Attention level" "$work/bench-fused/bench.md" 2>/dev/null ||
+            tail -n 5 "$work/bench-fused.log"
+        pack_check "$out"
+    fi
     # With the time left, at the shipped tiles: each kernel's share of a training call (T5, no
     # table, TUPE-R, flash); at n=4096 the kernels' time, at 1024 also the host's (wall
     # against GPU time).
