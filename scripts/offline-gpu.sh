@@ -13,6 +13,8 @@
 #                                              profile per kernel, a sweep of its tiles,
 #                                              TUPE-R folded and flex; all in
 #                                              OUT/check.tar.gz, within CHECK_SECONDS
+#   scripts/offline-gpu.sh tiles OUT           there: the tile sweep alone (its choices, the
+#                                              fused backward against split), in OUT
 #   scripts/offline-gpu.sh start NAME ARGS...  there: `python -m posattn ARGS --output
 #                                              $RUNS/NAME` in the background, detached
 #   scripts/offline-gpu.sh wait SECONDS OUT    there: until the started runs end or SECONDS
@@ -211,6 +213,14 @@ check() {
     echo "check: $((SECONDS - CHECK_START)) s of CHECK_SECONDS=$CHECK_SECONDS"
 }
 
+# The tile sweep alone, for a second call after `check` (a machine started afresh has no
+# wheels installed yet: installed here as `check` does).
+tiles() {
+    setup_python
+    mkdir -p "$1"
+    "$PYTHON" scripts/triton_tiles.py "$1" 2>&1 | tee "$1/tiles.log" | tail -n 40
+}
+
 start() {
     local name=$1
     shift
@@ -251,6 +261,7 @@ case ${1:-} in
 bundle) bundle ;;
 wheels) wheels && du -sh "$BUNDLE" ;;
 check) check "${2:?OUT}" ;;
+tiles) tiles "${2:?OUT}" ;;
 start) start "${2:?NAME}" "${@:3}" ;;
 wait) setup && wait_runs "${2:?SECONDS}" "${3:?OUT}" ;;
 *)

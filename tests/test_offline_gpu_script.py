@@ -120,3 +120,22 @@ def test_a_stage_that_fails_says_so_in_its_log(tmp_path):
     stages_run(tmp_path, CHECK_SECONDS=500, TEST_SLEEP=0, FLEX_EXIT=139)
     log = (tmp_path / "runs" / "check" / "bench-flex.log").read_text()
     assert log == "(exit status 139: 124 when cut off at its bound)\n"
+
+
+def test_tiles_runs_the_sweep_alone_into_its_folder(tmp_path):
+    """`tiles OUT`: the wheels installed as `check` installs them, then the sweep into OUT."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").write_text('#!/bin/bash\necho "$*" >>"$CALLS"\n')
+    (bin_dir / "python").chmod(0o755)
+    calls = tmp_path / "calls"
+    env = dict(os.environ, PYTHON=str(bin_dir / "python"), CALLS=str(calls),
+               SITE=str(tmp_path / "site"))  # fmt: skip
+    result = subprocess.run(
+        ["bash", "scripts/offline-gpu.sh", "tiles", str(tmp_path / "out")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    installed, swept = calls.read_text().splitlines()
+    assert "pip install" in installed and swept == f"scripts/triton_tiles.py {tmp_path / 'out'}"
+    assert (tmp_path / "out" / "tiles.log").is_file()
