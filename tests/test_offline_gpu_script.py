@@ -85,22 +85,27 @@ def test_the_reported_tests_are_skipped_to_leave_the_benchmarks_their_bounds(tmp
     assert (bounds["bench"], bounds["model"]) == (10, 1)
 
 
-def test_wheels_builds_what_check_needs_without_the_data(tmp_path):
-    """`wheels`: the pure-Python wheels `check` installs, without `posattn data pack` (which
-    needs prepared data)."""
+def recorded_python_calls(tmp_path: Path, *arguments: str, **variables: str) -> list[str]:
+    """scripts/offline-gpu.sh ARGUMENTS with a python that records its arguments and does
+    nothing: the calls it made."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python").write_text('#!/bin/bash\necho "$*" >>"$CALLS"\n')
     (bin_dir / "python").chmod(0o755)
     calls = tmp_path / "calls"
-    env = dict(os.environ, PYTHON=str(bin_dir / "python"), CALLS=str(calls),
-               BUNDLE=str(tmp_path / "offline"))  # fmt: skip
+    env = dict(os.environ, PYTHON=str(bin_dir / "python"), CALLS=str(calls), **variables)
     result = subprocess.run(
-        ["bash", "scripts/offline-gpu.sh", "wheels"], cwd=ROOT, env=env, capture_output=True,
+        ["bash", "scripts/offline-gpu.sh", *arguments], cwd=ROOT, env=env, capture_output=True,
         text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    (call,) = calls.read_text().splitlines()
+    return calls.read_text().splitlines()
+
+
+def test_wheels_builds_what_check_needs_without_the_data(tmp_path):
+    """`wheels`: the pure-Python wheels `check` installs, without `posattn data pack` (which
+    needs prepared data)."""
+    (call,) = recorded_python_calls(tmp_path, "wheels", BUNDLE=str(tmp_path / "offline"))
     assert call.startswith(f"-m pip wheel -q --no-deps -w {tmp_path / 'offline'}/wheels ")
     assert "omegaconf==2.3.0" in call and "data pack" not in call
 
@@ -124,18 +129,8 @@ def test_a_stage_that_fails_says_so_in_its_log(tmp_path):
 
 def test_tiles_runs_the_sweep_alone_into_its_folder(tmp_path):
     """`tiles OUT`: the wheels installed as `check` installs them, then the sweep into OUT."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python").write_text('#!/bin/bash\necho "$*" >>"$CALLS"\n')
-    (bin_dir / "python").chmod(0o755)
-    calls = tmp_path / "calls"
-    env = dict(os.environ, PYTHON=str(bin_dir / "python"), CALLS=str(calls),
-               SITE=str(tmp_path / "site"))  # fmt: skip
-    result = subprocess.run(
-        ["bash", "scripts/offline-gpu.sh", "tiles", str(tmp_path / "out")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    installed, swept = calls.read_text().splitlines()
-    assert "pip install" in installed and swept == f"scripts/triton_tiles.py {tmp_path / 'out'}"
-    assert (tmp_path / "out" / "tiles.log").is_file()
+    out = tmp_path / "out"
+    installed, swept = recorded_python_calls(tmp_path, "tiles", str(out),
+                                             SITE=str(tmp_path / "site"))  # fmt: skip
+    assert "pip install" in installed and swept == f"scripts/triton_tiles.py {out}"
+    assert (out / "tiles.log").is_file()
