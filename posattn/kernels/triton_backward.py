@@ -27,7 +27,12 @@ from .triton_scores import (
     _tail_shift,
     _untied_positions,
 )
-from .triton_table_grad import _add_diagonal_sums, _add_to_table, _carried_diagonal_sums
+from .triton_table_grad import (
+    _add_diagonal_sums,
+    _add_to_table,
+    _carried_diagonal_sums,
+    _carried_sums_in_halves,
+)
 from .triton_tile_ops import _add, _kept, _load_tile, _tile_mask
 
 
@@ -128,7 +133,7 @@ def _backward_dk_dv(
     TABLE_GRAD the table's gradient into DTABLE [H, M + N - 1] reversed: entry i - j + N - 1
     sums dS[i, j] (`triton_bias.fused_backward`; the dQ kernel is not launched). Key-major
     tiles of 2 BLOCK_M keys are two squares along the keys, whose diagonals the circular
-    skew sums as dQ's does (`_carried_diagonal_sums`, rows and columns swapped, which turns
+    skew sums as dQ's does (`_carried_sums_in_halves`, rows and columns swapped, which turns
     j - i into i - j), carried from one query block to the next; a tail's tiles sum their dS
     onto its bound. MASK_TAIL: the keys past N hidden (their dS would reach the table)."""
     start_n = tl.program_id(0) * BLOCK_N
@@ -194,7 +199,7 @@ def _backward_dk_dv(
                 if SUMS & TAILS & (part != 1):
                     tail += ds_t
                 elif SUMS:
-                    near, far = _carried_diagonal_sums(
+                    near, far = _carried_sums_in_halves(
                         ds_t, near, far, start_n, start_m, h, DTABLE, stride_dth,
                         reversed_shift, M + N - 1, BLOCK_N, BLOCK_M,
                     )  # fmt: skip

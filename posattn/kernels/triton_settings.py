@@ -174,10 +174,10 @@ def dk_dv_order() -> str:
 # or DIET's segments, outside torch.use_deterministic_algorithms (its atomics sum dQ in the
 # order blocks run), with dK/dV key-major; other calls run split. sm_90 (bf16, d_h=64), warp
 # instructions per 1000 scores, fused against split's dK/dV + dQ: no table 439 / 708, a
-# frozen table 535 / 932 (default tile, spill-free); a learned one 911 / 1178 at the default
-# 64 x 128 (spilling 64 bytes per thread; with T5's flat tails 160), 969 at 32 x 64
-# (POSATTN_TRITON_DK_DV=32,64,4,2: spill-free). Chosen by POSATTN_TRITON_BACKWARD; not yet
-# on a GPU's clock (the tile sweep times it).
+# frozen table 535 / 932, a learned one 868 / 1178 (default tile, spill-free); with T5's flat
+# tails the learned table's loops spill 60 bytes per thread there, none at 32 x 64
+# (POSATTN_TRITON_DK_DV=32,64,4,2). Chosen by POSATTN_TRITON_BACKWARD; not yet on a GPU's
+# clock (the tile sweep times it).
 BACKWARDS = ("split", "fused")
 
 
