@@ -74,6 +74,18 @@ ended() {
     echo "(exit status $?: 124 when cut off at its bound)" >>"$1"
 }
 
+# A `posattn bench` stage: ARGS within LIMIT seconds into $work/NAME (the caller's $work and
+# $out), then its bench.md from HEADING on (SHOWN lines), or its log's tail where it wrote
+# none, and the archive packed.
+bench_stage() {
+    local name=$1 heading=$2 shown=$3 limit=$4
+    shift 4
+    timeout "$limit" "$PYTHON" -m posattn bench "$@" --output "$work/$name" \
+        >"$work/$name.log" 2>&1 || ended "$work/$name.log"
+    grep -A"$shown" "$heading" "$work/$name/bench.md" 2>/dev/null || tail -n 20 "$work/$name.log"
+    pack_check "$out"
+}
+
 # Seconds for a stage: its own limit ($1), or less, so that $2 seconds stay for the stages
 # after it within CHECK_SECONDS (default 540: a device command runs 600 at most). Fails,
 # and the stage is skipped, when fewer than 20 are left.
@@ -126,46 +138,30 @@ check() {
     pack_check "$out"
     # The shipped tiles, attention level first: each level's tables are written when it ends.
     if limit=$(within "${BENCH_SECONDS:-200}" "${MODEL_SECONDS:-120}"); then
-        timeout "$limit" "$PYTHON" -m posattn bench --kernels sdpa,triton \
+        bench_stage bench "Attention level" 30 "$limit" --kernels sdpa,triton \
             --lengths 1024,4096,8192 \
             --encodings "${BENCH_ENCODINGS:-t5,diet-rel,tupe-r,kerple,alibi,diet-abs}" \
-            --model-lengths '' --long-lengths '' --output "$work/bench" \
-            >"$work/bench.log" 2>&1 || ended "$work/bench.log"
-        grep -A30 "Attention level" "$work/bench/bench.md" 2>/dev/null ||
-            tail -n 20 "$work/bench.log"
-        pack_check "$out"
+            --model-lengths '' --long-lengths ''
     fi
     # BERT-small training steps over `learned` (the attention level here is one short length).
     if limit=$(within "${MODEL_SECONDS:-120}" 0); then
-        timeout "$limit" "$PYTHON" -m posattn bench --kernels sdpa,triton \
+        bench_stage bench-model "Model level" 20 "$limit" --kernels sdpa,triton \
             --lengths 256 --encodings t5,tupe-r,diet-rel --model-lengths 512,2048 \
-            --long-lengths '' --output "$work/bench-model" >"$work/bench-model.log" 2>&1 ||
-            ended "$work/bench-model.log"
-        grep -A20 "Model level" "$work/bench-model/bench.md" 2>/dev/null ||
-            tail -n 20 "$work/bench-model.log"
-        pack_check "$out"
+            --long-lengths ''
     fi
     # BERT-small with BERT's attention dropout, T5 through SDPA and through the kernel (which
     # `auto` takes with dropout by the rule it uses without).
     if limit=$(within "${DROPOUT_SECONDS:-60}" 0); then
-        timeout "$limit" "$PYTHON" -m posattn bench --kernels sdpa,triton --encodings t5 \
-            --lengths 256 --model-lengths 512,2048 --long-lengths '' --attention-dropout 0.1 \
-            --output "$work/bench-dropout" >"$work/bench-dropout.log" 2>&1 ||
-            ended "$work/bench-dropout.log"
-        grep -A8 "Model level" "$work/bench-dropout/bench.md" 2>/dev/null ||
-            tail -n 5 "$work/bench-dropout.log"
-        pack_check "$out"
+        bench_stage bench-dropout "Model level" 8 "$limit" --kernels sdpa,triton \
+            --encodings t5 --lengths 256 --model-lengths 512,2048 --long-lengths '' \
+            --attention-dropout 0.1
     fi
     # The backward in one kernel (POSATTN_TRITON_BACKWARD=fused, opt-in): attention and
     # BERT-small, whose +% over `learned` compares with bench-model's kernel rows.
     if limit=$(within "${FUSED_SECONDS:-100}" 0); then
-        POSATTN_TRITON_BACKWARD=fused timeout "$limit" "$PYTHON" -m posattn bench \
+        POSATTN_TRITON_BACKWARD=fused bench_stage bench-fused "Attention level" 24 "$limit" \
             --kernels triton --encodings t5,diet-rel,alibi --lengths 1024,4096,8192 \
-            --model-lengths 512,2048 --long-lengths '' --output "$work/bench-fused" \
-            >"$work/bench-fused.log" 2>&1 || ended "$work/bench-fused.log"
-        grep -A24 "Attention level" "$work/bench-fused/bench.md" 2>/dev/null ||
-            tail -n 5 "$work/bench-fused.log"
-        pack_check "$out"
+            --model-lengths 512,2048 --long-lengths ''
     fi
     # With the time left, at the shipped tiles: each kernel's share of a training call (T5, no
     # table, TUPE-R, flash); at n=4096 the kernels' time, at 1024 also the host's (wall
@@ -192,22 +188,14 @@ check() {
     # The fold's default beside its former one (TUPE-R through SDPA with its absolute part
     # folded into q and k, now added to its T5 bias instead): attention and BERT-small.
     if limit=$(within "${FOLD_SECONDS:-60}" 0); then
-        timeout "$limit" "$PYTHON" -m posattn bench --kernels sdpa --encodings tupe-r \
-            --lengths 1024,4096 --model-lengths 512 --long-lengths '' --choose fold=true \
-            --output "$work/bench-fold" >"$work/bench-fold.log" 2>&1 ||
-            ended "$work/bench-fold.log"
-        grep -A8 "Attention level" "$work/bench-fold/bench.md" 2>/dev/null ||
-            tail -n 5 "$work/bench-fold.log"
-        pack_check "$out"
+        bench_stage bench-fold "Attention level" 8 "$limit" --kernels sdpa --encodings tupe-r \
+            --lengths 1024,4096 --model-lengths 512 --long-lengths '' --choose fold=true
     fi
     # FlexAttention beside them (a compile per encoding and length).
     if limit=$(within "${FLEX_SECONDS:-90}" 0); then
-        timeout "$limit" "$PYTHON" -m posattn bench --kernels flex \
+        bench_stage bench-flex "Attention level" 12 "$limit" --kernels flex \
             --lengths 1024,4096 --encodings "${FLEX_ENCODINGS:-t5,alibi,diet-rel}" \
-            --model-lengths '' --long-lengths '' --output "$work/bench-flex" \
-            >"$work/bench-flex.log" 2>&1 || ended "$work/bench-flex.log"
-        grep -A12 "Attention level" "$work/bench-flex/bench.md" 2>/dev/null ||
-            tail -n 5 "$work/bench-flex.log"
+            --model-lengths '' --long-lengths ''
     fi
     pack_check "$out"
     echo "check: $((SECONDS - CHECK_START)) s of CHECK_SECONDS=$CHECK_SECONDS"
