@@ -432,19 +432,23 @@ def markdown(attention_rows: list[dict], model_rows: list[dict], context: dict) 
     for r in model_rows:
         paper = PAPER_TABLE1.get(r["encoding"])
         rows.append([
-            label(r), r["n"], f"{r['train_ms']:.1f}", percent_cell(r, "train"),
-            f"{r['infer_ms']:.1f}", percent_cell(r, "infer"),
+            label(r), r["n"], f"{r['train_ms']:.1f}",
+            with_spread(r.get("train_pct", 0), r.get("train_pct_range"), "+.1f"),
+            f"{r['infer_ms']:.1f}",
+            with_spread(r.get("infer_pct", 0), r.get("infer_pct_range"), "+.1f"),
             f"+{paper['train']}% / +{paper['infer']}%" if paper else "-",
         ])  # fmt: skip
     lines += table_lines(header, rows)
     return "\n".join(lines) + "\n"
 
 
-def percent_cell(row: dict, key: str) -> str:
-    """A model row's +% over `learned`, with the spread of its alternated pairs."""
-    spread = row.get(f"{key}_pct_range")
-    text = f"{row.get(f'{key}_pct', 0):+.1f}"
-    return text if spread is None else f"{text} ({spread[0]:+.1f}, {spread[1]:+.1f})"
+def with_spread(value: float, spread: list[float] | None, spec: str) -> str:
+    """A median formatted by `spec`, with the least and greatest of its alternated pairs where
+    they were measured."""
+    text = format(value, spec)
+    if spread is None:
+        return text
+    return f"{text} ({format(spread[0], spec)}, {format(spread[1], spec)})"
 
 
 def bench(settings: BenchSettings, output: Path) -> dict:
@@ -569,18 +573,14 @@ def targets(attention_rows: list[dict], model_rows: list[dict], device_type: str
 def targets_markdown(checks: list[dict]) -> str:
     if not checks:
         return ""
-    rows = [[c["target"], measured_cell(c), "yes" if c["met"] else "no"] for c in checks]
+    measured = [with_spread(c["measured"], c.get("spread"), ".2f") for c in checks]
+    rows = [
+        [c["target"], cell, "yes" if c["met"] else "no"]
+        for c, cell in zip(checks, measured, strict=True)
+    ]
     header = ["target", "measured (least, greatest of the pairs)", "met"]
     lines = ["", "## Targets", "", *table_lines(header, rows)]
     return "\n".join(lines) + "\n"
-
-
-def measured_cell(check: dict) -> str:
-    """A target's median, with the spread of its alternated pairs where it has one."""
-    spread = check.get("spread")
-    if spread is None:
-        return f"{check['measured']:.2f}"
-    return f"{check['measured']:.2f} ({spread[0]:.2f}, {spread[1]:.2f})"
 
 
 def skipped_markdown(skipped: list[dict]) -> str:
