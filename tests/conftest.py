@@ -42,6 +42,22 @@ def choose():
         yield lambda **choices: stack.enter_context(execution.choose(**choices))
 
 
+@pytest.fixture
+def launched_kernels(monkeypatch) -> list[str]:
+    """The names of the Triton kernels kernel="triton" launches from here on, in order."""
+    from posattn.kernels import triton_bias
+
+    names = []
+    launch = triton_bias.launch
+
+    def recorded(kernel, *args, **kwargs):
+        names.append(kernel.__name__)
+        return launch(kernel, *args, **kwargs)
+
+    monkeypatch.setattr(triton_bias, "launch", recorded)
+    return names
+
+
 def settings_of(encoding: str) -> list[tuple[bool, str]]:
     """The (causal, segments) settings an encoding supports."""
     directions = (

@@ -685,7 +685,7 @@ FUSED_CASES = [
 @pytest.mark.parametrize(("n_q", "n_k", "start", "flat", "padded", "causal", "table", "p"),
                          FUSED_CASES)  # fmt: skip
 def test_the_fused_backward_equals_eager_in_values_and_every_gradient(
-    monkeypatch, n_q, n_k, start, flat, padded, causal, table, p
+    monkeypatch, launched_kernels, n_q, n_k, start, flat, padded, causal, table, p
 ):
     """POSATTN_TRITON_BACKWARD=fused: the dK/dV kernel alone (no dQ kernel launched; dQ added
     there with atomics, the table's diagonal sums carried across query blocks in its tiles
@@ -702,14 +702,6 @@ def test_the_fused_backward_equals_eager_in_values_and_every_gradient(
             else triton_settings.INTERPRETER_TILES
         ),
     )  # fmt: skip
-    launched = []
-    launch = triton_bias.launch
-
-    def recorded(kernel, *args, **kwargs):
-        launched.append(kernel.__name__)
-        return launch(kernel, *args, **kwargs)
-
-    monkeypatch.setattr(triton_bias, "launch", recorded)
     torch.manual_seed(3)
     batch, heads = (2 if padded else 1), 2
     q = torch.randn(batch, heads, n_q, 16, requires_grad=True)
@@ -737,7 +729,7 @@ def test_the_fused_backward_equals_eager_in_values_and_every_gradient(
     else:
         reference = eager_attention(q, k, v, mask=mask, bias=bias, scale=0.3)
     assert_values_and_gradients_equal(out, reference, leaves, torch.randn_like(out))
-    assert launched == ["_forward", "_backward_dk_dv"]
+    assert launched_kernels == ["_forward", "_backward_dk_dv"]
 
 
 def test_the_fused_backward_serves_what_it_can_and_leaves_the_rest_split(monkeypatch):
