@@ -36,6 +36,12 @@ def _skewed_sums(
 
 
 @triton.jit
+def _row_halves(tile, HALF: tl.constexpr, COLUMNS: tl.constexpr):
+    """A [2 HALF, COLUMNS] tile's first HALF rows and its last."""
+    return tl.split(tl.permute(tl.reshape(tile, (2, HALF, COLUMNS)), (1, 2, 0)))
+
+
+@triton.jit
 def _add_diagonal_sums(
     ds, start_m, start_n, h, DTABLE, stride_dth, table_shift, table_len,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONALS: tl.constexpr,
@@ -43,8 +49,7 @@ def _add_diagonal_sums(
     """DTABLE[h, j - i + shift] += sum of ds over the tile's diagonal j - i, in two halves of
     rows (each skewed in registers a quarter of the whole tile's size: the whole-tile skew
     spilled registers on sm_90). DIAGONALS: the skewed width (`_skewed_sums`)."""
-    halves = tl.permute(tl.reshape(ds, (2, BLOCK_M // 2, BLOCK_N)), (1, 2, 0))
-    top, bottom = tl.split(halves)
+    top, bottom = _row_halves(ds, BLOCK_M // 2, BLOCK_N)
     _skewed_sums(
         top, start_m, start_n, h, DTABLE, stride_dth, table_shift, table_len,
         BLOCK_M // 2, BLOCK_N, DIAGONALS,
@@ -105,8 +110,7 @@ def _carried_sums_in_halves(
     half's wrapped the lowest. The fused backward's dK/dV (its [128, 64] tiles beside dK and
     dV) spilled 64 bytes per thread rotating the whole tile at once, none this way, and
     issued 868 loop instructions per 1000 scores against 911 (sm_90)."""
-    halves = tl.permute(tl.reshape(ds, (2, BLOCK_N, BLOCK_N)), (1, 2, 0))
-    top, bottom = tl.split(halves)
+    top, bottom = _row_halves(ds, BLOCK_N, BLOCK_N)
     top_unwrapped, top_wrapped = _square_sums(top, BLOCK_N)
     bottom_unwrapped, bottom_wrapped = _square_sums(bottom, BLOCK_N)
     index = start_n - start_m + table_shift - 2 * BLOCK_N + tl.arange(0, BLOCK_N)
