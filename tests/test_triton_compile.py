@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from host_reads import HostReads
 
 pytest.importorskip("triton")
 
@@ -459,7 +460,8 @@ def test_models_in_bf16_compile_and_launch_through_the_stand_in_gpu(
     """A one-layer bf16 model with kernel="triton", trained a step and run in inference on
     the stand-in GPU: what the model hands the kernel compiles for sm_90 as the GPU would
     specialise it (the interpreter tests run float64 models, which a GPU never compiles), and
-    each call launches the forward, then dQ and dK/dV, with every argument."""
+    each call launches the forward, then dQ and dK/dV, with every argument, reading nothing
+    back on the host and copying no host data (`host_reads`)."""
     from conftest import tiny_encoder
     from test_kernels import padded_batch
 
@@ -471,16 +473,19 @@ def test_models_in_bf16_compile_and_launch_through_the_stand_in_gpu(
     ).to(torch.bfloat16)
     model.set_kernel("triton")
     kernels = {name: len(getattr(triton_bias, name).arg_names) for name in aot.KERNEL_NAMES}
-    with aot.stand_in_gpu() as launches:
+    with aot.stand_in_gpu() as launches, HostReads() as reads:
         model(ids, mask, segment_ids).float().sum().backward()
         trained = [(launch.name, len(launch.arguments)) for launch in launches]
         launches.clear()
         with torch.no_grad():
             model(ids, mask, segment_ids)
+            model(ids, segment_ids=segment_ids)  # no padding: the causal rule's own spans
     assert trained == list(kernels.items())
     assert [(launch.name, len(launch.arguments)) for launch in launches] == [
         ("_forward", kernels["_forward"])
-    ]
+    ] * 2
+    # Nothing waits on the host but the segment ids' check, once a forward (test_host_reads).
+    assert reads.found == {("_local_scalar_dense", "models/encoder.py:_check_inputs"): 3}
 
 
 # Where a model meets the kernel through torch.compile: a table with padding, TUPE-R's

@@ -12,19 +12,23 @@ from .base import LayerTerms, Place, PositionalEncoding
 from .relative import offsets
 
 
-def alibi_slopes(num_heads: int) -> Tensor:
+def alibi_slopes(num_heads: int, device: torch.device | str | None = None) -> Tensor:
     """The paper's head slopes (ALiBi Sec. 3): for H a power of two, the geometric sequence
     2^(-8/H), 2^(-16/H), ..., 2^(-8). Otherwise the slopes of the nearest smaller power of two
-    2^k, followed by every other slope of 2^(k+1) heads for the remaining H - 2^k heads."""
+    2^k, followed by every other slope of 2^(k+1) heads for the remaining H - 2^k heads.
 
-    def geometric(n: int) -> list[float]:
-        return [2 ** (-8 * (i + 1) / n) for i in range(n)]
-
+    Made on `device` from no host data: a tensor copied there from host memory waits for the
+    GPU's queued work (a stream synchronisation a training step, when the terms are rebuilt).
+    The exponents -8 i / 2^k are exact in float64; the powers are torch's, within an ulp of
+    the correctly rounded value."""
     closest = 2 ** math.floor(math.log2(num_heads))
-    slopes = geometric(closest)
+    steps = torch.arange(1, closest + 1, dtype=torch.float64, device=device)
+    exponents = steps * (-8 / closest)
     if closest != num_heads:
-        slopes += geometric(2 * closest)[0::2][: num_heads - closest]
-    return torch.tensor(slopes, dtype=torch.float64)
+        # Every other slope of 2^(k+1) heads: exponents -8 (2 i + 1) / 2^(k+1).
+        odd = torch.arange(1, 2 * (num_heads - closest), 2, dtype=torch.float64, device=device)
+        exponents = torch.cat([exponents, odd * (-4 / closest)])
+    return torch.exp2(exponents)
 
 
 class Alibi(PositionalEncoding):
@@ -47,7 +51,7 @@ class Alibi(PositionalEncoding):
     def layer_terms(self, seq_len, device, dtype):
         # -m |j - i| equals -m (i - j) wherever the causal mask lets a key through.
         distance = offsets(seq_len, device).abs()
-        slopes = alibi_slopes(self.dims.num_heads).to(device)
+        slopes = alibi_slopes(self.dims.num_heads, device)
         by_offset = (-slopes[:, None] * distance).to(dtype)
         # A line on each side of offset 0: m d below, -m d above (the table has no gradient).
         tails = TableTails(0, 0, (slopes, -slopes))
@@ -56,7 +60,7 @@ class Alibi(PositionalEncoding):
 
     def layer_terms_at(self, positions, dtype):
         self.require_positions(positions)
-        slopes = alibi_slopes(self.dims.num_heads).to(positions.device)[:, None, None]
+        slopes = alibi_slopes(self.dims.num_heads, positions.device)[:, None, None]
 
         def bias(differences: Tensor) -> Tensor:  # [B, m, n] -> [B, H, m, n]
             return (-slopes * differences.abs()[:, None]).to(dtype)

@@ -426,7 +426,9 @@ class PositionalEncoding(OwnsParameters, nn.Module):
         ):
             return self.layer_terms(seq_len, device, dtype)
         versions = tuple((p.data_ptr(), p._version) for p in self.parameters())
-        key = (seq_len, str(device), dtype, self.training, OPTIMIZER_STEPS[0], *versions)
+        # Without parameters (ALiBi, sinusoids) no optimizer step changes the terms.
+        steps = OPTIMIZER_STEPS[0] if versions else None
+        key = (seq_len, str(device), dtype, self.training, steps, *versions)
         cache = self.__dict__.setdefault("_terms_cache", {})
         if key not in cache:
             cache.clear()  # one entry: the latest length and weights

@@ -96,7 +96,11 @@ def key_spans(
     if keys is None:
         if not causal:
             return None
-        spans = torch.tensor([0, 0, n_k, 1], dtype=torch.int32, device=device).repeat(batch, 1)
+        # [0, 0, n_k, 1] a row, filled on the device (a tensor copied from host memory
+        # waits for the GPU's queued work).
+        spans = torch.zeros(batch, 4, dtype=torch.int32, device=device)
+        spans[:, 2] = n_k
+        spans[:, 3] = 1
         if first is not None:
             spans[:, 0] = first
         return spans

@@ -255,21 +255,24 @@ class Encoder(nn.Module):
             if value is not None and tuple(value.shape) != shape:
                 what = "cached + new tokens" if name == "attention_mask" else "input_ids.shape"
                 raise invalid(f"{name}.shape", tuple(value.shape), f"must be {shape} ({what})")
-        if segment_ids is not None and segment_ids.numel() and torch.compiler.is_compiling():
+        if segment_ids is None or not segment_ids.numel():
+            return
+        in_range = ((segment_ids >= 0) & (segment_ids < self.config.num_segments)).all()
+        if torch.compiler.is_compiling():
             # Reading the values out would break the graph: the check runs inside it.
-            in_range = (segment_ids >= 0) & (segment_ids < self.config.num_segments)
             torch._assert_async(
-                in_range.all(), f"segment_ids must be in [0, {self.config.num_segments - 1}]"
+                in_range, f"segment_ids must be in [0, {self.config.num_segments - 1}]"
             )
-        elif segment_ids is not None and segment_ids.numel():
+        elif not bool(in_range):
+            # One read on the host a forward (on a GPU, a wait for its queued work) for a
+            # clear error; the bounds are read only to name them.
             low, high = int(segment_ids.min()), int(segment_ids.max())
-            if low < 0 or high >= self.config.num_segments:
-                raise invalid(
-                    "segment_ids",
-                    f"values in [{low}, {high}]",
-                    f"ids in [0, {self.config.num_segments - 1}] (num_segments="
-                    f"{self.config.num_segments})",
-                )
+            raise invalid(
+                "segment_ids",
+                f"values in [{low}, {high}]",
+                f"ids in [0, {self.config.num_segments - 1}] (num_segments="
+                f"{self.config.num_segments})",
+            )
 
     def token_positions(self, tokens: tuple[int, int], position_ids, cache, past_length: int):
         """Positions [B, past + n] of the cached and new tokens (`token_shape` [B, n]), or None
