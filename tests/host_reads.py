@@ -30,10 +30,11 @@ DEVICE_READS = frozenset(
 
 
 class HostReads(TorchDispatchMode):
-    """Records, while active, each device read (`DEVICE_READS`) and each tensor made from host
-    data of more than one value (`lift_fresh`: `torch.tensor(list)`, which is then copied to
-    the device; a Python scalar stays a scalar on any device). `found`: Counter of (op, the
-    innermost posattn frame that asked)."""
+    """Records, while active, each device read (`DEVICE_READS`) and each tensor made from a
+    host list (`lift_fresh`: `torch.tensor([...])`, which is then copied to the device; a
+    Python scalar stays a scalar on any device, and an empty list copies nothing). `found`:
+    Counter of (op, the innermost posattn frame that asked). On the CPU it cannot see a read
+    that dispatches nothing there (`.tolist()`, `.cpu()` of a CPU tensor)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -42,7 +43,7 @@ class HostReads(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         result = func(*args, **(kwargs or {}))
         name = func._schema.name.split("::")[-1]
-        host_data = name in ("lift_fresh", "lift_fresh_copy") and result.dim() > 0
+        host_data = name in ("lift_fresh", "lift_fresh_copy") and result.dim() and result.numel()
         if name in DEVICE_READS or host_data:
             self.found[(name, _asker())] += 1
         return result
