@@ -35,6 +35,7 @@ from .kernels.table_bias import (
     terms_refusal,
     triton_attention,
 )
+from .kernels.triton_settings import factors_choice
 
 
 class MultiHeadAttention(nn.Module):
@@ -231,7 +232,7 @@ class MultiHeadAttention(nn.Module):
 
     def auto_takes_triton(self, q, k, terms: LayerTerms, mask, extra_bias) -> bool:
         """kernel="auto" with a learned bias that is a Toeplitz table (with TUPE-R's absolute
-        part, which `attend_by_tables` folds into q and k, and its [CLS] untie), or without
+        part, which `attend_by_tables` hands over beside q and k, and its [CLS] untie), or without
         gradients a table alone, where `auto_takes_triton` picks the table-reading kernel."""
         table = terms.offset_bias
         plain_table = (
@@ -255,22 +256,33 @@ class MultiHeadAttention(nn.Module):
 
     def attend_by_tables(self, q, k, v, terms: LayerTerms, mask, extra_bias, kernel=None):
         """`attend` for a kernel that reads the bias from its table (kernel="triton"): the
-        Toeplitz bias as `terms.offset_bias`, a low-rank bias always folded into q and k (such
-        a kernel adds no [H, n, n] bias, whatever the `fold` choice), and a clear refusal for
-        what it cannot serve."""
+        Toeplitz bias as `terms.offset_bias`, a low-rank bias as its factors for a kernel
+        that reads them beside q and k (`reads_bias_factors`; kernel="triton") and folded
+        into q and k for one that does not (such a kernel adds no [H, n, n] bias, whatever
+        the `fold` choice), and a clear refusal for what it cannot serve."""
         reason = terms_refusal(terms, extra_bias)
         if reason is not None:
             raise refusal(self.kernel_name, reason)
-        if terms.bias_factors is not None:  # the whole bias, or what the table leaves
+        kernel = kernel or self.kernel
+        factors = terms.bias_factors  # the whole bias, or what the table leaves
+        # Folded where the kernel does not read factors, where the keys are projected
+        # (DIET-ABS inside Linformer: k's factor columns are projected with k), or where
+        # POSATTN_TRITON_FACTORS=folded says so.
+        if factors is not None and not (
+            getattr(kernel, "reads_bias_factors", False)
+            and terms.project_kv is None
+            and factors_choice() == "beside"
+        ):
             # The kernel takes values narrower than q and k: they keep their width.
-            q, k = fold_into_queries_keys(q, k, terms.bias_factors, terms.scale)
+            q, k = fold_into_queries_keys(q, k, factors, terms.scale)
+            factors = None
         k, v, mask = self.project_sequence(k, v, terms, mask)
         dropout_p = self.dropout if self.training else 0.0
-        return (kernel or self.kernel)(
+        return kernel(
             q, k, v, mask=mask, bias=None, scale=terms.scale, dropout_p=dropout_p,
             tables=TableBias(
                 offset=terms.offset_bias, offset_tails=terms.offset_tails, segments=extra_bias,
-                cls_untie=terms.cls_untie,
+                cls_untie=terms.cls_untie, factors=factors,
             ),
         )  # fmt: skip
 

@@ -163,6 +163,14 @@ check() {
             --kernels triton --encodings t5,diet-rel,alibi --lengths 1024,4096,8192 \
             --model-lengths 512,2048 --long-lengths ''
     fi
+    # The low-rank factors folded into a copy of q and k (POSATTN_TRITON_FACTORS=folded, as
+    # before) against read beside them (the default, bench's rows): the time the copy saved
+    # costs or gives back.
+    if limit=$(within "${FACTORS_SECONDS:-50}" 0); then
+        POSATTN_TRITON_FACTORS=folded bench_stage bench-folded "Attention level" 10 "$limit" \
+            --kernels triton --encodings tupe-r,diet-abs --lengths 1024,4096,8192 \
+            --model-lengths '' --long-lengths ''
+    fi
     # With the time left, at the shipped tiles: each kernel's share of a training call (T5, no
     # table, TUPE-R, flash); at n=4096 the kernels' time, at 1024 also the host's (wall
     # against GPU time).

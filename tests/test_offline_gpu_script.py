@@ -52,7 +52,8 @@ def stages_run(tmp_path: Path, returncode: int = 0, **bounds: int) -> list[tuple
 
 
 def kinds(calls: list[tuple[str, int]]) -> list[str]:
-    names = {"bench-fused": "fused", "--attention-dropout": "dropout", "fold=true": "fold",
+    names = {"bench-fused": "fused", "bench-folded": "factors", "--attention-dropout": "dropout",
+             "fold=true": "fold",
              "-k triton": "tests",
              "triton_tiles": "tiles",
              "--model-lengths 512": "model",
@@ -64,8 +65,8 @@ def kinds(calls: list[tuple[str, int]]) -> list[str]:
 def test_every_stage_runs_in_order_when_time_allows(tmp_path):
     calls = stages_run(tmp_path, CHECK_SECONDS=500, TEST_SLEEP=0)
     assert kinds(calls) == [
-        "tests", "untie", "bench", "model", "dropout", "fused", "profile", "profile", "host",
-        "tiles", "fold", "flex",
+        "tests", "untie", "bench", "model", "dropout", "fused", "factors", "profile", "profile",
+        "host", "tiles", "fold", "flex",
     ]  # fmt: skip
 
 
@@ -75,8 +76,8 @@ def test_the_reported_tests_are_skipped_to_leave_the_benchmarks_their_bounds(tmp
     # follows run.
     calls = stages_run(tmp_path, CHECK_SECONDS=32, TEST_SLEEP=3, BENCH_SECONDS=10, MODEL_SECONDS=1)
     assert kinds(calls) == [
-        "tests", "bench", "model", "dropout", "fused", "profile", "profile", "host", "tiles",
-        "fold", "flex",
+        "tests", "bench", "model", "dropout", "fused", "factors", "profile", "profile", "host",
+        "tiles", "fold", "flex",
     ]  # fmt: skip
     bounds = dict(zip(kinds(calls), (bound for _, bound in calls), strict=False))
     # The tests' own 150 s would eat into the benchmarks' 11: they get 32 - 11 = 21 s (20

@@ -47,6 +47,19 @@ RULES = [
     (torch.bfloat16, 128, {"value_head": 64, "has_untie": True, "has_keys": True}, True),
     # TUPE-A: the same without a table, the untie on zeros
     (torch.bfloat16, 128, {"value_head": 64, "has_untie": True, "has_table": False}, False),
+    # TUPE-R and TUPE-A as models run them: the absolute part's factors read beside q and k
+    (
+        torch.bfloat16,
+        128,
+        {"value_head": 64, "factor_at": 64, "has_untie": True, "has_keys": True},
+        True,
+    ),
+    (
+        torch.bfloat16,
+        128,
+        {"value_head": 64, "factor_at": 64, "has_untie": True, "has_table": False},
+        False,
+    ),
     # A table's tails in loops of their own (`offset_tails`): flat (T5, TUPE-R, DIET-REL), or
     # linear for a fixed table (ALiBi)
     (torch.bfloat16, 64, {"has_keys": True, "tails": True}, True),
@@ -79,11 +92,14 @@ def test_every_kernel_compiles_for_hopper_within_its_shared_memory(
         (64, {"has_keys": True}),
         (64, {"has_keys": True, "causal": True}),
         (64, {"causal": True}),  # without padding: unmasked blocks below the diagonal
-        (128, {"value_head": 64, "has_untie": True, "has_keys": True}),  # TUPE-R
-        (128, {"value_head": 64, "has_untie": True, "has_table": False}),  # TUPE-A
+        (128, {"value_head": 64, "factor_at": 64, "has_untie": True, "has_keys": True}),  # TUPE-R
+        (128, {"value_head": 64, "factor_at": 64, "has_untie": True, "has_table": False}),  # TUPE-A
         (64, {"has_keys": True, "causal": True, "tails": True}),  # T5's flat tails
         (64, {"has_keys": True, "tails": True, "linear_tails": True}),  # ALiBi's lines
-        (128, {"value_head": 64, "has_untie": True, "has_keys": True, "tails": True}),
+        (
+            128,
+            {"value_head": 64, "factor_at": 64, "has_untie": True, "has_keys": True, "tails": True},
+        ),
         # POSATTN_TRITON_KEY_RUNS=on: a padded call's blocks inside a run of real keys in
         # loops of their own (the forward and dQ; not dQ at TUPE-R's 128, where it spilled,
         # and TUPE-R's forward with them took 191 registers when this was written)
@@ -114,7 +130,10 @@ def test_the_default_tiles_do_not_spill_registers(aot, head, rules):
     ("head", "rules"),
     [
         (64, {"num_segments": 2, "has_keys": True}),  # DIET-REL's segment pairs
-        (128, {"value_head": 64, "has_untie": True, "has_keys": True, "tails": True}),  # TUPE-R
+        (
+            128,
+            {"value_head": 64, "factor_at": 64, "has_untie": True, "has_keys": True, "tails": True},
+        ),  # TUPE-R
     ],
 )
 def test_deterministic_gradients_cost_dq_no_registers_spilled_and_few_instructions(
@@ -140,7 +159,10 @@ def test_deterministic_gradients_cost_dq_no_registers_spilled_and_few_instructio
     ("head", "rules"),
     [
         (64, {"has_keys": True, "causal": True, "tails": True}),  # T5, causal
-        (128, {"value_head": 64, "has_untie": True, "has_keys": True, "tails": True}),  # TUPE-R
+        (
+            128,
+            {"value_head": 64, "factor_at": 64, "has_untie": True, "has_keys": True, "tails": True},
+        ),  # TUPE-R
     ],
 )
 def test_attention_dropout_compiles_spill_free_at_its_tiles(aot, head, rules):
@@ -148,7 +170,10 @@ def test_attention_dropout_compiles_spill_free_at_its_tiles(aot, head, rules):
     compiles spill-free with warpgroup MMA only, dK/dV at its dropout tile (`DROPOUT_DK_DV`:
     the default 64 x 128 spilled 40 bytes per thread for T5 and 248 for TUPE-R). Triton 3.6
     (the lent GPU image's) spills TUPE-R's dQ there, 32 bytes per thread at 255 registers
-    (3.9 and later: 245, none); at most that is allowed under it."""
+    (3.9 and later: 245, none); at most that is allowed under it. TUPE-R's dK/dV, its factors
+    read beside q and k, spills 24 bytes per thread outside its loop (none of its loop's
+    1077 instructions, which are fewer than the folded copy's 1104, touches local memory):
+    allowed, where no loop spills and at most 32 bytes."""
     import triton
     from packaging.version import Version
 
@@ -160,6 +185,11 @@ def test_attention_dropout_compiles_spill_free_at_its_tiles(aot, head, rules):
         if older and head > 64 and launch.name == "dq_dtable":
             used = aot.resources(aot.compile_launch(launch, torch.bfloat16))
             assert used["spill_stores"] <= 32, used
+        elif head > 64 and launch.name == "dk_dv":
+            compiled = aot.compile_launch(launch, torch.bfloat16)
+            assert aot.resources(compiled)["spill_stores"] <= 32
+            for body in aot.each_loop_body(compiled):
+                assert not [op for op in body if "STL" in op or "LDL" in op]
         else:
             assert_spill_free_warpgroup_mma(aot, launch)
 
@@ -767,3 +797,34 @@ def test_cached_decoding_in_bf16_launches_through_the_stand_in_gpu(aot, encoding
             start = end
     layers = config.num_hidden_layers
     assert steps == [[("_forward", arguments)] * layers] * 4
+
+
+def test_extra_peak_counts_what_a_call_holds_at_once(aot):
+    """`extra_peak_mib`: 4 MiB held while 8 more are made, then both released: 12 at the
+    peak."""
+
+    def call():
+        held = torch.empty(2**20, dtype=torch.float32)
+        more = torch.empty(2 * 2**20, dtype=torch.float32)
+        del held, more
+
+    assert aot.extra_peak_mib(call) == 12
+
+
+def test_tupe_r_keeps_no_folded_copy_of_q_and_k(aot, monkeypatch):
+    """TUPE-R's training call through the stand-in GPU (bf16, B=2, H=4, n=512, d_h=64): with
+    its absolute part's factors read beside q and k (the default) its extra peak memory is
+    below the folded copy's by at least one [B, H, n, 128] copy (at n = 8192 and B = H = 8:
+    521 MiB against 745)."""
+    from posattn.lab.bench.bench import BenchSettings, attention_call
+
+    settings = BenchSettings(dtype="bfloat16", batch=2, heads=4)
+    peaks = {}
+    with aot.stand_in_gpu(record=False):
+        for layout in ("beside", "folded"):
+            monkeypatch.setenv("POSATTN_TRITON_FACTORS", layout)
+            call = attention_call("tupe-r", settings, 512, True, "cpu", kernel="triton")
+            call()
+            peaks[layout] = aot.extra_peak_mib(call) * 2**20
+    wide_copy = 2 * 4 * 512 * 128 * 2
+    assert peaks["beside"] <= peaks["folded"] - wide_copy

@@ -735,11 +735,11 @@ def test_the_fused_backward_equals_eager_in_values_and_every_gradient(
 def test_the_fused_backward_serves_what_it_can_and_leaves_the_rest_split(monkeypatch):
     """`fused_backward`: chosen by POSATTN_TRITON_BACKWARD=fused, dK/dV key-major; a table's
     gradient only where dK/dV's tile holds twice as many keys as queries; never with TUPE's
-    untie, DIET's segments or torch.use_deterministic_algorithms."""
+    untie, DIET's segments, a low-rank bias's factors or torch.use_deterministic_algorithms."""
     from posattn.kernels.triton_bias import fused_backward
     from posattn.kernels.triton_settings import Tiles, call_settings
 
-    plain = dict(HAS_UNTIE=False, NUM_SEGMENTS=0, DROPOUT=False)
+    plain = dict(HAS_UNTIE=False, NUM_SEGMENTS=0, DROPOUT=False, FACTOR_AT=0)
 
     def serves(table_grad=True, dk_dv=(16, 32), order="key-major", **flags):
         monkeypatch.setenv("POSATTN_TRITON_DK_DV_ORDER", order)
@@ -754,6 +754,7 @@ def test_the_fused_backward_serves_what_it_can_and_leaves_the_rest_split(monkeyp
     assert serves() and serves(dk_dv=(32, 16), table_grad=False)
     assert not serves(dk_dv=(32, 16)) and not serves(order="query-major")
     assert not serves(HAS_UNTIE=True) and not serves(NUM_SEGMENTS=2)
+    assert not serves(FACTOR_AT=16)
     torch.use_deterministic_algorithms(True)
     try:
         assert not serves()
@@ -1483,3 +1484,103 @@ def test_table_copies_hold_the_table_and_its_reverse_from_each_shift_and_zeros_p
         assert torch.equal(copies, expected)
     device = torch.device("cpu")
     assert copies_index(device, 9, 32, True) is copies_index(device, 9, 32, True)
+
+
+# (head, rank, factor shape's batch and heads, a table): q's half and the factor's of one
+# block (read as two halves), a factor narrower than its half, and one wider than q (read
+# column-masked).
+FACTOR_CASES = [(16, 16, 1, 3, True), (16, 5, 2, 3, False), (8, 16, 1, 1, True)]
+
+
+@pytest.mark.parametrize(
+    ("head", "rank", "factor_batch", "factor_heads", "with_table"), FACTOR_CASES
+)
+def test_factors_read_beside_q_and_k_equal_folding_them_in_bit_for_bit(
+    head, rank, factor_batch, factor_heads, with_table
+):
+    """A low-rank bias's factors given to the kernel (`factors`) give the values and every
+    gradient - q, k, v, the table and both factors - that folding them into q and k gives
+    (`fold_into_queries_keys`: the layout the kernels now read them in), to the bit; the
+    folded copy is neither made nor kept for the backward."""
+    from posattn.kernels.fold import fold_into_queries_keys
+    from posattn.kernels.triton_bias import table_bias_attention
+
+    torch.manual_seed(0)
+    batch, heads, n = 2, 3, 33
+    q, k, v = (torch.randn(batch, heads, n, head) for _ in range(3))
+    f_q, f_k = (torch.randn(factor_batch, factor_heads, n, rank) for _ in range(2))
+    table = torch.randn(heads, 2 * n - 1) if with_table else None
+    keys = torch.ones(batch, n, dtype=torch.int8)
+    keys[1, 30:] = 0
+    leaves = [x for x in (q, k, v, table, f_q, f_k) if x is not None]
+    grad = torch.randn(batch, heads, n, head)
+    scale = 0.3
+
+    def call(fold: bool):
+        copies = [x.detach().clone().requires_grad_() for x in leaves]
+        q_, k_, v_, *rest = copies
+        table_ = rest.pop(0) if with_table else None
+        factors = tuple(rest)
+        if fold:
+            q_, k_ = fold_into_queries_keys(q_, k_, factors, scale)
+            factors = None
+        out = table_bias_attention(
+            q_, k_, v_, scale=scale, table=table_, keys=keys, factors=factors
+        )
+        # What the backward keeps, [B, ...] four-dimensional: its last widths.
+        kept = out.grad_fn.saved_tensors
+        widths = {t.shape[-1] for t in kept if t.dim() == 4 and t.shape[0] == batch}
+        out.backward(grad)
+        return out, [x.grad for x in copies], widths
+
+    (out, grads, widths), (folded, folded_grads, folded_widths) = call(False), call(True)
+    torch.testing.assert_close(out, folded, rtol=0, atol=0)
+    for ours, reference in zip(grads, folded_grads, strict=True):
+        torch.testing.assert_close(ours, reference, rtol=0, atol=0)
+    wide = fold_into_queries_keys(q, k, (f_q, f_k), scale)[0].shape[-1]
+    assert wide in folded_widths and wide not in widths and head in widths
+
+
+def test_factors_that_do_not_fit_q_and_k_are_refused_by_name():
+    from posattn.kernels.triton_bias import table_bias_attention
+
+    q = k = v = torch.randn(2, 3, 9, 16)
+    for factors, named in (
+        ((torch.randn(3, 9, 4), torch.randn(3, 9, 5)), "factors"),  # two widths
+        ((torch.randn(3, 8, 4), torch.randn(3, 9, 4)), r"factors\[0\].shape"),  # rows
+        ((torch.randn(4, 3, 9, 4), torch.randn(3, 9, 4)), r"factors\[0\].shape"),  # batch
+    ):
+        with pytest.raises(PosAttnConfigError, match=named):
+            table_bias_attention(q, k, v, scale=0.25, factors=factors)
+
+
+def test_a_models_factors_beside_or_folded_give_one_result(monkeypatch):
+    """POSATTN_TRITON_FACTORS: a model's low-rank bias read beside q and k ("beside", the
+    default) or folded into them ("folded") gives the same values and parameter gradients,
+    bit for bit; any other value is refused by name."""
+    from posattn.kernels import triton_bias
+
+    ids, mask, segment_ids = padded_batch()
+    model = tiny_encoder("tupe-r", kernel="triton", num_layers=1)
+    called = triton_bias.table_bias_attention
+    widths = []  # q's as the kernel meets it, and whether factors came beside it
+
+    def recorded(q, k, v, **options):
+        widths.append((q.shape[-1], options["factors"] is not None))
+        return called(q, k, v, **options)
+
+    monkeypatch.setattr(triton_bias, "table_bias_attention", recorded)
+    results = []
+    for layout in ("beside", "folded"):
+        monkeypatch.setenv("POSATTN_TRITON_FACTORS", layout)
+        model.zero_grad()
+        out = model(ids, mask, segment_ids)
+        out[mask].square().sum().backward()
+        results.append([out.detach(), *(p.grad.clone() for p in model.parameters())])
+    for ours, folded in zip(*results, strict=True):
+        torch.testing.assert_close(ours, folded, rtol=0, atol=0)
+    head = model.config.d_model // model.config.num_heads
+    assert widths[0] == (head, True) and widths[1][0] > head and not widths[1][1]
+    monkeypatch.setenv("POSATTN_TRITON_FACTORS", "inside")
+    with pytest.raises(PosAttnConfigError, match="POSATTN_TRITON_FACTORS='inside'"):
+        model(ids, mask, segment_ids)

@@ -67,12 +67,16 @@ class TableBias:
     offset[h, j - i + n_q - 1] (`LayerTerms.offset_bias`), or None; offset_tails: where it
     is known past two position offsets (`LayerTerms.offset_tails`), or None; segments:
     DIET's segment-pair bias added to it, or None; cls_untie: TUPE's [CLS] untie on the
-    offset table's matrix, or on zeros without one (`LayerTerms.cls_untie`), or None."""
+    offset table's matrix, or on zeros without one (`LayerTerms.cls_untie`), or None;
+    factors: (f_q, f_k), a low-rank bias f_q f_k^T added beside them (`LayerTerms
+    .bias_factors`), for a kernel that reads them (`reads_bias_factors = True`; the others
+    get them folded into q and k), or None."""
 
     offset: Tensor | None = None
     offset_tails: TableTails | None = None
     segments: SegmentPairs | None = None
     cls_untie: ClsUntie | None = None
+    factors: tuple[Tensor, Tensor] | None = None
 
 
 def refusal(kernel: str, reason: str) -> PosAttnConfigError:
@@ -223,6 +227,7 @@ def triton_attention(
         segment_ids=None if pairs is None else pairs.ids.to(torch.int32).contiguous(),
         untie=None if untie is None else (untie.row, untie.column, untie.column_value),
         tails=tails, tail_slopes=slopes, spans=spans, dropout_p=dropout_p,
+        factors=None if tables is None else tables.factors,
     )  # fmt: skip
 
 
@@ -241,3 +246,4 @@ def tail_rules(table: Tensor | None, known: TableTails | None, k: Tensor, untie)
 
 
 triton_attention.reads_bias_tables = True
+triton_attention.reads_bias_factors = True

@@ -33,7 +33,7 @@ from .triton_table_grad import (
     _carried_diagonal_sums,
     _carried_sums_in_halves,
 )
-from .triton_tile_ops import _add, _kept, _load_tile, _tile_mask
+from .triton_tile_ops import _add, _kept, _load_folded, _load_tile, _tile_mask
 
 
 @triton.jit
@@ -48,7 +48,7 @@ def _dk_dv_step(
     KEY_MAJOR: tl.constexpr, TAIL: tl.constexpr = False, tail_value=0.0,
     LINEAR: tl.constexpr = False, slope=0.0, base=0, DROPOUT: tl.constexpr = False, seed=0,
     bh=0, drop_below=0, keep_scale=1.0, FUSED: tl.constexpr = False, DQ_ACC=None, sqam=0,
-    rows=0, MASK_TAIL: tl.constexpr = False,
+    rows=0, MASK_TAIL: tl.constexpr = False, FQ=None, sfqm=0, FACTOR_AT: tl.constexpr = 0,
 ):  # fmt: skip
     """One query block's share of a key block's dK and dV; KEY_MAJOR: with P and dS as
     [BLOCK_N, BLOCK_M] tiles (dV += P^T dO, dK += dS^T Q without turning them). DROPOUT:
@@ -57,9 +57,10 @@ def _dk_dv_step(
     only): also the block's share of dQ, dS K, added to a float32 sum with atomics
     (FlashAttention-2's one backward kernel; DQ_ACC's rows sqam apart, `rows` of them). Keys
     past N add nothing there: their rows of K load as 0. Returns dK, dV and, key-major, the
-    tile's dS (for the table's gradient, where MASK_TAIL hides the keys past N)."""
+    tile's dS (for the table's gradient, where MASK_TAIL hides the keys past N). FACTOR_AT:
+    the queries' factor (FQ, this head's, rows sfqm apart) read beside them (`_load_folded`)."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
-    q = _load_tile(Q + b * sqb + h * sqh, offs_m, sqm, M, offs_d, D, EVEN_D)
+    q = _load_folded(Q + b * sqb + h * sqh, offs_m, sqm, M, offs_d, D, EVEN_D, FQ, sfqm, FACTOR_AT)
     do = _load_tile(DO + b * sdob + h * sdoh, offs_m, sdom, M, offs_dv, DV, EVEN_DV)
     # Unmasked: rows past M hold LSE = +inf and D = 0 up to the last query block's end (a mask
     # here was a select per query per thread and step: 11% of this loop's instructions).
@@ -112,10 +113,10 @@ def _dk_dv_step(
 @triton.jit
 def _backward_dk_dv(
     Q, K, V, DO, LSE, DELTA, DK, DV_, TABLE, SLOPES, UNTIE, KEYS, SPANS, SEGMENTS, SEGMENT_IDS,
-    SEED, DQ_ACC, DTABLE,
+    SEED, DQ_ACC, DTABLE, FQ, FK,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom,
     sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, sqab, sqam, stride_th, stride_tk, stride_dth,
-    stride_kb, stride_sb,
+    stride_kb, stride_sb, sfqb, sfqh, sfqm, sfkb, sfkh, sfkn,
     H, M, N, D, DV, q_start, rows, table_shift, untie_row, untie_column, tail_low, tail_high,
     scale, scale2, drop_below, keep_scale,
     HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
@@ -124,7 +125,7 @@ def _backward_dk_dv(
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, KEY_MAJOR: tl.constexpr,
     TAILS: tl.constexpr, LINEAR: tl.constexpr, DROPOUT: tl.constexpr, FUSED: tl.constexpr,
-    TABLE_GRAD: tl.constexpr, MASK_TAIL: tl.constexpr,
+    TABLE_GRAD: tl.constexpr, MASK_TAIL: tl.constexpr, FACTOR_AT: tl.constexpr,
 ):  # fmt: skip
     """dK, dV of one key block, over every query block that sees it. TABLE: the aligned
     copies of the offset table, or key-major of the table reversed (`_scores`). TAILS:
@@ -135,13 +136,18 @@ def _backward_dk_dv(
     tiles of 2 BLOCK_M keys are two squares along the keys, whose diagonals the circular
     skew sums as dQ's does (`_carried_sums_in_halves`, rows and columns swapped, which turns
     j - i into i - j), carried from one query block to the next; a tail's tiles sum their dS
-    onto its bound. MASK_TAIL: the keys past N hidden (their dS would reach the table)."""
+    onto its bound. MASK_TAIL: the keys past N hidden (their dS would reach the table).
+    FACTOR_AT: FQ and FK read beside q and k (`_forward`'s); dK holds k's gradient and
+    FK's, one row of each batch element and head (D wide)."""
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
-    k = _load_tile(K + b * skb + h * skh, offs_n, skn, N, offs_d, D, EVEN_D)
+    k = _load_folded(
+        K + b * skb + h * skh, offs_n, skn, N, offs_d, D, EVEN_D, FK + b * sfkb + h * sfkh, sfkn,
+        FACTOR_AT,
+    )  # fmt: skip
     v = _load_tile(V + b * svb + h * svh, offs_n, svn, N, offs_dv, DV, EVEN_DV)
     first = 0
     if CAUSAL:
@@ -195,6 +201,7 @@ def _backward_dk_dv(
                     base=M - 1 - _pick(part, tail_high, tail_low), DROPOUT=DROPOUT, seed=seed,
                     bh=bh, drop_below=drop_below, keep_scale=keep_scale, FUSED=FUSED,
                     DQ_ACC=DQ_ACC + bh * sqab, sqam=sqam, rows=rows, MASK_TAIL=MASK_TAIL,
+                    FQ=FQ + b * sfqb + h * sfqh, sfqm=sfqm, FACTOR_AT=FACTOR_AT,
                 )  # fmt: skip
                 if SUMS & TAILS & (part != 1):
                     tail += ds_t
@@ -244,13 +251,14 @@ def _dq_step(
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, DIAGONALS: tl.constexpr,
     MASK_TAIL: tl.constexpr, TAIL: tl.constexpr = False, tail_value=0.0,
     LINEAR: tl.constexpr = False, slope=0.0, base=0, DROPOUT: tl.constexpr = False, seed=0,
-    bh=0, drop_below=0, keep_scale=1.0,
+    bh=0, drop_below=0, keep_scale=1.0, FK=None, sfkn=0, FACTOR_AT: tl.constexpr = 0,
 ):  # fmt: skip
     """One key block's share of a query block's dQ, and of the tables' gradients; returns dQ
     and the tile's dS as the offset table sees it (the circular skew's sums are carried by the
-    caller, `_carried_diagonal_sums`; a TAIL tile's, one value, summed by the caller too)."""
+    caller, `_carried_diagonal_sums`; a TAIL tile's, one value, summed by the caller too).
+    FACTOR_AT: the keys' factor (FK, this head's) read beside them (`_load_folded`)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    k = _load_tile(K + b * skb + h * skh, offs_n, skn, N, offs_d, D, EVEN_D)
+    k = _load_folded(K + b * skb + h * skh, offs_n, skn, N, offs_d, D, EVEN_D, FK, sfkn, FACTOR_AT)
     v = _load_tile(V + b * svb + h * svh, offs_n, svn, N, offs_dv, DV, EVEN_DV)
     s = _scores(
         q, k, offs_m, offs_n, start_m, start_n, b, h, scale2, TABLE, stride_th, stride_tk,
@@ -302,10 +310,11 @@ def _dq_step(
 @triton.jit
 def _backward_dq_dtable(
     Q, K, V, OUT, DO, LSE, DELTA, DQ, TABLE, SLOPES, DTABLE, UNTIE, DUNTIE, KEYS, SPANS, SEGMENTS,
-    SEGMENT_IDS, DSEGMENTS, SEED,
+    SEGMENT_IDS, DSEGMENTS, SEED, FQ, FK,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, sdob, sdoh, sdom,
     sdqb, sdqh, sdqm,
-    stride_th, stride_tk, stride_dtb, stride_dth, stride_kb, stride_sb,
+    stride_th, stride_tk, stride_dtb, stride_dth, stride_kb, stride_sb, sfqb, sfqh, sfqm, sfkb,
+    sfkh, sfkn,
     H, M, N, D, DV, q_start, rows, table_shift, table_len, untie_row, untie_column, tail_low,
     tail_high, scale, scale2, drop_below, keep_scale,
     HAS_TABLE: tl.constexpr, TABLE_GRAD: tl.constexpr, HAS_UNTIE: tl.constexpr,
@@ -315,7 +324,7 @@ def _backward_dq_dtable(
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, DIAGONALS: tl.constexpr,
     MASK_TAIL: tl.constexpr, TAILS: tl.constexpr, LINEAR: tl.constexpr, RUNS: tl.constexpr,
-    PER_BLOCK: tl.constexpr, DROPOUT: tl.constexpr,
+    PER_BLOCK: tl.constexpr, DROPOUT: tl.constexpr, FACTOR_AT: tl.constexpr,
 ):  # fmt: skip
     """dQ of one query block over the keys it sees, and that block's share of dT (in the
     batch element's own copy of dT where stride_dtb is not 0). PER_BLOCK (deterministic
@@ -327,7 +336,9 @@ def _backward_dq_dtable(
     kernel of its own was one more launch from the host, which bounds a call at n=1024.
     TAILS: as the forward's;
     the tiles of a tail add their dS up in registers, and the sum goes to the tail's first
-    entry (tail_low or tail_high), where every entry of the tail sends its gradient."""
+    entry (tail_low or tail_high), where every entry of the tail sends its gradient.
+    FACTOR_AT: FQ and FK read beside q and k (`_forward`'s); dQ holds q's gradient and FQ's
+    (times the scale), one row of each batch element and head (D wide)."""
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
@@ -343,7 +354,10 @@ def _backward_dq_dtable(
         DSEGMENTS_B = DSEGMENTS
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
-    q = _load_tile(Q + b * sqb + h * sqh, offs_m, sqm, M, offs_d, D, EVEN_D)
+    q = _load_folded(
+        Q + b * sqb + h * sqh, offs_m, sqm, M, offs_d, D, EVEN_D, FQ + b * sfqb + h * sfqh, sfqm,
+        FACTOR_AT,
+    )  # fmt: skip
     do = _load_tile(DO + b * sdob + h * sdoh, offs_m, sdom, M, offs_dv, DV, EVEN_DV)
     out = _load_tile(OUT + b * sob + h * soh, offs_m, som, M, offs_dv, DV, EVEN_DV)
     delta = tl.reduce(out.to(tl.float32) * do.to(tl.float32), 1, _add)
@@ -402,6 +416,7 @@ def _backward_dq_dtable(
                     slope=_pick(part, low_slope, high_slope),
                     base=M - 1 - _pick(part, tail_low, tail_high), DROPOUT=DROPOUT, seed=seed,
                     bh=bh, drop_below=drop_below, keep_scale=keep_scale,
+                    FK=FK + b * sfkb + h * sfkh, sfkn=sfkn, FACTOR_AT=FACTOR_AT,
                 )  # fmt: skip
                 if TABLE_GRAD & TAILS & (part != 1):
                     tail += ds_table

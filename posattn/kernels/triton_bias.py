@@ -67,6 +67,7 @@ from ..errors import require
 from ..toeplitz import lines_served, require_table_shape
 from .masks import key_spans
 from .triton_backward import _backward_dk_dv, _backward_dq_dtable
+from .triton_factors import factor_gradients, factor_inputs, scaled_factors
 from .triton_forward import _forward
 from .triton_inputs import absent, last_dim_contiguous, table_copies
 from .triton_launch import DirectLaunch
@@ -192,11 +193,14 @@ class TableBiasAttention(torch.autograd.Function):
     @staticmethod
     def forward(
         ctx, q, k, v, table, keys, first, causal, q_start, scale, segments, segment_ids, untie,
-        column_value, grad_enabled, tails, tail_slopes, spans, dropout_p,
+        column_value, grad_enabled, tails, tail_slopes, spans, dropout_p, fq, fk,
     ):  # fmt: skip
         q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
-        batch, heads, M, D = q.shape
+        batch, heads, M, own = q.shape
         N, DV = k.shape[-2], v.shape[-1]
+        # The width the kernels read q and k at: with a low-rank bias's factors beside them.
+        D = own if fq is None else own + fq.shape[-1]
+        fq_, fk_, factor_strides = factor_inputs(fq, fk, batch, heads, M, N, q)
         # The tables in the kernels' base-2 units: multiplied by log2(e) once, not per score.
         device, float32 = q.device, torch.float32
         keys_ = absent(device, torch.int8) if keys is None else keys
@@ -229,7 +233,7 @@ class TableBiasAttention(torch.autograd.Function):
             causal=causal, num_segments=0 if segments is None else math.isqrt(segments.shape[-1]),
             has_untie=untie is not None, tails=tails is not None and settings.tails,
             linear_tails=tail_slopes is not None, key_runs=settings.key_runs,
-            dropout=dropout_p > 0,
+            dropout=dropout_p > 0, factor_at=0 if fq is None else own,
         )  # fmt: skip
         # The tails' bounds inside the table: an entry past either end is a tail of one.
         tail_low, tail_high = (min(max(x, 0), M + N - 2) for x in tails or (0, M + N - 2))
@@ -248,18 +252,21 @@ class TableBiasAttention(torch.autograd.Function):
         )
         launch(
             _forward, grid, settings.launch_mode,
-            (q, k, v, out, lse, copies, slopes, untie32, keys_, spans, segments32, ids, seed),
+            (q, k, v, out, lse, copies, slopes, untie32, keys_, spans, segments32, ids, seed,
+             fq_, fk_),
             (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
              copies.stride(0), copies.stride(1), keys_.stride(0), ids.stride(0),
-             heads, M, N, D, DV, q_start, rows, M - 1, untie_row, untie_column, tail_low,
-             tail_high, scale * LOG2E, *dropout),
+             *factor_strides, heads, M, N, D, DV, q_start, rows, M - 1, untie_row,
+             untie_column, tail_low, tail_high, scale * LOG2E, *dropout),
             dict(BLOCK_M=block_m, BLOCK_N=block_n, MASK_TAIL=mask_tail, **flags,
                  RAW_MAX=scale >= 0,
                  **launch_options(settings.schedules["forward"], flags, mask_tail)),
         )  # fmt: skip
         ctx.save_for_backward(
-            q, k, v, out, lse, copies, slopes, untie32, keys_, spans, segments32, ids, seed
-        )
+            q, k, v, out, lse, copies, slopes, untie32, keys_, spans, segments32, ids, seed, fq_,
+            fk_,
+        )  # fmt: skip
+        ctx.factors = None if fq is None else (fq.shape, fk.shape, factor_strides)
         ctx.dropout = dropout
         ctx.table_shape = None if table is None else table.shape
         ctx.call, ctx.rows = settings, rows
@@ -272,15 +279,17 @@ class TableBiasAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, out, lse, copies, slopes, untie32, keys_, spans, segments32, ids, seed = (
-            ctx.saved_tensors
-        )
+        saved = ctx.saved_tensors
+        q, k, v, out, lse, copies, slopes, untie32, keys_, spans, segments32, ids, seed = saved[:13]
+        fq_, fk_ = saved[13:]
         scale, q_start, flags, table_grad = ctx.settings
         untie_row, untie_column, untie_grad = ctx.untie
         tail_low, tail_high = ctx.tails
         grad_out = last_dim_contiguous(grad_out)
-        batch, heads, M, D = q.shape
+        batch, heads, M, own = q.shape
         N, DV = k.shape[-2], v.shape[-1]
+        factor_strides = (0,) * 6 if ctx.factors is None else ctx.factors[2]
+        D = own if ctx.factors is None else own + fq_.shape[-1]
         # The forward's tiles: it sized the table's copies and LSE's rows for them.
         settings, rows = ctx.call, ctx.rows
         tile, (keys_tile, keys_schedule) = (
@@ -293,7 +302,10 @@ class TableBiasAttention(torch.autograd.Function):
         # D_i = rowsum(dO * O), the term every row of dS subtracts: written by the dQ kernel
         # (0 past M), read by dK/dV after it, unmasked like LSE.
         delta = _rows_past(batch * heads, rows, rounded_up(M, tile.block_m), 0.0, q.device)
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        # q's and k's gradients beside their factors' (one row per batch element and head).
+        dq = q.new_empty(batch, heads, M, D)
+        dk = k.new_empty(batch, heads, N, D)
+        dv = torch.empty_like(v)
         diagonals = diagonal_block(tile, settings.skew if table_grad else "wide")
         grads = (table_grad, untie_grad, ctx.segment_grad)
         mode = gradient_mode(grads, settings.grad_mode, circular_skew(settings))
@@ -308,10 +320,10 @@ class TableBiasAttention(torch.autograd.Function):
         launch(
             _backward_dq_dtable, (blocks(M, tile.block_m), batch * heads), settings.launch_mode,
             (q, k, v, out, grad_out, lse, delta, dq, copies, slopes, dtable, untie32, duntie,
-             keys_, spans, segments32, ids, dsegments, seed),
+             keys_, spans, segments32, ids, dsegments, seed, fq_, fk_),
             (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
              *grad_out.stride()[:3], *dq.stride()[:3], copies.stride(0), copies.stride(1),
-             stride_dtb, stride_dth, keys_.stride(0), ids.stride(0),
+             stride_dtb, stride_dth, keys_.stride(0), ids.stride(0), *factor_strides,
              *common, M - 1, M + N - 1, untie_row, untie_column, tail_low, tail_high, scale,
              scale * LOG2E, *ctx.dropout),
             dict(TABLE_GRAD=table_grad, UNTIE_GRAD=untie_grad, SEGMENT_GRAD=ctx.segment_grad,
@@ -328,10 +340,10 @@ class TableBiasAttention(torch.autograd.Function):
         launch(
             _backward_dk_dv, (blocks(N, keys_tile.block_n), batch * heads), settings.launch_mode,
             (q, k, v, grad_out, lse, delta, dk, dv, keys_copies, slopes, untie32, keys_, spans,
-             segments32, ids, seed, unfused, unfused),
+             segments32, ids, seed, unfused, unfused, fq_, fk_),
             (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
              *dk.stride()[:3], *dv.stride()[:3], 0, 0, keys_copies.stride(0),
-             keys_copies.stride(1), 0, keys_.stride(0), ids.stride(0),
+             keys_copies.stride(1), 0, keys_.stride(0), ids.stride(0), *factor_strides,
              *common, keys_shift, untie_row, untie_column, tail_low, tail_high, scale,
              scale * LOG2E, *ctx.dropout),
             dict(BLOCK_M=keys_tile.block_m, BLOCK_N=keys_tile.block_n,
@@ -349,16 +361,20 @@ class TableBiasAttention(torch.autograd.Function):
         grad_table = dtable.to(ctx.dtypes[0]) if table_grad else None
         grad_segments = dsegments.to(ctx.dtypes[1]) if ctx.segment_grad else None
         grad_untie = duntie.to(ctx.dtypes[2]) if untie_grad else None
+        dq, dk, grad_fq, grad_fk = factor_gradients(
+            dq, dk, own, ctx.factors, ctx.needs_input_grad[-2:]
+        )
         return (
             dq, dk, dv, grad_table, None, None, None, None, None, grad_segments, None, None,
-            grad_untie, None, None, None, None, None,
+            grad_untie, None, None, None, None, None, grad_fq, grad_fk,
         )  # fmt: skip
 
 
 def fused_backward(settings: CallSettings, flags: dict, table_grad: bool) -> bool:
     """Whether the call's backward runs fused (POSATTN_TRITON_BACKWARD=fused, where it serves
     the call: `triton_settings.BACKWARDS`); a table's gradient needs dK/dV's tile to hold
-    twice as many keys as queries (two squares: the circular skew)."""
+    twice as many keys as queries (two squares: the circular skew). Not with a low-rank
+    bias's factors (its dQ sum would be as wide as q and the factor together)."""
     tile, _ = dk_dv_tiles(settings, flags["DROPOUT"])
     return (
         settings.fused_backward
@@ -366,6 +382,7 @@ def fused_backward(settings: CallSettings, flags: dict, table_grad: bool) -> boo
         and (not table_grad or tile.block_n == 2 * tile.block_m)
         and not flags["HAS_UNTIE"]
         and flags["NUM_SEGMENTS"] == 0
+        and flags["FACTOR_AT"] == 0
         and not torch.are_deterministic_algorithms_enabled()
     )
 
@@ -393,11 +410,11 @@ def fused_backward_pass(ctx, q, k, v, out, grad_out, lse, copies, slopes, keys_,
     launch(
         _backward_dk_dv, (blocks(N, keys_tile.block_n), batch * heads), settings.launch_mode,
         (q, k, v, grad_out, lse, delta, dk, dv, keys_copies, slopes, unused, keys_, spans,
-         unused, absent(device, torch.int32, 2), seed, dq_sum, reversed_grad),
+         unused, absent(device, torch.int32, 2), seed, dq_sum, reversed_grad, q, k),
         (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
          *dk.stride()[:3], *dv.stride()[:3], dq_sum.stride(0), dq_sum.stride(1),
          keys_copies.stride(0), keys_copies.stride(1),
-         reversed_grad.stride(0) if table_grad else 0, keys_.stride(0), 0,
+         reversed_grad.stride(0) if table_grad else 0, keys_.stride(0), 0, *(0,) * 6,
          heads, M, N, D, v.shape[-1], q_start, rows, N - 1, -1, -1, tail_low, tail_high,
          scale, scale * LOG2E, *ctx.dropout),
         dict(BLOCK_M=keys_tile.block_m, BLOCK_N=keys_tile.block_n, KEY_MAJOR=True,
@@ -409,7 +426,7 @@ def fused_backward_pass(ctx, q, k, v, out, grad_out, lse, copies, slopes, keys_,
     grad_table = reversed_grad.flip(-1).to(ctx.dtypes[0]) if table_grad else None
     return (
         dq, dk, dv, grad_table, None, None, None, None, None, None, None, None, None, None,
-        None, None, None, None,
+        None, None, None, None, None, None,
     )  # fmt: skip
 
 
@@ -431,6 +448,7 @@ def table_bias_attention(
     tail_slopes: tuple[Tensor, Tensor] | None = None,
     spans: Tensor | None = None,
     dropout_p: float = 0.0,
+    factors: tuple[Tensor, Tensor] | None = None,
 ) -> Tensor:
     """q [B, H, M, D], k [B, H, N, D], v [B, H, N, DV] -> [B, H, M, DV].
 
@@ -461,6 +479,9 @@ def table_bias_attention(
         1 - dropout_p and scaled by 1 / (1 - dropout_p), from a seed drawn from the device's
         generator; the backward drops the same ones (`_kept`: a Philox draw per score, four
         per call; `kept_scores` gives the mask).
+    factors: (f_q [.., M, r], f_k [.., N, r]) broadcasting to [B, H, M or N, r]: a low-rank
+        bias f_q f_k^T added to the logits (TUPE's absolute part, DIET-ABS), read beside q
+        and k (`triton_factors`), or None.
     """
     if table is not None:
         require_table_shape("table.shape", table, q, k)
@@ -479,6 +500,7 @@ def table_bias_attention(
         isinstance(dropout_p, (int, float)) and 0 <= dropout_p < 1,
         "dropout_p", dropout_p, "a probability 0 <= dropout_p < 1",
     )  # fmt: skip
+    fq, fk = scaled_factors(factors, q, k, scale)
     rule, column_value = (None, None) if untie is None else (untie[:2], untie[2])
     # A float whatever it was given as: Triton compiles an integer 1 as a constant and a float
     # as an fp32 argument, and a direct launch's key tells 1 from 1.0 by value only. Whether
@@ -486,7 +508,7 @@ def table_bias_attention(
     return TableBiasAttention.apply(
         q, k, v, table, keys, first_real, causal, int(query_start), float(scale), segments,
         segment_ids, rule, column_value, torch.is_grad_enabled(), tails, tail_slopes, spans,
-        float(dropout_p),
+        float(dropout_p), fq, fk,
     )  # fmt: skip
 
 

@@ -8,7 +8,7 @@ import triton.language as tl
 
 from .triton_blocks import _blocks, _key_parts, _keys_seen_whole, _pick, _unmasked_keys
 from .triton_scores import _scores, _tail_shift
-from .triton_tile_ops import _add, _kept, _load_tile, _maximum, _tile_mask
+from .triton_tile_ops import _add, _kept, _load_folded, _load_tile, _maximum, _tile_mask
 
 
 @triton.jit
@@ -22,16 +22,17 @@ def _forward_step(
     BLOCK_N: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, MASK_TAIL: tl.constexpr,
     TAIL: tl.constexpr = False, tail_value=0.0, LINEAR: tl.constexpr = False, slope=0.0,
     base=0, PLAIN: tl.constexpr = False, DROPOUT: tl.constexpr = False, seed=0, bh=0,
-    drop_below=0,
+    drop_below=0, FK=None, sfkn=0, FACTOR_AT: tl.constexpr = 0,
 ):  # fmt: skip
     """One key block of the online softmax: (acc, l_i, m_i) updated. PLAIN: the tile's
     scores are scale2 q k^T alone (no table read, flat tail's shift aside; no untie,
     segments or mask) and scale2 >= 0: the row maximum is taken before the scale (the same
     value: rounding keeps the order), so that each score's exponent is one FMA instead of
     a multiply and a subtraction. DROPOUT: the probabilities that reach V are those dropout
-    keeps (`_kept`); the rows' sums keep every one."""
+    keeps (`_kept`); the rows' sums keep every one. FACTOR_AT: the keys' factor (FK, this
+    head's, rows sfkn apart) read beside them (`_load_folded`)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    k = _load_tile(K + b * skb + h * skh, offs_n, skn, N, offs_d, D, EVEN_D)
+    k = _load_folded(K + b * skb + h * skh, offs_n, skn, N, offs_d, D, EVEN_D, FK, sfkn, FACTOR_AT)
     v = _load_tile(V + b * svb + h * svh, offs_n, svn, N, offs_dv, DV, EVEN_DV)
     if PLAIN:
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
@@ -65,9 +66,9 @@ def _forward_step(
 
 @triton.jit
 def _forward(
-    Q, K, V, OUT, LSE, TABLE, SLOPES, UNTIE, KEYS, SPANS, SEGMENTS, SEGMENT_IDS, SEED,
+    Q, K, V, OUT, LSE, TABLE, SLOPES, UNTIE, KEYS, SPANS, SEGMENTS, SEGMENT_IDS, SEED, FQ, FK,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, stride_th, stride_tk, stride_kb,
-    stride_sb,
+    stride_sb, sfqb, sfqh, sfqm, sfkb, sfkh, sfkn,
     H, M, N, D, DV, q_start, rows, table_shift, untie_row, untie_column, tail_low, tail_high,
     scale2, drop_below, keep_scale,
     HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
@@ -76,7 +77,7 @@ def _forward(
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, MASK_TAIL: tl.constexpr,
     TAILS: tl.constexpr, LINEAR: tl.constexpr, RUNS: tl.constexpr, RAW_MAX: tl.constexpr,
-    DROPOUT: tl.constexpr,
+    DROPOUT: tl.constexpr, FACTOR_AT: tl.constexpr,
 ):  # fmt: skip
     """TAILS: the table is known below tail_low and above tail_high (`table_bias_attention`'s
     `tails`): flat, or with LINEAR a line (SLOPES); the key blocks inside either tail run in
@@ -84,13 +85,18 @@ def _forward(
     of visible keys take no key mask (`key_runs_choice`). RAW_MAX: scale2 >= 0, so that a
     block of scores that are the scaled product alone takes its row maximum before the scale
     (`_forward_step`'s PLAIN). DROPOUT: attention dropout (`_kept`: drop_below = p 2^24),
-    the kept probabilities scaled by keep_scale = 1 / (1 - p), from the seed SEED[0]."""
+    the kept probabilities scaled by keep_scale = 1 / (1 - p), from the seed SEED[0].
+    FACTOR_AT: a low-rank bias's factors FQ (divided by the scale) and FK, read beside q and
+    k from column FACTOR_AT on (`_load_folded`: D is the width of both)."""
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
-    q = _load_tile(Q + b * sqb + h * sqh, offs_m, sqm, M, offs_d, D, EVEN_D)
+    q = _load_folded(
+        Q + b * sqb + h * sqh, offs_m, sqm, M, offs_d, D, EVEN_D, FQ + b * sfqb + h * sfqh, sfqm,
+        FACTOR_AT,
+    )  # fmt: skip
     first = 0
     if CAUSAL:
         first = tl.load(SPANS + 4 * b)
@@ -138,6 +144,7 @@ def _forward(
                     PLAIN=BARE & ((not HAS_TABLE) | (TAILS & (part != 1) & (not LINEAR)))
                     & ((not MASKED) | (piece == 1)),
                     DROPOUT=DROPOUT, seed=seed, bh=bh, drop_below=drop_below,
+                    FK=FK + b * sfkb + h * sfkh, sfkn=sfkn, FACTOR_AT=FACTOR_AT,
                 )  # fmt: skip
     # A row that sees no key (out of range, or every key hidden) gives 0, not 0 / 0.
     l_safe = tl.where(l_i > 0, l_i, 1.0)

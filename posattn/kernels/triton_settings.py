@@ -185,6 +185,18 @@ def backward_choice() -> str:
     return environment_choice("POSATTN_TRITON_BACKWARD", BACKWARDS)
 
 
+# Where a low-rank bias's factors (TUPE's absolute part, DIET-ABS) meet the kernels: "beside"
+# q and k, read from the factors themselves (`triton_factors`; no [B, H, n, d + r] copy of q
+# and k: TUPE-R's extra peak at n = 8192, bf16, B = H = 8 on the stand-in GPU 521 MiB
+# against 745, which the H200 measured for the copy), or "folded" into a copy of q and k (as
+# before; its loops issue 3-12% fewer instructions, sm_90). Chosen by POSATTN_TRITON_FACTORS.
+FACTOR_LAYOUTS = ("beside", "folded")
+
+
+def factors_choice() -> str:
+    return environment_choice("POSATTN_TRITON_FACTORS", FACTOR_LAYOUTS)
+
+
 # How a kernel is launched: "direct", Triton's compiled launcher called with the kernel
 # kept per key (`triton_launch.DirectLaunch`: a third of a T5 training call's host time went
 # to Triton's launch path), or "triton", through `kernel[grid](...)` each time. Chosen by
@@ -265,10 +277,11 @@ def head_block(size: int) -> int:
 def kernel_flags(
     dtype: torch.dtype, D: int, DV: int, *, has_table: bool, has_keys: bool, causal: bool,
     num_segments: int, has_untie: bool = False, tails: bool = False, linear_tails: bool = False,
-    key_runs: bool = False, dropout: bool = False,
+    key_runs: bool = False, dropout: bool = False, factor_at: int = 0,
 ) -> dict:  # fmt: skip
     """The compile-time flags every kernel of one call shares (RUNS, the forward's and dQ's
-    alone: `key_runs_choice`; DROPOUT, attention dropout)."""
+    alone: `key_runs_choice`; DROPOUT, attention dropout; FACTOR_AT, the column from which a
+    low-rank bias's factors are read beside q and k, 0 without: `triton_factors`)."""
     return dict(
         HAS_TABLE=has_table,
         RUNS=has_keys and key_runs,
@@ -284,6 +297,7 @@ def kernel_flags(
         EVEN_D=head_block(D) == D,
         EVEN_DV=head_block(DV) == DV,
         DROPOUT=dropout,
+        FACTOR_AT=factor_at,
     )
 
 

@@ -54,6 +54,45 @@ def _load_tile(BASE, rows, row_stride, num_rows, columns, num_columns, FULL_WIDT
     return tl.load(BASE + rows[:, None] * row_stride + columns[None, :], mask=mask, other=0.0)
 
 
+@triton.jit
+def _load_folded(
+    BASE, rows, row_stride, num_rows, columns, num_columns, FULL_WIDTH: tl.constexpr, FACTORS,
+    factor_stride, FACTOR_AT: tl.constexpr,
+):  # fmt: skip
+    """`_load_tile` of [x, f]: a low-rank bias's factor f read beside q or k (x) as folding
+    it in would lay it out (`posattn.kernels.fold`), without the folded copy: the columns
+    below FACTOR_AT from x's rows, the rest from f's (factor_stride apart; the tile's column
+    c is f's column c - FACTOR_AT); num_columns: x's width and f's together. FACTOR_AT 0: x
+    alone. FACTOR_AT is a constant, so that each mask is constant along runs of columns and
+    the loads stay vectorised. Where the two halves fill the tile (TUPE's 64 + 64) one load
+    of both: sm_90's loops issue 3-7% more than a folded copy's (dQ's tails 12%); two masked
+    loads of the whole tile issued 10-19% more."""
+    if FACTOR_AT == 0:
+        return _load_tile(BASE, rows, row_stride, num_rows, columns, num_columns, FULL_WIDTH)
+    if columns.shape[0] == 2 * FACTOR_AT:
+        # Two halves, x's and f's: one load of [rows, 2, half], whose pointers switch between
+        # the two along the middle axis only, so each half's row stays one contiguous run.
+        half = tl.arange(0, FACTOR_AT)
+        side = tl.arange(0, 2)[None, :, None]
+        own_ptrs = BASE + rows[:, None, None] * row_stride + half[None, None, :]
+        factor_ptrs = FACTORS + rows[:, None, None] * factor_stride + half[None, None, :]
+        ptrs = tl.where(side == 0, own_ptrs, factor_ptrs)
+        inside = rows[:, None, None] < num_rows
+        if not FULL_WIDTH:
+            inside = inside & (side * FACTOR_AT + half[None, None, :] < num_columns)
+        tile = tl.load(ptrs, mask=inside, other=0.0)
+        return tl.reshape(tile, (rows.shape[0], columns.shape[0]))
+    own = columns[None, :] < FACTOR_AT
+    inside = _tile_mask(rows, num_rows, columns, num_columns, FULL_WIDTH)
+    x = tl.load(BASE + rows[:, None] * row_stride + columns[None, :], mask=inside & own, other=0.0)
+    f = tl.load(
+        FACTORS + rows[:, None] * factor_stride + (columns - FACTOR_AT)[None, :],
+        mask=inside & (columns[None, :] >= FACTOR_AT),
+        other=0.0,
+    )
+    return tl.where(own, x, f)
+
+
 # Philox4x32-10 (Salmon, Moraes, Dror, Shaw, SC 2011): its two multipliers and the Weyl
 # increments of its key.
 PHILOX_M0, PHILOX_M1 = tl.constexpr(0xD2511F53), tl.constexpr(0xCD9E8D57)

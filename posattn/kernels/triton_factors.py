@@ -1,0 +1,78 @@
+"""A low-rank bias f_q f_k^T read by kernel="triton" beside q and k: the kernels load each tile
+of q (and of k) as [q, f_q / scale] (and [k, f_k]), the layout folding the factors in would
+give (`posattn.kernels.fold`), from the inputs as they are - no [B, H, n, d + r] copy of q and
+k is made, nor kept for the backward, and a factor shared by the batch (or the heads) stays
+one row per position. The gradients come back from the kernels as wide as that layout and
+are split here."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..errors import require
+from .triton_inputs import absent, last_dim_contiguous
+
+
+def factor_inputs(
+    fq: Tensor | None, fk: Tensor | None, batch: int, heads: int, M: int, N: int, q: Tensor
+) -> tuple[Tensor, Tensor, tuple[int, ...]]:
+    """(FQ, FK, their strides along the batch, the heads and the rows) for the kernels: a
+    factor broadcast over the batch or the heads takes stride 0 there. Without factors a
+    stand-in each and strides 0 (the kernels read neither)."""
+    if fq is None:
+        stand_in = absent(q.device, q.dtype)
+        return stand_in, stand_in, (0,) * 6
+    strides = (
+        *fq.expand(batch, heads, M, -1).stride()[:3],
+        *fk.expand(batch, heads, N, -1).stride()[:3],
+    )
+    return fq, fk, strides
+
+
+def factor_gradients(
+    dq: Tensor, dk: Tensor, own: int, factors: tuple | None, needed: tuple[bool, bool]
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    """(dq, dk, d f_q, d f_k) from the kernels' gradients of [q, f_q] and [k, f_k] (`own`: q's
+    width): each factor's columns summed over what it was broadcast along, as the folded
+    copy's backward would sum them, where `needed` (autograd's needs_input_grad of the two)."""
+    if factors is None:
+        return dq, dk, None, None
+    fq_shape, fk_shape, _ = factors
+    grad_fq = dq[..., own:].sum_to_size(fq_shape) if needed[0] else None
+    grad_fk = dk[..., own:].sum_to_size(fk_shape) if needed[1] else None
+    return dq[..., :own], dk[..., :own], grad_fq, grad_fk
+
+
+def scaled_factors(
+    factors: tuple[Tensor, Tensor] | None, q: Tensor, k: Tensor, scale: float
+) -> tuple[Tensor | None, Tensor | None]:
+    """(f_q / scale, f_k) in q's and k's dtypes, last dimension contiguous: what the kernels
+    read beside q and k so that scale * [q, f_q / scale] [k, f_k]^T = scale * q k^T + f_q f_k^T
+    (`fold_into_queries_keys`'s values). The factors must broadcast to q's and k's batch,
+    heads and rows, with one width."""
+    if factors is None:
+        return None, None
+    f_q, f_k = factors
+    require(
+        f_q.shape[-1] == f_k.shape[-1] and f_q.shape[-1] > 0,
+        "factors", f"widths {f_q.shape[-1]} and {f_k.shape[-1]}", "one width > 0 for both",
+    )  # fmt: skip
+    for name, factor, x in (("factors[0].shape", f_q, q), ("factors[1].shape", f_k, k)):
+        require(
+            broadcasts_to(factor.shape[:-1], x.shape[:-1]),
+            name, tuple(factor.shape),
+            f"[.., n, r] broadcasting to [B, H, n] = {tuple(x.shape[:-1])}",
+        )  # fmt: skip
+    return (
+        last_dim_contiguous((f_q / scale).to(q.dtype)),
+        last_dim_contiguous(f_k.to(k.dtype)),
+    )
+
+
+def broadcasts_to(shape: torch.Size, target: torch.Size) -> bool:
+    """Whether `shape` broadcasts to `target` itself (not to something larger)."""
+    try:
+        return torch.broadcast_shapes(shape, target) == target
+    except RuntimeError:
+        return False
