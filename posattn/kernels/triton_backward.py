@@ -60,7 +60,12 @@ def _dk_dv_step(
     tile's dS (for the table's gradient, where MASK_TAIL hides the keys past N). FACTOR_AT:
     the queries' factor (FQ, this head's, rows sfqm apart) read beside them (`_load_folded`)."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
-    q = _load_folded(Q + b * sqb + h * sqh, offs_m, sqm, M, offs_d, D, EVEN_D, FQ, sfqm, FACTOR_AT)
+    if FACTOR_AT == 0:  # called directly: the interpreter pays for each helper call
+        q = _load_tile(Q + b * sqb + h * sqh, offs_m, sqm, M, offs_d, D, EVEN_D)
+    else:
+        q = _load_folded(
+            Q + b * sqb + h * sqh, offs_m, sqm, M, offs_d, D, EVEN_D, FQ, sfqm, FACTOR_AT
+        )
     do = _load_tile(DO + b * sdob + h * sdoh, offs_m, sdom, M, offs_dv, DV, EVEN_DV)
     # Unmasked: rows past M hold LSE = +inf and D = 0 up to the last query block's end (a mask
     # here was a select per query per thread and step: 11% of this loop's instructions).
@@ -258,7 +263,12 @@ def _dq_step(
     caller, `_carried_diagonal_sums`; a TAIL tile's, one value, summed by the caller too).
     FACTOR_AT: the keys' factor (FK, this head's) read beside them (`_load_folded`)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    k = _load_folded(K + b * skb + h * skh, offs_n, skn, N, offs_d, D, EVEN_D, FK, sfkn, FACTOR_AT)
+    if FACTOR_AT == 0:  # called directly: the interpreter pays for each helper call
+        k = _load_tile(K + b * skb + h * skh, offs_n, skn, N, offs_d, D, EVEN_D)
+    else:
+        k = _load_folded(
+            K + b * skb + h * skh, offs_n, skn, N, offs_d, D, EVEN_D, FK, sfkn, FACTOR_AT
+        )
     v = _load_tile(V + b * svb + h * svh, offs_n, svn, N, offs_dv, DV, EVEN_DV)
     s = _scores(
         q, k, offs_m, offs_n, start_m, start_n, b, h, scale2, TABLE, stride_th, stride_tk,

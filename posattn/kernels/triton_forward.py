@@ -32,7 +32,12 @@ def _forward_step(
     keeps (`_kept`); the rows' sums keep every one. FACTOR_AT: the keys' factor (FK, this
     head's, rows sfkn apart) read beside them (`_load_folded`)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    k = _load_folded(K + b * skb + h * skh, offs_n, skn, N, offs_d, D, EVEN_D, FK, sfkn, FACTOR_AT)
+    if FACTOR_AT == 0:  # called directly: the interpreter pays for each helper call
+        k = _load_tile(K + b * skb + h * skh, offs_n, skn, N, offs_d, D, EVEN_D)
+    else:
+        k = _load_folded(
+            K + b * skb + h * skh, offs_n, skn, N, offs_d, D, EVEN_D, FK, sfkn, FACTOR_AT
+        )
     v = _load_tile(V + b * svb + h * svh, offs_n, svn, N, offs_dv, DV, EVEN_DV)
     if PLAIN:
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
