@@ -171,9 +171,9 @@ def test_attention_dropout_compiles_spill_free_at_its_tiles(aot, head, rules):
     the default 64 x 128 spilled 40 bytes per thread for T5 and 248 for TUPE-R). Triton 3.6
     (the lent GPU image's) spills TUPE-R's dQ there, 32 bytes per thread at 255 registers
     (3.9 and later: 245, none); at most that is allowed under it. TUPE-R's dK/dV, its factors
-    read beside q and k, spills 24 bytes per thread outside its loop (none of its loop's
-    1077 instructions, which are fewer than the folded copy's 1104, touches local memory):
-    allowed, where no loop spills and at most 32 bytes."""
+    read beside q and k and their gradient summed after the loop, spills 48 bytes per thread
+    outside its loop (none of its loop's 1077 instructions, fewer than the folded copy's
+    1104, touches local memory): allowed, where no loop spills and at most 64 bytes."""
     import triton
     from packaging.version import Version
 
@@ -187,7 +187,7 @@ def test_attention_dropout_compiles_spill_free_at_its_tiles(aot, head, rules):
             assert used["spill_stores"] <= 32, used
         elif head > 64 and launch.name == "dk_dv":
             compiled = aot.compile_launch(launch, torch.bfloat16)
-            assert aot.resources(compiled)["spill_stores"] <= 32
+            assert aot.resources(compiled)["spill_stores"] <= 64
             for body in aot.each_loop_body(compiled):
                 assert not [op for op in body if "STL" in op or "LDL" in op]
         else:
@@ -812,19 +812,20 @@ def test_extra_peak_counts_what_a_call_holds_at_once(aot):
 
 
 def test_tupe_r_keeps_no_folded_copy_of_q_and_k(aot, monkeypatch):
-    """TUPE-R's training call through the stand-in GPU (bf16, B=2, H=4, n=512, d_h=64): with
-    its absolute part's factors read beside q and k (the default) its extra peak memory is
-    below the folded copy's by at least one [B, H, n, 128] copy (at n = 8192 and B = H = 8:
-    521 MiB against 745)."""
+    """TUPE-R's training call through the stand-in GPU (bf16, B=H=8, n=1024, d_h=64): with its
+    absolute part's factors read beside q and k and their gradients summed in the kernels
+    (the default), its extra peak memory is below the folded copy's by at least two [B, H,
+    n, 128] copies (53 MiB against 93; with the gradients a row per batch element and head
+    it took 65; at n = 8192: 425 MiB against 745)."""
     from posattn.lab.bench.bench import BenchSettings, attention_call
 
-    settings = BenchSettings(dtype="bfloat16", batch=2, heads=4)
+    settings = BenchSettings(dtype="bfloat16")
     peaks = {}
     with aot.stand_in_gpu(record=False):
         for layout in ("beside", "folded"):
             monkeypatch.setenv("POSATTN_TRITON_FACTORS", layout)
-            call = attention_call("tupe-r", settings, 512, True, "cpu", kernel="triton")
+            call = attention_call("tupe-r", settings, 1024, True, "cpu", kernel="triton")
             call()
             peaks[layout] = aot.extra_peak_mib(call) * 2**20
-    wide_copy = 2 * 4 * 512 * 128 * 2
-    assert peaks["beside"] <= peaks["folded"] - wide_copy
+    wide_copy = 8 * 8 * 1024 * 128 * 2
+    assert peaks["beside"] <= peaks["folded"] - 2 * wide_copy

@@ -42,6 +42,8 @@ TABLES = (
     "SEGMENTS",
     "DSEGMENTS",
     "DQ_ACC",
+    "DFQ",
+    "DFK",
 )
 INDICES = {"KEYS": "*i8", "SPANS": "*i32", "SEGMENT_IDS": "*i32", "SEED": "*i64"}
 TENSORS = ("Q", "K", "V", "OUT", "DO", "DK", "DV_", "DQ", "FQ", "FK")
@@ -82,12 +84,13 @@ def launches(
         Launch("dk_dv", triton_bias._backward_dk_dv,
                {**dk_dv_flags(flags), "BLOCK_M": dk_dv.block_m, "BLOCK_N": dk_dv.block_n,
                 "KEY_MAJOR": key_major, "FUSED": fused, "TABLE_GRAD": fused and table_grad,
+                "FACTOR_SUMS": flags["FACTOR_AT"] > 0 and not per_block,
                 "MASK_TAIL": fused and table_grad and mask_tail}, dk_dv),
         Launch("dq_dtable", triton_bias._backward_dq_dtable,
                {**flags, "BLOCK_M": dq.block_m, "BLOCK_N": dq.block_n, "TABLE_GRAD": table_grad,
                 "SEGMENT_GRAD": segment_grad, "UNTIE_GRAD": flags["HAS_UNTIE"],
                 "DIAGONALS": diagonal_block(dq, skew), "MASK_TAIL": mask_tail,
-                "PER_BLOCK": per_block},
+                "PER_BLOCK": per_block, "FACTOR_SUMS": flags["FACTOR_AT"] > 0 and not per_block},
                dq),
     ]  # fmt: skip
 

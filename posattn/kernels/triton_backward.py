@@ -33,7 +33,7 @@ from .triton_table_grad import (
     _carried_diagonal_sums,
     _carried_sums_in_halves,
 )
-from .triton_tile_ops import _add, _kept, _load_folded, _load_tile, _tile_mask
+from .triton_tile_ops import _add, _kept, _load_folded, _load_tile, _store_folded, _tile_mask
 
 
 @triton.jit
@@ -118,7 +118,7 @@ def _dk_dv_step(
 @triton.jit
 def _backward_dk_dv(
     Q, K, V, DO, LSE, DELTA, DK, DV_, TABLE, SLOPES, UNTIE, KEYS, SPANS, SEGMENTS, SEGMENT_IDS,
-    SEED, DQ_ACC, DTABLE, FQ, FK,
+    SEED, DQ_ACC, DTABLE, FQ, FK, DFK,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom,
     sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, sqab, sqam, stride_th, stride_tk, stride_dth,
     stride_kb, stride_sb, sfqb, sfqh, sfqm, sfkb, sfkh, sfkn,
@@ -131,6 +131,7 @@ def _backward_dk_dv(
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, KEY_MAJOR: tl.constexpr,
     TAILS: tl.constexpr, LINEAR: tl.constexpr, DROPOUT: tl.constexpr, FUSED: tl.constexpr,
     TABLE_GRAD: tl.constexpr, MASK_TAIL: tl.constexpr, FACTOR_AT: tl.constexpr,
+    FACTOR_SUMS: tl.constexpr,
 ):  # fmt: skip
     """dK, dV of one key block, over every query block that sees it. TABLE: the aligned
     copies of the offset table, or key-major of the table reversed (`_scores`). TAILS:
@@ -143,7 +144,8 @@ def _backward_dk_dv(
     j - i into i - j), carried from one query block to the next; a tail's tiles sum their dS
     onto its bound. MASK_TAIL: the keys past N hidden (their dS would reach the table).
     FACTOR_AT: FQ and FK read beside q and k (`_forward`'s); dK holds k's gradient and
-    FK's, one row of each batch element and head (D wide)."""
+    FK's, one row of each batch element and head (D wide), or with FACTOR_SUMS k's alone and
+    FK's summed into DFK (float32, FK's strides: `_store_folded`)."""
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
@@ -230,11 +232,10 @@ def _backward_dk_dv(
                 row = DTABLE + h * stride_dth
                 _add_to_table(row, index - 2 * BLOCK_M, far, M + N - 1)
                 _add_to_table(row, index - BLOCK_M, near, M + N - 1)
-    tl.store(
-        DK + b * sdkb + h * sdkh + offs_n[:, None] * sdkn + offs_d[None, :],
-        (dk * scale).to(DK.dtype.element_ty),
-        mask=_tile_mask(offs_n, N, offs_d, D, EVEN_D),
-    )
+    _store_folded(
+        DK + b * sdkb + h * sdkh, offs_n, sdkn, N, offs_d, D, EVEN_D, dk * scale,
+        DFK + b * sfkb + h * sfkh, sfkn, FACTOR_AT, FACTOR_SUMS,
+    )  # fmt: skip
     tl.store(
         DV_ + b * sdvb + h * sdvh + offs_n[:, None] * sdvn + offs_dv[None, :],
         dv.to(DV_.dtype.element_ty),
@@ -320,7 +321,7 @@ def _dq_step(
 @triton.jit
 def _backward_dq_dtable(
     Q, K, V, OUT, DO, LSE, DELTA, DQ, TABLE, SLOPES, DTABLE, UNTIE, DUNTIE, KEYS, SPANS, SEGMENTS,
-    SEGMENT_IDS, DSEGMENTS, SEED, FQ, FK,
+    SEGMENT_IDS, DSEGMENTS, SEED, FQ, FK, DFQ,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, sdob, sdoh, sdom,
     sdqb, sdqh, sdqm,
     stride_th, stride_tk, stride_dtb, stride_dth, stride_kb, stride_sb, sfqb, sfqh, sfqm, sfkb,
@@ -335,6 +336,7 @@ def _backward_dq_dtable(
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, DIAGONALS: tl.constexpr,
     MASK_TAIL: tl.constexpr, TAILS: tl.constexpr, LINEAR: tl.constexpr, RUNS: tl.constexpr,
     PER_BLOCK: tl.constexpr, DROPOUT: tl.constexpr, FACTOR_AT: tl.constexpr,
+    FACTOR_SUMS: tl.constexpr,
 ):  # fmt: skip
     """dQ of one query block over the keys it sees, and that block's share of dT (in the
     batch element's own copy of dT where stride_dtb is not 0). PER_BLOCK (deterministic
@@ -348,7 +350,8 @@ def _backward_dq_dtable(
     the tiles of a tail add their dS up in registers, and the sum goes to the tail's first
     entry (tail_low or tail_high), where every entry of the tail sends its gradient.
     FACTOR_AT: FQ and FK read beside q and k (`_forward`'s); dQ holds q's gradient and FQ's
-    (times the scale), one row of each batch element and head (D wide)."""
+    (times the scale), one row of each batch element and head (D wide), or with FACTOR_SUMS
+    q's alone and FQ's summed into DFQ (float32, FQ's strides: `_store_folded`)."""
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
@@ -449,8 +452,7 @@ def _backward_dq_dtable(
                 index = end_n - start_m + table_shift + tl.arange(0, BLOCK_N)
                 _add_to_table(DTABLE_B + h * stride_dth, index - 2 * BLOCK_N, far, table_len)
                 _add_to_table(DTABLE_B + h * stride_dth, index - BLOCK_N, near, table_len)
-    tl.store(
-        DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqm + offs_d[None, :],
-        (dq * scale).to(DQ.dtype.element_ty),
-        mask=_tile_mask(offs_m, M, offs_d, D, EVEN_D),
-    )
+    _store_folded(
+        DQ + b * sdqb + h * sdqh, offs_m, sdqm, M, offs_d, D, EVEN_D, dq * scale,
+        DFQ + b * sfqb + h * sfqh, sfqm, FACTOR_AT, FACTOR_SUMS,
+    )  # fmt: skip

@@ -67,7 +67,7 @@ from ..errors import require
 from ..toeplitz import lines_served, require_table_shape
 from .masks import key_spans
 from .triton_backward import _backward_dk_dv, _backward_dq_dtable
-from .triton_factors import factor_gradients, factor_inputs, scaled_factors
+from .triton_factors import factor_gradients, factor_inputs, factor_sums, scaled_factors
 from .triton_forward import _forward
 from .triton_inputs import absent, last_dim_contiguous, table_copies
 from .triton_launch import DirectLaunch
@@ -302,10 +302,14 @@ class TableBiasAttention(torch.autograd.Function):
         # D_i = rowsum(dO * O), the term every row of dS subtracts: written by the dQ kernel
         # (0 past M), read by dK/dV after it, unmasked like LSE.
         delta = _rows_past(batch * heads, rows, rounded_up(M, tile.block_m), 0.0, q.device)
-        # q's and k's gradients beside their factors' (one row per batch element and head).
-        dq = q.new_empty(batch, heads, M, D)
-        dk = k.new_empty(batch, heads, N, D)
+        # q's and k's gradients, and their factors' summed in float32 by the kernels (or,
+        # where gradients must be deterministic, beside q's and k's: a row per batch element
+        # and head, summed after in a fixed order).
+        sums = ctx.factors is not None and not torch.are_deterministic_algorithms_enabled()
+        width = own if sums or ctx.factors is None else D
+        dq, dk = q.new_empty(batch, heads, M, width), k.new_empty(batch, heads, N, width)
         dv = torch.empty_like(v)
+        dfq, dfk = factor_sums(fq_, fk_, sums)
         diagonals = diagonal_block(tile, settings.skew if table_grad else "wide")
         grads = (table_grad, untie_grad, ctx.segment_grad)
         mode = gradient_mode(grads, settings.grad_mode, circular_skew(settings))
@@ -320,7 +324,7 @@ class TableBiasAttention(torch.autograd.Function):
         launch(
             _backward_dq_dtable, (blocks(M, tile.block_m), batch * heads), settings.launch_mode,
             (q, k, v, out, grad_out, lse, delta, dq, copies, slopes, dtable, untie32, duntie,
-             keys_, spans, segments32, ids, dsegments, seed, fq_, fk_),
+             keys_, spans, segments32, ids, dsegments, seed, fq_, fk_, dfq),
             (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
              *grad_out.stride()[:3], *dq.stride()[:3], copies.stride(0), copies.stride(1),
              stride_dtb, stride_dth, keys_.stride(0), ids.stride(0), *factor_strides,
@@ -328,7 +332,7 @@ class TableBiasAttention(torch.autograd.Function):
              scale * LOG2E, *ctx.dropout),
             dict(TABLE_GRAD=table_grad, UNTIE_GRAD=untie_grad, SEGMENT_GRAD=ctx.segment_grad,
                  BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, MASK_TAIL=mask_tail,
-                 DIAGONALS=diagonals, PER_BLOCK=mode == "per-block", **flags,
+                 DIAGONALS=diagonals, PER_BLOCK=mode == "per-block", FACTOR_SUMS=sums, **flags,
                  **launch_options(settings.schedules["dq"], flags, mask_tail)),
         )  # fmt: skip
         # Key-major, dK/dV reads bias[j, i] = R[i - j + N - 1] from the reversed table R (its
@@ -340,7 +344,7 @@ class TableBiasAttention(torch.autograd.Function):
         launch(
             _backward_dk_dv, (blocks(N, keys_tile.block_n), batch * heads), settings.launch_mode,
             (q, k, v, grad_out, lse, delta, dk, dv, keys_copies, slopes, untie32, keys_, spans,
-             segments32, ids, seed, unfused, unfused, fq_, fk_),
+             segments32, ids, seed, unfused, unfused, fq_, fk_, dfk),
             (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
              *dk.stride()[:3], *dv.stride()[:3], 0, 0, keys_copies.stride(0),
              keys_copies.stride(1), 0, keys_.stride(0), ids.stride(0), *factor_strides,
@@ -348,6 +352,7 @@ class TableBiasAttention(torch.autograd.Function):
              scale * LOG2E, *ctx.dropout),
             dict(BLOCK_M=keys_tile.block_m, BLOCK_N=keys_tile.block_n,
                  KEY_MAJOR=settings.key_major, **dk_dv_flags(flags), FUSED=False,
+                 FACTOR_SUMS=sums,
                  TABLE_GRAD=False, MASK_TAIL=False, **launch_options(keys_schedule, flags)),
         )  # fmt: skip
         # The copies summed (in a fixed order: `gradient_mode`).
@@ -362,7 +367,7 @@ class TableBiasAttention(torch.autograd.Function):
         grad_segments = dsegments.to(ctx.dtypes[1]) if ctx.segment_grad else None
         grad_untie = duntie.to(ctx.dtypes[2]) if untie_grad else None
         dq, dk, grad_fq, grad_fk = factor_gradients(
-            dq, dk, own, ctx.factors, ctx.needs_input_grad[-2:]
+            dq, dk, own, ctx.factors, ctx.needs_input_grad[-2:], (dfq, dfk) if sums else None
         )
         return (
             dq, dk, dv, grad_table, None, None, None, None, None, grad_segments, None, None,
@@ -410,7 +415,7 @@ def fused_backward_pass(ctx, q, k, v, out, grad_out, lse, copies, slopes, keys_,
     launch(
         _backward_dk_dv, (blocks(N, keys_tile.block_n), batch * heads), settings.launch_mode,
         (q, k, v, grad_out, lse, delta, dk, dv, keys_copies, slopes, unused, keys_, spans,
-         unused, absent(device, torch.int32, 2), seed, dq_sum, reversed_grad, q, k),
+         unused, absent(device, torch.int32, 2), seed, dq_sum, reversed_grad, q, k, unused),
         (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
          *dk.stride()[:3], *dv.stride()[:3], dq_sum.stride(0), dq_sum.stride(1),
          keys_copies.stride(0), keys_copies.stride(1),
@@ -418,7 +423,7 @@ def fused_backward_pass(ctx, q, k, v, out, grad_out, lse, copies, slopes, keys_,
          heads, M, N, D, v.shape[-1], q_start, rows, N - 1, -1, -1, tail_low, tail_high,
          scale, scale * LOG2E, *ctx.dropout),
         dict(BLOCK_M=keys_tile.block_m, BLOCK_N=keys_tile.block_n, KEY_MAJOR=True,
-             **dk_dv_flags(flags), FUSED=True, TABLE_GRAD=table_grad,
+             **dk_dv_flags(flags), FUSED=True, FACTOR_SUMS=False, TABLE_GRAD=table_grad,
              MASK_TAIL=table_grad and N % keys_tile.block_n != 0,
              **launch_options(keys_schedule, flags)),
     )  # fmt: skip

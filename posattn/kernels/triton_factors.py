@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from ..errors import require
-from .triton_inputs import absent, last_dim_contiguous
+from .triton_inputs import absent
 
 
 def factor_inputs(
@@ -30,15 +30,35 @@ def factor_inputs(
     return fq, fk, strides
 
 
+def factor_sums(fq: Tensor, fk: Tensor, sums: bool) -> tuple[Tensor, Tensor]:
+    """Float32 zeros shaped as the factors, into which the backward kernels add the factors'
+    gradients (`_store_folded`'s FACTOR_SUMS; the factors are contiguous, so the sums take
+    their strides), or stand-ins where they do not."""
+    if not sums:
+        stand_in = absent(fq.device, torch.float32)
+        return stand_in, stand_in
+    return tuple(torch.zeros(f.shape, dtype=torch.float32, device=f.device) for f in (fq, fk))
+
+
 def factor_gradients(
-    dq: Tensor, dk: Tensor, own: int, factors: tuple | None, needed: tuple[bool, bool]
-) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
-    """(dq, dk, d f_q, d f_k) from the kernels' gradients of [q, f_q] and [k, f_k] (`own`: q's
-    width): each factor's columns summed over what it was broadcast along, as the folded
-    copy's backward would sum them, where `needed` (autograd's needs_input_grad of the two)."""
+    dq: Tensor, dk: Tensor, own: int, factors: tuple | None, needed: tuple[bool, bool],
+    sums: tuple[Tensor, Tensor] | None,
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:  # fmt: skip
+    """(dq, dk, d f_q, d f_k) from the kernels' gradients: the factors' `sums` where the
+    kernels added them up, else the columns of [q, f_q] and [k, f_k] past `own` (q's width)
+    summed over what each factor was broadcast along, as the folded copy's backward would
+    sum them; each factor's where `needed` (autograd's needs_input_grad of the two)."""
     if factors is None:
         return dq, dk, None, None
     fq_shape, fk_shape, _ = factors
+    if sums is not None:
+        dfq, dfk = sums
+        return (
+            dq,
+            dk,
+            dfq.to(dq.dtype) if needed[0] else None,
+            dfk.to(dk.dtype) if needed[1] else None,
+        )
     grad_fq = dq[..., own:].sum_to_size(fq_shape) if needed[0] else None
     grad_fk = dk[..., own:].sum_to_size(fk_shape) if needed[1] else None
     return dq[..., :own], dk[..., :own], grad_fq, grad_fk
@@ -64,10 +84,8 @@ def scaled_factors(
             name, tuple(factor.shape),
             f"[.., n, r] broadcasting to [B, H, n] = {tuple(x.shape[:-1])}",
         )  # fmt: skip
-    return (
-        last_dim_contiguous((f_q / scale).to(q.dtype)),
-        last_dim_contiguous(f_k.to(k.dtype)),
-    )
+    # Contiguous: the gradients' float32 sums take their strides (`factor_sums`).
+    return (f_q / scale).to(q.dtype).contiguous(), f_k.to(k.dtype).contiguous()
 
 
 def broadcasts_to(shape: torch.Size, target: torch.Size) -> bool:

@@ -187,9 +187,10 @@ def backward_choice() -> str:
 
 # Where a low-rank bias's factors (TUPE's absolute part, DIET-ABS) meet the kernels: "beside"
 # q and k, read from the factors themselves (`triton_factors`; no [B, H, n, d + r] copy of q
-# and k: TUPE-R's extra peak at n = 8192, bf16, B = H = 8 on the stand-in GPU 521 MiB
-# against 745, which the H200 measured for the copy), or "folded" into a copy of q and k (as
-# before; its loops issue 3-12% fewer instructions, sm_90). Chosen by POSATTN_TRITON_FACTORS.
+# and k, the factors' gradients summed in the kernels: TUPE-R's extra peak at n = 8192, bf16,
+# B = H = 8 on the stand-in GPU 425 MiB against 745, which the H200 measured for the copy),
+# or "folded" into a copy of q and k (as before; its loops issue 3-12% fewer instructions,
+# sm_90). Chosen by POSATTN_TRITON_FACTORS.
 FACTOR_LAYOUTS = ("beside", "folded")
 
 
