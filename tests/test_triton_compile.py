@@ -829,3 +829,18 @@ def test_tupe_r_keeps_no_folded_copy_of_q_and_k(aot, monkeypatch):
             peaks[layout] = aot.extra_peak_mib(call) * 2**20
     wide_copy = 8 * 8 * 1024 * 128 * 2
     assert peaks["beside"] <= peaks["folded"] - 2 * wide_copy
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_low_rank_encodings_launch_at_the_benchs_head_size_in_either_dtype(aot, dtype):
+    """TUPE-R, TUPE-A and DIET-ABS as `posattn bench` calls them (d_h = 64, a factor as wide)
+    train through the stand-in GPU, each kernel within a block's shared memory: in float32
+    their factors read beside q and k took 246272 bytes in dK/dV (Hopper's limit: 232448), so
+    a float32 call that wide folds them (`table_bias.triton_attention`)."""
+    from posattn.lab.bench.bench import BenchSettings, attention_call
+
+    settings = BenchSettings(dtype=dtype)
+    with aot.stand_in_gpu() as launches:
+        for encoding in ("tupe-r", "tupe-a", "diet-abs"):
+            attention_call(encoding, settings, 64, True, "cpu", kernel="triton", batch=1)()
+    assert len(launches) == 9

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from ..errors import PosAttnConfigError, invalid
 from ..toeplitz import ClsUntie, TableTails, lines_served, require_table_shape
+from .fold import fold_into_queries_keys
 from .masks import derived_once, key_spans, mask_layout
 
 # The modules that build the kernel's Triton functions, in import order, each as the
@@ -220,6 +221,12 @@ def triton_attention(
     tails, slopes = tail_rules(table, None if tables is None else tables.offset_tails, k, untie)
     keys, causal, first, query_start, spans = key_rules(mask, q.shape[0], k.shape[-2])
     pairs = None if tables is None else tables.segments
+    factors = None if tables is None else tables.factors
+    if factors is not None and q.dtype == torch.float32 and q.shape[-1] + factors[0].shape[-1] > 64:
+        # Float32 tiles of q and its factor wider than 64 outgrow a block's shared memory read
+        # beside (sm_90, dK/dV: 244 KiB against 227; folded, 209): folded there.
+        q, k = fold_into_queries_keys(q, k, factors, scale)
+        factors = None
     return table_bias_attention(
         q, k, v, scale=scale, table=table, keys=keys, causal=causal, first_real=first,
         query_start=query_start,
@@ -227,7 +234,7 @@ def triton_attention(
         segment_ids=None if pairs is None else pairs.ids.to(torch.int32).contiguous(),
         untie=None if untie is None else (untie.row, untie.column, untie.column_value),
         tails=tails, tail_slopes=slopes, spans=spans, dropout_p=dropout_p,
-        factors=None if tables is None else tables.factors,
+        factors=factors,
     )  # fmt: skip
 
 

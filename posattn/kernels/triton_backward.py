@@ -232,10 +232,17 @@ def _backward_dk_dv(
                 row = DTABLE + h * stride_dth
                 _add_to_table(row, index - 2 * BLOCK_M, far, M + N - 1)
                 _add_to_table(row, index - BLOCK_M, near, M + N - 1)
-    _store_folded(
-        DK + b * sdkb + h * sdkh, offs_n, sdkn, N, offs_d, D, EVEN_D, dk * scale,
-        DFK + b * sfkb + h * sfkh, sfkn, FACTOR_AT, FACTOR_SUMS,
-    )  # fmt: skip
+    if FACTOR_SUMS:
+        _store_folded(
+            DK + b * sdkb + h * sdkh, offs_n, sdkn, N, offs_d, D, dk * scale,
+            DFK + b * sfkb + h * sfkh, sfkn, FACTOR_AT,
+        )  # fmt: skip
+    else:  # stored here: the interpreter pays for each helper call
+        tl.store(
+            DK + b * sdkb + h * sdkh + offs_n[:, None] * sdkn + offs_d[None, :],
+            (dk * scale).to(DK.dtype.element_ty),
+            mask=_tile_mask(offs_n, N, offs_d, D, EVEN_D),
+        )
     tl.store(
         DV_ + b * sdvb + h * sdvh + offs_n[:, None] * sdvn + offs_dv[None, :],
         dv.to(DV_.dtype.element_ty),
@@ -452,7 +459,14 @@ def _backward_dq_dtable(
                 index = end_n - start_m + table_shift + tl.arange(0, BLOCK_N)
                 _add_to_table(DTABLE_B + h * stride_dth, index - 2 * BLOCK_N, far, table_len)
                 _add_to_table(DTABLE_B + h * stride_dth, index - BLOCK_N, near, table_len)
-    _store_folded(
-        DQ + b * sdqb + h * sdqh, offs_m, sdqm, M, offs_d, D, EVEN_D, dq * scale,
-        DFQ + b * sfqb + h * sfqh, sfqm, FACTOR_AT, FACTOR_SUMS,
-    )  # fmt: skip
+    if FACTOR_SUMS:
+        _store_folded(
+            DQ + b * sdqb + h * sdqh, offs_m, sdqm, M, offs_d, D, dq * scale,
+            DFQ + b * sfqb + h * sfqh, sfqm, FACTOR_AT,
+        )  # fmt: skip
+    else:  # stored here: the interpreter pays for each helper call
+        tl.store(
+            DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqm + offs_d[None, :],
+            (dq * scale).to(DQ.dtype.element_ty),
+            mask=_tile_mask(offs_m, M, offs_d, D, EVEN_D),
+        )

@@ -95,32 +95,25 @@ def _load_folded(
 
 @triton.jit
 def _store_folded(
-    BASE, rows, row_stride, num_rows, columns, num_columns, FULL_WIDTH: tl.constexpr, values,
-    SUMS, sums_stride, FACTOR_AT: tl.constexpr, FACTOR_SUMS: tl.constexpr,
+    BASE, rows, row_stride, num_rows, columns, num_columns, values, SUMS, sums_stride,
+    FACTOR_AT: tl.constexpr,
 ):  # fmt: skip
-    """Stores a gradient tile of [x, f] (`_load_folded`'s layout): whole into BASE's rows, or
-    with FACTOR_SUMS x's columns (below FACTOR_AT) into BASE's rows, as wide as x, and f's
-    added in float32 into SUMS's (sums_stride apart), where every program that read the
-    same rows of f adds its share: the factor's gradient summed over what it is broadcast
-    along, without a copy per batch element and head."""
-    if FACTOR_SUMS:
-        inside = rows[:, None] < num_rows
-        own = columns[None, :] < FACTOR_AT
-        tl.store(
-            BASE + rows[:, None] * row_stride + columns[None, :],
-            values.to(BASE.dtype.element_ty), mask=inside & own,
-        )  # fmt: skip
-        tl.atomic_add(
-            SUMS + rows[:, None] * sums_stride + (columns - FACTOR_AT)[None, :], values,
-            mask=inside & (columns[None, :] >= FACTOR_AT) & (columns[None, :] < num_columns),
-            sem="relaxed",
-        )  # fmt: skip
-    else:
-        tl.store(
-            BASE + rows[:, None] * row_stride + columns[None, :],
-            values.to(BASE.dtype.element_ty),
-            mask=_tile_mask(rows, num_rows, columns, num_columns, FULL_WIDTH),
-        )
+    """Stores a gradient tile of [x, f] (`_load_folded`'s layout): x's columns (below
+    FACTOR_AT) into BASE's rows, as wide as x, and f's added in float32 into SUMS's
+    (sums_stride apart), where every program that read the same rows of f adds its share:
+    the factor's gradient summed over what it is broadcast along, without a copy per batch
+    element and head (the backward kernels' FACTOR_SUMS; without, they store whole tiles)."""
+    inside = rows[:, None] < num_rows
+    own = columns[None, :] < FACTOR_AT
+    tl.store(
+        BASE + rows[:, None] * row_stride + columns[None, :],
+        values.to(BASE.dtype.element_ty), mask=inside & own,
+    )  # fmt: skip
+    tl.atomic_add(
+        SUMS + rows[:, None] * sums_stride + (columns - FACTOR_AT)[None, :], values,
+        mask=inside & (columns[None, :] >= FACTOR_AT) & (columns[None, :] < num_columns),
+        sem="relaxed",
+    )  # fmt: skip
 
 
 # Philox4x32-10 (Salmon, Moraes, Dror, Shaw, SC 2011): its two multipliers and the Weyl
