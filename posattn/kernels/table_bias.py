@@ -224,7 +224,7 @@ def triton_attention(
     factors = None if tables is None else tables.factors
     if factors is not None and q.dtype == torch.float32 and q.shape[-1] + factors[0].shape[-1] > 64:
         # Float32 tiles of q and its factor wider than 64 outgrow a block's shared memory read
-        # beside (sm_90, dK/dV: 244 KiB against 227; folded, 209): folded there.
+        # beside (sm_90, dK/dV: 240 KiB against 227; folded, 208): folded there.
         q, k = fold_into_queries_keys(q, k, factors, scale)
         factors = None
     return table_bias_attention(

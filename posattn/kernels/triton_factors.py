@@ -2,8 +2,9 @@
 of q (and of k) as [q, f_q / scale] (and [k, f_k]), the layout folding the factors in would
 give (`posattn.kernels.fold`), from the inputs as they are - no [B, H, n, d + r] copy of q and
 k is made, nor kept for the backward, and a factor shared by the batch (or the heads) stays
-one row per position. The gradients come back from the kernels as wide as that layout and
-are split here."""
+one row per position. The backward kernels add the factors' gradients into one float32 sum
+per factor (`factor_sums`) or, under deterministic algorithms, return them beside q's and
+k's, summed here (`factor_gradients`)."""
 
 from __future__ import annotations
 
