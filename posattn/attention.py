@@ -35,7 +35,6 @@ from .kernels.table_bias import (
     terms_refusal,
     triton_attention,
 )
-from .kernels.triton_settings import factors_choice
 
 
 class MultiHeadAttention(nn.Module):
@@ -265,13 +264,11 @@ class MultiHeadAttention(nn.Module):
             raise refusal(self.kernel_name, reason)
         kernel = kernel or self.kernel
         factors = terms.bias_factors  # the whole bias, or what the table leaves
-        # Folded where the kernel does not read factors, where the keys are projected
-        # (DIET-ABS inside Linformer: k's factor columns are projected with k), or where
-        # POSATTN_TRITON_FACTORS=folded says so.
+        # Folded where the kernel does not read factors, or where the keys are projected
+        # (DIET-ABS inside Linformer: k's factor columns are projected with k); a kernel that
+        # reads them decides itself where it folds them after all (`triton_attention`).
         if factors is not None and not (
-            getattr(kernel, "reads_bias_factors", False)
-            and terms.project_kv is None
-            and factors_choice() == "beside"
+            getattr(kernel, "reads_bias_factors", False) and terms.project_kv is None
         ):
             # The kernel takes values narrower than q and k: they keep their width.
             q, k = fold_into_queries_keys(q, k, factors, terms.scale)

@@ -24,6 +24,7 @@ from ..errors import PosAttnConfigError, invalid
 from ..toeplitz import ClsUntie, TableTails, lines_served, require_table_shape
 from .fold import fold_into_queries_keys
 from .masks import derived_once, key_spans, mask_layout
+from .triton_settings import factors_choice
 
 # The modules that build the kernel's Triton functions, in import order, each as the
 # interpreter or the compiler was chosen (TRITON_INTERPRET) when it was imported.
@@ -222,9 +223,7 @@ def triton_attention(
     keys, causal, first, query_start, spans = key_rules(mask, q.shape[0], k.shape[-2])
     pairs = None if tables is None else tables.segments
     factors = None if tables is None else tables.factors
-    if factors is not None and q.dtype == torch.float32 and q.shape[-1] + factors[0].shape[-1] > 64:
-        # Float32 tiles of q and its factor wider than 64 outgrow a block's shared memory read
-        # beside (sm_90, dK/dV: 240 KiB against 227; folded, 208): folded there.
+    if factors is not None and not reads_factors_beside(q, factors):
         q, k = fold_into_queries_keys(q, k, factors, scale)
         factors = None
     return table_bias_attention(
@@ -236,6 +235,16 @@ def triton_attention(
         tails=tails, tail_slopes=slopes, spans=spans, dropout_p=dropout_p,
         factors=factors,
     )  # fmt: skip
+
+
+def reads_factors_beside(q: Tensor, factors: tuple[Tensor, Tensor]) -> bool:
+    """Whether the kernel reads a low-rank bias's factors beside q and k (`triton_factors`)
+    or takes them folded into a copy of q and k: as POSATTN_TRITON_FACTORS says ("beside" by
+    default), except in float32 where q and its factor together are wider than 64, whose
+    tiles read beside outgrow a block's shared memory (sm_90, dK/dV: 240 KiB against 227;
+    folded, 208)."""
+    wide_float32 = q.dtype == torch.float32 and q.shape[-1] + factors[0].shape[-1] > 64
+    return factors_choice() == "beside" and not wide_float32
 
 
 def tail_rules(table: Tensor | None, known: TableTails | None, k: Tensor, untie) -> tuple:

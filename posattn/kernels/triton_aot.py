@@ -77,6 +77,8 @@ def launches(
     kernel, POSATTN_TRITON_BACKWARD)."""
     forward, dq, dk_dv = tiles["forward"], tiles["dq"], tiles["dk_dv"]
     segment_grad = flags["NUM_SEGMENTS"] > 0
+    # The factors' gradients summed in the kernels, except where they must be deterministic.
+    factor_sums = flags["FACTOR_AT"] > 0 and not per_block
     return [
         Launch("forward", triton_bias._forward,
                {**flags, "BLOCK_M": forward.block_m, "BLOCK_N": forward.block_n,
@@ -84,13 +86,13 @@ def launches(
         Launch("dk_dv", triton_bias._backward_dk_dv,
                {**dk_dv_flags(flags), "BLOCK_M": dk_dv.block_m, "BLOCK_N": dk_dv.block_n,
                 "KEY_MAJOR": key_major, "FUSED": fused, "TABLE_GRAD": fused and table_grad,
-                "FACTOR_SUMS": flags["FACTOR_AT"] > 0 and not per_block,
+                "FACTOR_SUMS": factor_sums,
                 "MASK_TAIL": fused and table_grad and mask_tail}, dk_dv),
         Launch("dq_dtable", triton_bias._backward_dq_dtable,
                {**flags, "BLOCK_M": dq.block_m, "BLOCK_N": dq.block_n, "TABLE_GRAD": table_grad,
                 "SEGMENT_GRAD": segment_grad, "UNTIE_GRAD": flags["HAS_UNTIE"],
                 "DIAGONALS": diagonal_block(dq, skew), "MASK_TAIL": mask_tail,
-                "PER_BLOCK": per_block, "FACTOR_SUMS": flags["FACTOR_AT"] > 0 and not per_block},
+                "PER_BLOCK": per_block, "FACTOR_SUMS": factor_sums},
                dq),
     ]  # fmt: skip
 

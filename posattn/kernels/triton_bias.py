@@ -266,7 +266,8 @@ class TableBiasAttention(torch.autograd.Function):
             q, k, v, out, lse, copies, slopes, untie32, keys_, spans, segments32, ids, seed, fq_,
             fk_,
         )  # fmt: skip
-        ctx.factors = None if fq is None else (fq.shape, fk.shape, factor_strides)
+        ctx.factors = None if fq is None else (fq.shape, fk.shape)
+        ctx.width, ctx.factor_strides = D, factor_strides
         ctx.dropout = dropout
         ctx.table_shape = None if table is None else table.shape
         ctx.call, ctx.rows = settings, rows
@@ -288,8 +289,7 @@ class TableBiasAttention(torch.autograd.Function):
         grad_out = last_dim_contiguous(grad_out)
         batch, heads, M, own = q.shape
         N, DV = k.shape[-2], v.shape[-1]
-        factor_strides = (0,) * 6 if ctx.factors is None else ctx.factors[2]
-        D = own if ctx.factors is None else own + fq_.shape[-1]
+        D, factor_strides = ctx.width, ctx.factor_strides
         # The forward's tiles: it sized the table's copies and LSE's rows for them.
         settings, rows = ctx.call, ctx.rows
         tile, (keys_tile, keys_schedule) = (

@@ -51,7 +51,7 @@ def factor_gradients(
     sum them; each factor's where `needed` (autograd's needs_input_grad of the two)."""
     if factors is None:
         return dq, dk, None, None
-    fq_shape, fk_shape, _ = factors
+    fq_shape, fk_shape = factors
     if sums is not None:
         dfq, dfk = sums
         return (
