@@ -279,7 +279,7 @@ class MultiHeadAttention(nn.Module):
             q, k, v, mask=mask, bias=None, scale=terms.scale, dropout_p=dropout_p,
             tables=TableBias(
                 offset=terms.offset_bias, offset_tails=terms.offset_tails, segments=extra_bias,
-                cls_untie=terms.cls_untie, factors=factors,
+                cls_untie=terms.cls_untie, factors=factors, kept=terms.kernel_inputs,
             ),
         )  # fmt: skip
 

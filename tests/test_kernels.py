@@ -446,3 +446,45 @@ def test_offset_bias_describes_the_same_bias_by_its_diagonals(encoding, options)
         i, j = torch.meshgrid(torch.arange(seq_len - 2), torch.arange(seq_len), indexing="ij")
         expected = rows.offset_bias[:, j - i + seq_len - 2 - 1]
         torch.testing.assert_close(rows.bias[0], expected, rtol=0, atol=0)
+
+
+def test_kept_in_makes_a_value_once_per_terms_and_anew_when_anything_it_reads_changes():
+    """`kept_in` (what kernel="triton" derives from a forward's shared terms) hands the value
+    made first to every later call with the same key and sources, and makes it anew for a
+    changed key, another source object, a source written in place, another grad or inference
+    mode, a source that is an inference tensor, and without a dict."""
+    from dataclasses import replace
+
+    from posattn.encodings.base import LayerTerms
+    from posattn.kernels.triton_inputs import kept_in
+
+    made = []
+
+    def make():
+        made.append(object())
+        return made[-1]
+
+    table, other = torch.randn(3, 5), torch.randn(3, 5)
+    kept = {}
+    first = kept_in(kept, (table,), ("copies", 4), make)
+    assert kept_in(kept, (table,), ("copies", 4), make) is first
+    assert kept_in(kept, (table, None), ("copies", 4), make) is not first  # other sources
+    assert kept_in(kept, (table,), ("copies", 8), make) is not first
+    assert kept_in(kept, (other,), ("copies", 8), make) is not made[-2]
+    again = kept_in(kept, (table,), ("copies", 4), make)
+    table.mul_(2)  # written in place: its version moves
+    assert kept_in(kept, (table,), ("copies", 4), make) is not again
+    with torch.no_grad():
+        assert kept_in(kept, (table,), ("copies", 4), make) is made[-1] is not made[-2]
+    with torch.inference_mode():
+        inference = kept_in(kept, (table,), ("copies", 4), make)
+        assert inference is made[-1] and kept_in(kept, (table,), ("copies", 4), make) is inference
+        frozen = torch.randn(3, 5)  # an inference tensor: no version counter, never kept
+        assert kept_in(kept, (frozen,), ("x",), make) is not kept_in(kept, (frozen,), ("x",), make)
+    assert kept_in(None, (table,), ("copies", 4), make) is made[-1]
+    assert kept_in(None, (table,), ("copies", 4), make) is not made[-2]
+    # The dict lives with the terms: each LayerTerms has its own, which replace() does not copy.
+    terms = LayerTerms(scale=1.0, offset_bias=table)
+    terms.kernel_inputs["copies"] = "kept"
+    assert replace(terms, scale=2.0).kernel_inputs == {}
+    assert LayerTerms(scale=1.0).kernel_inputs == {}

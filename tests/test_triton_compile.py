@@ -831,6 +831,59 @@ def test_tupe_r_keeps_no_folded_copy_of_q_and_k(aot, monkeypatch):
     assert peaks["beside"] <= peaks["folded"] - 2 * wide_copy
 
 
+@pytest.mark.parametrize(("encoding", "factors"), [("t5", 0), ("tupe-r", 1)])
+def test_layers_share_what_they_derive_from_their_terms_and_merge_heads_without_copies(
+    aot, monkeypatch, encoding, factors
+):
+    """A 3-layer bf16 model training a step with kernel="triton" on the stand-in GPU: the
+    table's aligned copies and TUPE-R's factors scaled, which every layer would derive alike
+    from the forward's shared terms, are made once a forward (`kept_in`), not once a layer;
+    and the kernel's output and q's and k's gradients come in the layout of the model's
+    split heads, so that no layer copies them to merge heads or to split them back (before:
+    three [B, n, d_model] copies a layer, 12 a BERT-small step)."""
+    from collections import Counter
+
+    from conftest import tiny_encoder
+    from test_kernels import padded_batch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from posattn.kernels import triton_bias
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.found = Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.found[func.__name__.split(".")[0]] += 1
+            return func(*args, **(kwargs or {}))
+
+    calls = Counter()
+    for name in ("table_copies", "scaled_factors"):
+        made = getattr(triton_bias, name)
+
+        def counted(*args, made=made, name=name, **kwargs):
+            calls[name] += 1
+            return made(*args, **kwargs)
+
+        monkeypatch.setattr(triton_bias, name, counted)
+    ids, mask, segment_ids = padded_batch()
+    found = {}
+    for layers in (1, 3):
+        model = tiny_encoder(encoding, num_layers=layers).to(torch.bfloat16).train()
+        model.set_kernel("triton")
+        with aot.stand_in_gpu(record=False):
+            model(ids, mask, segment_ids).float().sum().backward()  # compiled on the way
+            calls.clear()
+            with Ops() as ops:
+                model(ids, mask, segment_ids).float().sum().backward()
+        found[layers] = (Counter(calls), ops.found["clone"])
+    assert found[1] == found[3]  # nothing of the above is made per layer
+    assert found[3][0] == Counter(table_copies=1, scaled_factors=factors)
+    # T5's step copies nothing; TUPE-R's factors are made contiguous once a forward.
+    assert (found[3][1] == 0) == (factors == 0)
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_low_rank_encodings_launch_at_the_benchs_head_size_in_either_dtype(aot, dtype):
     """TUPE-R, TUPE-A and DIET-ABS as `posattn bench` calls them (d_h = 64, a factor as wide)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from functools import partial
 from typing import ClassVar
@@ -195,6 +195,11 @@ class LayerTerms:
         (ALiBi with 2048 cached tokens: 172 ms a token on the 2-core CPU, 1.3 ms from its
         rows). Set with `bias` by `of_rows` (`of_table`, `of_differences`, FIRE, TUPE,
         DIET-ABS).
+    kernel_inputs: a dict for the kernels, empty when the terms are made (never passed,
+        never copied by `dataclasses.replace`): what a kernel derives from the terms
+        (kernel="triton": the table's aligned copies, the factors scaled) is kept there by
+        the first layer that reads them and reused by the others, which share the terms
+        (`posattn.kernels.triton_inputs.kept_in`). Terms made anew start with an empty one.
     """
 
     scale: float
@@ -209,6 +214,7 @@ class LayerTerms:
     cls_untie: ClsUntie | None = None
     bias_rows: Callable[[int], Tensor] | None = None
     rows: Callable[[int], LayerTerms] | None = None
+    kernel_inputs: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def of_table(

@@ -72,13 +72,16 @@ class TableBias:
     offset table's matrix, or on zeros without one (`LayerTerms.cls_untie`), or None;
     factors: (f_q, f_k), a low-rank bias f_q f_k^T added beside them (`LayerTerms
     .bias_factors`), for a kernel that reads them (`reads_bias_factors = True`; the others
-    get them folded into q and k), or None."""
+    get them folded into q and k), or None. kept: a dict that lives as long as the terms
+    these tables came from (`LayerTerms.kernel_inputs`), where the kernel keeps what it
+    derives from them for the next layer that reads the same terms, or None (nothing kept)."""
 
     offset: Tensor | None = None
     offset_tails: TableTails | None = None
     segments: SegmentPairs | None = None
     cls_untie: ClsUntie | None = None
     factors: tuple[Tensor, Tensor] | None = None
+    kept: dict | None = None
 
 
 def refusal(kernel: str, reason: str) -> PosAttnConfigError:
@@ -233,7 +236,7 @@ def triton_attention(
         segment_ids=None if pairs is None else pairs.ids.to(torch.int32).contiguous(),
         untie=None if untie is None else (untie.row, untie.column, untie.column_value),
         tails=tails, tail_slopes=slopes, spans=spans, dropout_p=dropout_p,
-        factors=factors,
+        factors=factors, kept=None if tables is None else tables.kept,
     )  # fmt: skip
 
 

@@ -69,7 +69,13 @@ from .masks import key_spans
 from .triton_backward import _backward_dk_dv, _backward_dq_dtable
 from .triton_factors import factor_gradients, factor_inputs, factor_sums, scaled_factors
 from .triton_forward import _forward
-from .triton_inputs import absent, last_dim_contiguous, table_copies
+from .triton_inputs import (
+    absent,
+    empty_in_layout_of,
+    kept_in,
+    last_dim_contiguous,
+    table_copies,
+)
 from .triton_launch import DirectLaunch
 from .triton_settings import (
     CallSettings,
@@ -193,7 +199,7 @@ class TableBiasAttention(torch.autograd.Function):
     @staticmethod
     def forward(
         ctx, q, k, v, table, keys, first, causal, q_start, scale, segments, segment_ids, untie,
-        column_value, grad_enabled, tails, tail_slopes, spans, dropout_p, fq, fk,
+        column_value, grad_enabled, tails, tail_slopes, spans, dropout_p, fq, fk, kept,
     ):  # fmt: skip
         q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
         batch, heads, M, own = q.shape
@@ -207,20 +213,25 @@ class TableBiasAttention(torch.autograd.Function):
         if spans is None:
             spans = key_spans(keys, first, causal, batch, N, device)
         spans = absent(device, torch.int32) if spans is None else spans
+        # The tables in base 2, made once per forward (`kept_in`: the layers share them).
         segments32 = (
             absent(device, float32) if segments is None
-            else (segments.float() * LOG2E).contiguous()
+            else kept_in(kept, (segments,), ("segments",),
+                         lambda: (segments.float() * LOG2E).contiguous())
         )  # fmt: skip
         ids = absent(device, torch.int32, 2) if segment_ids is None else segment_ids
         untie_row, untie_column = (-1, -1) if untie is None else untie
-        untie32 = absent(device, float32) if untie is None else column_value.float() * LOG2E
+        untie32 = (
+            absent(device, float32) if untie is None
+            else kept_in(kept, (column_value,), ("untie",), lambda: column_value.float() * LOG2E)
+        )  # fmt: skip
         # Dropout's seed, drawn from the device's generator (torch.manual_seed) without a
         # host sync, kept for the backward, which drops the same scores.
         seed = absent(device, torch.int64)
         if dropout_p:
             seed = torch.randint(0, 2**31 - 1, (1,), device=device)
         dropout = dropout_scalars(dropout_p)
-        out = torch.empty(batch, heads, M, DV, dtype=q.dtype, device=q.device)
+        out = empty_in_layout_of(q, DV)
         settings = call_settings(q.device)
         tile, (keys_tile, _) = settings.tiles["forward"], dk_dv_tiles(settings, dropout_p > 0)
         block_m, block_n = tile.block_m, tile.block_n
@@ -246,10 +257,10 @@ class TableBiasAttention(torch.autograd.Function):
         # forward's.
         with_reversed = settings.key_major and grad_enabled and any(ctx.needs_input_grad)
         copies = (
-            absent(device, float32, 3)
-            if table is None
-            else table_copies(table, settings.longest_run, LOG2E, with_reversed)
-        )
+            absent(device, float32, 3) if table is None
+            else kept_in(kept, (table,), ("copies", settings.longest_run, with_reversed),
+                         lambda: table_copies(table, settings.longest_run, LOG2E, with_reversed))
+        )  # fmt: skip
         launch(
             _forward, grid, settings.launch_mode,
             (q, k, v, out, lse, copies, slopes, untie32, keys_, spans, segments32, ids, seed,
@@ -307,7 +318,7 @@ class TableBiasAttention(torch.autograd.Function):
         # and head, summed after in a fixed order).
         sums = ctx.factors is not None and not torch.are_deterministic_algorithms_enabled()
         width = own if sums or ctx.factors is None else D
-        dq, dk = q.new_empty(batch, heads, M, width), k.new_empty(batch, heads, N, width)
+        dq, dk = empty_in_layout_of(q, width), empty_in_layout_of(k, width)
         dv = torch.empty_like(v)
         dfq, dfk = factor_sums(fq_, fk_, sums)
         diagonals = diagonal_block(tile, settings.skew if table_grad else "wide")
@@ -366,12 +377,13 @@ class TableBiasAttention(torch.autograd.Function):
         grad_table = dtable.to(ctx.dtypes[0]) if table_grad else None
         grad_segments = dsegments.to(ctx.dtypes[1]) if ctx.segment_grad else None
         grad_untie = duntie.to(ctx.dtypes[2]) if untie_grad else None
+        # fq's and fk's needs: the last inputs but `kept`.
         dq, dk, grad_fq, grad_fk = factor_gradients(
-            dq, dk, own, ctx.factors, ctx.needs_input_grad[-2:], (dfq, dfk) if sums else None
+            dq, dk, own, ctx.factors, ctx.needs_input_grad[-3:-1], (dfq, dfk) if sums else None
         )
         return (
             dq, dk, dv, grad_table, None, None, None, None, None, grad_segments, None, None,
-            grad_untie, None, None, None, None, None, grad_fq, grad_fk,
+            grad_untie, None, None, None, None, None, grad_fq, grad_fk, None,
         )  # fmt: skip
 
 
@@ -427,11 +439,12 @@ def fused_backward_pass(ctx, q, k, v, out, grad_out, lse, copies, slopes, keys_,
              MASK_TAIL=table_grad and N % keys_tile.block_n != 0,
              **launch_options(keys_schedule, flags)),
     )  # fmt: skip
-    dq = (dq_sum[:, :M] * scale).to(q.dtype).view(batch, heads, M, D)
+    # Scaled, cast and laid out as q in one copy (a model then splits its heads by a view).
+    dq = empty_in_layout_of(q, D).copy_((dq_sum[:, :M] * scale).view(batch, heads, M, D))
     grad_table = reversed_grad.flip(-1).to(ctx.dtypes[0]) if table_grad else None
     return (
         dq, dk, dv, grad_table, None, None, None, None, None, None, None, None, None, None,
-        None, None, None, None, None, None,
+        None, None, None, None, None, None, None,
     )  # fmt: skip
 
 
@@ -454,8 +467,10 @@ def table_bias_attention(
     spans: Tensor | None = None,
     dropout_p: float = 0.0,
     factors: tuple[Tensor, Tensor] | None = None,
+    kept: dict | None = None,
 ) -> Tensor:
-    """q [B, H, M, D], k [B, H, N, D], v [B, H, N, DV] -> [B, H, M, DV].
+    """q [B, H, M, D], k [B, H, N, D], v [B, H, N, DV] -> [B, H, M, DV], in q's order of
+    heads and rows (`empty_in_layout_of`).
 
     table: [H, M + N - 1] float, bias[h, i, j] = table[h, j - i + M - 1], or None.
     keys: [B, N] int8, nonzero for keys that may be seen, or None (all).
@@ -487,6 +502,10 @@ def table_bias_attention(
     factors: (f_q [.., M, r], f_k [.., N, r]) broadcasting to [B, H, M or N, r]: a low-rank
         bias f_q f_k^T added to the logits (TUPE's absolute part, DIET-ABS), read beside q
         and k (`triton_factors`), or None.
+    kept: a dict that lives as long as the terms the tables and factors came from
+        (`LayerTerms.kernel_inputs`): what the call derives from them alone (the table's
+        aligned copies, the factors scaled) is kept there for the next call that reads the
+        same ones (`kept_in`: the layers of a forward), or None: made for this call.
     """
     if table is not None:
         require_table_shape("table.shape", table, q, k)
@@ -505,7 +524,10 @@ def table_bias_attention(
         isinstance(dropout_p, (int, float)) and 0 <= dropout_p < 1,
         "dropout_p", dropout_p, "a probability 0 <= dropout_p < 1",
     )  # fmt: skip
-    fq, fk = scaled_factors(factors, q, k, scale)
+    fq, fk = (None, None) if factors is None else kept_in(
+        kept, factors, ("factors", q.shape[:-1], k.shape[:-1], q.dtype, k.dtype, float(scale)),
+        lambda: scaled_factors(factors, q, k, scale),
+    )  # fmt: skip
     rule, column_value = (None, None) if untie is None else (untie[:2], untie[2])
     # A float whatever it was given as: Triton compiles an integer 1 as a constant and a float
     # as an fp32 argument, and a direct launch's key tells 1 from 1.0 by value only. Whether
@@ -513,7 +535,7 @@ def table_bias_attention(
     return TableBiasAttention.apply(
         q, k, v, table, keys, first_real, causal, int(query_start), float(scale), segments,
         segment_ids, rule, column_value, torch.is_grad_enabled(), tails, tail_slopes, spans,
-        float(dropout_p), fq, fk,
+        float(dropout_p), fq, fk, kept,
     )  # fmt: skip
 
 

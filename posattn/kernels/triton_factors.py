@@ -24,11 +24,20 @@ def factor_inputs(
     if fq is None:
         stand_in = absent(q.device, q.dtype)
         return stand_in, stand_in, (0,) * 6
-    strides = (
-        *fq.expand(batch, heads, M, -1).stride()[:3],
-        *fk.expand(batch, heads, N, -1).stride()[:3],
-    )
+    strides = (*expanded_strides(fq, (batch, heads, M)), *expanded_strides(fk, (batch, heads, N)))
     return fq, fk, strides
+
+
+def expanded_strides(factor: Tensor, leading: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides of factor [.., n, r] expanded to [*leading, r] along `leading`, as
+    `expand` gives them (0 where a dimension is added or broadcast from 1), computed without
+    dispatching an expand per call."""
+    shape, strides = factor.shape[:-1], factor.stride()[:-1]
+    missing = len(leading) - len(shape)
+    return tuple(
+        0 if d < missing or (shape[d - missing] == 1 and size != 1) else strides[d - missing]
+        for d, size in enumerate(leading)
+    )
 
 
 def factor_sums(fq: Tensor, fk: Tensor, sums: bool) -> tuple[Tensor, Tensor]:

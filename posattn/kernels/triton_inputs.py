@@ -38,6 +38,47 @@ def _outside_inference_mode(make):
     return made
 
 
+def kept_in(kept: dict | None, sources: tuple, key: tuple, make):
+    """make(), kept in `kept` (a dict that lives as long as one forward's terms:
+    `LayerTerms.kernel_inputs`, which every layer of the forward shares) under `key`, whose
+    first entry names the value, and handed out again while a layer asks with the same key
+    and the same `sources` (the tensors it is made from, the very objects, unchanged since:
+    their versions are part of the key; None entries allowed):
+    what a call derives from the terms alone (the table's copies, the factors scaled) is made
+    once per forward instead of once per layer (at n <= 1024 a GPU call waits on the host;
+    BERT-small's step: tests/test_triton_compile.py counts the ops). The key holds the grad
+    and inference modes, so that a value made without gradients or as an inference tensor
+    never stands in for one made otherwise. Made afresh without a dict, while torch.compile
+    traces (the ops belong in its graph), inside a CUDA graph's capture (its memory is the
+    graph's) and from inference tensors (no version counter: as `masks.derived_once`'s
+    callers do)."""
+    if kept is None or torch.compiler.is_compiling() or _unkeepable(sources):
+        return make()
+    versions = tuple(None if t is None else t._version for t in sources)
+    key = (*key, versions, torch.is_grad_enabled(), torch.is_inference_mode_enabled())
+    found = kept.get(key[0])
+    if found is not None and found[0] == key and _same(found[1], sources):
+        return found[2]
+    value = make()
+    kept[key[0]] = (key, sources, value)
+    return value
+
+
+def _same(kept: tuple, sources: tuple) -> bool:
+    return len(kept) == len(sources) and all(a is b for a, b in zip(kept, sources, strict=True))
+
+
+def _unkeepable(sources: tuple) -> bool:
+    """Whether a value made from `sources` is made afresh: an inference tensor among them
+    (it keeps no version counter, so a write in place would go unseen), or a capture on
+    their device."""
+    return any(
+        t is not None
+        and (t.is_inference() or (t.is_cuda and torch.cuda.is_current_stream_capturing()))
+        for t in sources
+    )
+
+
 def table_copies(
     table: Tensor, longest_run: int, scale: float = 1.0, with_reversed: bool = False
 ) -> Tensor:  # fmt: skip
@@ -86,3 +127,19 @@ def absent(device: torch.device, dtype: torch.dtype, dims: int = 1) -> Tensor:
 
 def last_dim_contiguous(x: Tensor) -> Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
+
+
+def empty_in_layout_of(x: Tensor, last: int) -> Tensor:
+    """An empty [B, H, n, last] in x's order of heads and rows (x [B, H, n, d]): where x's heads
+    lie inside its rows, as the heads a model splits off its projections do ([B, n, H, d] read
+    as [B, H, n, d]), the same, so that merging the heads back into [B, n, H * d] (the output)
+    or splitting them off again (q's and k's gradients) is a view. Allocated [B, H, n, last]
+    instead, each of those was a copy of the whole tensor: three per layer in training, one
+    in inference (counted on BERT-small's step: tests/test_triton_compile.py). The kernels take
+    every stride as given."""
+    batch, heads, rows, _ = x.shape
+    shape, options = (batch, heads, rows, last), dict(dtype=x.dtype, device=x.device)
+    if x.stride(1) < x.stride(2):
+        strides = (rows * heads * last, last, heads * last, 1)  # one op, not empty + transpose
+        return torch.empty_strided(shape, strides, **options)
+    return torch.empty(shape, **options)
