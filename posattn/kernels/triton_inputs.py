@@ -72,11 +72,11 @@ def _unkeepable(sources: tuple) -> bool:
     """Whether a value made from `sources` is made afresh: an inference tensor among them
     (it keeps no version counter, so a write in place would go unseen), or a capture on
     their device."""
-    return any(
-        t is not None
-        and (t.is_inference() or (t.is_cuda and torch.cuda.is_current_stream_capturing()))
-        for t in sources
-    )
+    present = [t for t in sources if t is not None]
+    if any(t.is_inference() for t in present):
+        return True
+    # Asked once, not per source: a call of its own on the host path.
+    return any(t.is_cuda for t in present) and torch.cuda.is_current_stream_capturing()
 
 
 def table_copies(
