@@ -10,9 +10,12 @@ each op costs about its dispatch; kernel="triton" runs through
 
     PYTHONPATH=. python scripts/step_host.py [--encodings t5,diet-rel,tupe-r]
         [--kernels sdpa,triton] [--repeats 15] [--steps 10] [--profile ENCODING:KERNEL]
+        [--ops]
 
 Prints, per encoding and kernel, the host time of a training step and of an inference forward
 as +% over `learned` (kernel "auto"), the median of alternated pairs, with each one's least.
+--ops: instead, the torch ops each dispatches (a dispatch mode counts them; exact, unlike the
+times), `learned`'s first.
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ import cProfile
 import os
 import pstats
 import statistics
+from collections import Counter
 
 os.environ.pop("TRITON_INTERPRET", None)  # the kernels built for the compiler
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from posattn.errors import PosAttnConfigError
 from posattn.kernels import triton_aot
@@ -75,6 +80,30 @@ def paired(base, fn, repeats: int, steps: int) -> tuple[float, float, float]:
     return ratio, min(theirs), min(ours)
 
 
+class CountedOps(TorchDispatchMode):
+    """Every torch op dispatched inside the block, by name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.found[str(func)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def ops_of(steps) -> list[int]:
+    """Ops dispatched by each of (train_step, infer), after warm-up calls."""
+    counts = []
+    for fn in steps:
+        for _ in range(3):
+            fn()
+        with CountedOps() as ops:
+            fn()
+        counts.append(sum(ops.found.values()))
+    return counts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--encodings", default="t5,diet-rel,tupe-r")
@@ -82,11 +111,24 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--profile", help="ENCODING:KERNEL, the training step's own-time profile")
+    parser.add_argument("--ops", action="store_true", help="count ops instead of timing")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.set_flush_denormal(True)
     with triton_aot.stand_in_gpu(record=False):
         baseline = [in_bf16(fn) for fn in step_functions(model("learned", "auto"))]
+        if args.ops:
+            print(f"{'encoding [kernel]':24s} {'train ops':>9s} {'infer ops':>9s}")
+            rows = [("learned", "auto")] + [
+                (encoding, kernel)
+                for encoding in args.encodings.split(",")
+                for kernel in args.kernels.split(",")
+            ]
+            for encoding, kernel in rows:
+                steps = [in_bf16(fn) for fn in step_functions(model(encoding, kernel))]
+                train, infer = ops_of(steps)
+                print(f"{encoding + ' [' + kernel + ']':24s} {train:9d} {infer:9d}")
+            return
         for fn in baseline:
             for _ in range(5):
                 fn()
