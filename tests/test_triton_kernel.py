@@ -9,6 +9,7 @@ the interpreted kernels are dropped afterwards (a GPU run later in the process c
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections import Counter
 
@@ -74,12 +75,39 @@ def language_patched_once_per_launch():
         interpreter._patch_lang = patch_lang
 
 
+@contextlib.contextmanager
+def overflow_checks_never_asserted_not_computed():
+    """Triton's interpreter computes an overflow check around every 32-bit integer add, sub
+    and mul of a kernel (its builder's `sanitize_overflow`, on: both operands cast to 64 bits,
+    the operation again, two comparisons) and hands the result to `device_assert`, which
+    returns at once unless the builder's `debug` is on - never in the interpreter (Triton
+    3.9): a third of these tests' time went to conditions nobody read. A kernel compiled for a
+    GPU without debug carries no check either. Where debug is on, or the options differ,
+    nothing changes."""
+    from triton.runtime import interpreter
+
+    builder = getattr(interpreter, "interpreter_builder", None)
+    options = getattr(builder, "options", None)
+    if (
+        not dataclasses.is_dataclass(options)
+        or getattr(options, "debug", True)
+        or not getattr(options, "sanitize_overflow", False)
+    ):
+        yield
+        return
+    builder.options = dataclasses.replace(options, sanitize_overflow=False)
+    try:
+        yield
+    finally:
+        builder.options = options
+
+
 @pytest.fixture(scope="module", autouse=True)
 def interpreter():
     previous = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"
     forget_built_kernels()
-    with language_patched_once_per_launch():
+    with language_patched_once_per_launch(), overflow_checks_never_asserted_not_computed():
         yield
     forget_built_kernels()
     if previous is None:
