@@ -12,7 +12,12 @@ from posattn.errors import PosAttnConfigError
 from posattn.lab.bench.bench import BenchSettings, bench
 
 
-def test_bench_writes_json_markdown_and_plots(tmp_path):
+def test_bench_writes_json_markdown_and_plots(tmp_path, monkeypatch):
+    """Every level's tables, plots and report (the model level's models small: a real
+    BERT-small's steps on the CPU took half of this test's minute)."""
+    from posattn.lab.bench import bench as bench_module
+
+    monkeypatch.setattr(bench_module, "bert_small", small_model)
     torch.set_default_dtype(torch.float32)
     try:
         settings = BenchSettings(
@@ -185,14 +190,35 @@ def test_model_level_measures_each_kernel_and_skips_a_refusal(monkeypatch):
 
 
 def small_model(encoding, n, kernel="auto", attention_dropout=0.0):
+    """`bench.bert_small`'s stand-in: the same encodings and options, at a size whose steps
+    cost milliseconds on the CPU."""
+    from posattn.lab.bench.bench import BENCH_OPTIONS
     from posattn.models import PosAttnForMaskedLM
     from posattn.models.config import PosAttnConfig
 
     config = PosAttnConfig(
         vocab_size=50, d_model=16, num_layers=1, num_heads=2, ffn_dim=32, max_len=n,
-        encoding=encoding, kernel=kernel, attention_dropout=attention_dropout,
+        encoding=encoding, encoding_options=BENCH_OPTIONS.get(encoding, {}), kernel=kernel,
+        attention_dropout=attention_dropout,
     )  # fmt: skip
     return PosAttnForMaskedLM(config)
+
+
+def test_bert_small_is_diet_table_1s_model(monkeypatch):
+    """The model level's model: 4 layers, hidden 512, 8 heads, BERT's vocabulary, the
+    encoding's bench options, no dropout inside attention unless asked for (its config read
+    as it is handed to the model: building BERT-small twice took 7 s)."""
+    from posattn.lab.bench import bench as bench_module
+
+    monkeypatch.setattr(bench_module, "PosAttnForMaskedLM", lambda config: config)
+    config = bench_module.bert_small("rope", 16, attention_dropout=0.1)
+    sizes = (config.num_layers, config.d_model, config.num_heads, config.ffn_dim)
+    assert sizes == (4, 512, 8, 2048)
+    assert (config.vocab_size, config.max_len, config.kernel) == (30522, 16, "auto")
+    assert config.attention_dropout == 0.1 and config.encoding == "rope"
+    assert bench_module.BENCH_OPTIONS["rope"].items() <= dict(config.encoding_options).items()
+    assert bench_module.bert_small("t5", 16, "triton").kernel == "triton"
+    assert bench_module.bert_small("t5", 16).attention_dropout == 0.0
 
 
 def test_attention_dropout_reaches_every_model_of_the_model_level(tmp_path, monkeypatch):
