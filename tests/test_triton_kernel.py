@@ -1143,6 +1143,31 @@ def test_the_tables_gradient_is_the_same_by_every_mode(monkeypatch):
             choosers[name]()
 
 
+def test_setting_values_change_with_each_variable_and_only_with_it(monkeypatch):
+    """The key `call_settings` finds its settings under (`setting_values`, read from the dict
+    os.environ keeps): each variable set, set to "", changed or deleted again moves it, and
+    back to the same environment gives the same key; without that dict, os.environ.get's."""
+    from posattn.kernels import triton_settings
+
+    for variable in triton_settings.SETTING_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    unset = triton_settings.setting_values()
+    assert len(unset) == len(triton_settings.SETTING_VARIABLES)
+    seen = {unset}
+    for variable in triton_settings.SETTING_VARIABLES:
+        for value in ("", "on", "off"):
+            monkeypatch.setenv(variable, value)
+            key = triton_settings.setting_values()
+            assert key not in seen, (variable, value)
+            seen.add(key)
+        monkeypatch.delenv(variable)
+        assert triton_settings.setting_values() == unset
+    monkeypatch.setenv("POSATTN_TRITON_SKEW", "wide")
+    monkeypatch.setattr(triton_settings, "_ENCODED_NAMES", None)
+    expected = tuple(map(os.environ.get, triton_settings.SETTING_VARIABLES))
+    assert triton_settings.setting_values() == expected and "wide" in expected
+
+
 def test_a_calls_settings_follow_the_environment_and_the_tile_chooser(monkeypatch):
     """`call_settings` keeps what it built per distinct environment (built per call, it cost
     host time), yet a changed variable or a replaced tile chooser applies from the next call,
