@@ -831,13 +831,23 @@ def test_tupe_r_keeps_no_folded_copy_of_q_and_k(aot, monkeypatch):
     assert peaks["beside"] <= peaks["folded"] - 2 * wide_copy
 
 
-@pytest.mark.parametrize(("encoding", "factors"), [("t5", 0), ("tupe-r", 1)])
+# (encoding, what a training step makes): ALiBi's terms hold no parameter, so they and
+# what the kernel derived from them outlive a step.
+SHARED_DERIVED = [
+    ("t5", dict(table_copies=1)),
+    ("tupe-r", dict(table_copies=1, scaled_factors=1)),
+    ("alibi", {}),
+]
+
+
+@pytest.mark.parametrize(("encoding", "derived"), SHARED_DERIVED)
 def test_layers_share_what_they_derive_from_their_terms_and_merge_heads_without_copies(
-    aot, monkeypatch, encoding, factors
+    aot, monkeypatch, encoding, derived
 ):
     """A 3-layer bf16 model training a step with kernel="triton" on the stand-in GPU: the
-    table's aligned copies and TUPE-R's factors scaled, which every layer would derive alike
-    from the forward's shared terms, are made once a forward (`kept_in`), not once a layer;
+    table's aligned copies, TUPE-R's factors scaled and ALiBi's slopes in base 2, which every
+    layer would derive alike from the forward's shared terms, are made once a forward
+    (`kept_in`), not once a layer;
     and the kernel's output and q's and k's gradients come in the layout of the model's
     split heads, so that no layer copies them to merge heads or to split them back (before:
     three [B, n, d_model] copies a layer, 12 a BERT-small step)."""
@@ -859,7 +869,7 @@ def test_layers_share_what_they_derive_from_their_terms_and_merge_heads_without_
             return func(*args, **(kwargs or {}))
 
     calls = Counter()
-    for name in ("table_copies", "scaled_factors"):
+    for name in ("table_copies", "scaled_factors", "base2_slopes"):
         made = getattr(triton_bias, name)
 
         def counted(*args, made=made, name=name, **kwargs):
@@ -877,11 +887,11 @@ def test_layers_share_what_they_derive_from_their_terms_and_merge_heads_without_
             calls.clear()
             with Ops() as ops:
                 model(ids, mask, segment_ids).float().sum().backward()
-        found[layers] = (Counter(calls), ops.found["clone"])
+        found[layers] = (Counter(calls), ops.found["clone"], ops.found["stack"])
     assert found[1] == found[3]  # nothing of the above is made per layer
-    assert found[3][0] == Counter(table_copies=1, scaled_factors=factors)
+    assert found[3][0] == Counter(derived)
     # T5's step copies nothing; TUPE-R's factors are made contiguous once a forward.
-    assert (found[3][1] == 0) == (factors == 0)
+    assert (found[3][1] == 0) == ("scaled_factors" not in derived)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])

@@ -124,6 +124,12 @@ def _rows_past(
     return torch.full((count, rows), value, dtype=torch.float32, device=device)
 
 
+def base2_slopes(tail_slopes: tuple[Tensor, Tensor]) -> Tensor:
+    """[2, H] float32: linear tails' slopes per index (low, then high) in the kernels' base-2
+    units."""
+    return (torch.stack(tail_slopes).float() * LOG2E).contiguous()
+
+
 def dropout_scalars(dropout_p: float) -> tuple[int, float]:
     """(drop_below, keep_scale) of the kernels' dropout: a score is dropped where 24 bits of
     its Philox draw fall below drop_below = p 2^24 (`_kept`), and a kept one is scaled by
@@ -249,8 +255,8 @@ class TableBiasAttention(torch.autograd.Function):
         # The tails' bounds inside the table: an entry past either end is a tail of one.
         tail_low, tail_high = (min(max(x, 0), M + N - 2) for x in tails or (0, M + N - 2))
         slopes = absent(device, float32)
-        if flags["LINEAR"]:  # in the table's base-2 units, low then high
-            slopes = (torch.stack(tail_slopes).float() * LOG2E).contiguous()
+        if flags["LINEAR"]:  # once a forward (`kept_in`: the layers share them)
+            slopes = kept_in(kept, tail_slopes, ("slopes",), lambda: base2_slopes(tail_slopes))
         grid = (blocks(M, block_m), batch * heads)
         mask_tail = N % block_n != 0  # a partial last key block
         # dK/dV key-major reads the table reversed, whose copies are made here with the
