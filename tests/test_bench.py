@@ -44,6 +44,49 @@ def test_bench_writes_json_markdown_and_plots(tmp_path, monkeypatch):
     assert "<td>tupe-r</td>" in page and 'src="long_sequences.png"' in page
 
 
+def test_benchs_collections_reach_only_what_it_made(tmp_path, monkeypatch):
+    """Every garbage collection `bench` runs before a measured call (three a row) finds the
+    objects that existed before it frozen out of its reach (`gc.freeze`: a full collection
+    over them took 0.26 s, three times a row), and they are handed back when each level
+    ends; what the bench made in between is still collected."""
+    import gc
+
+    from posattn.lab.bench import bench as bench_module
+
+    frozen_at_collections = []
+    collect = gc.collect
+
+    def recorded(*args):
+        frozen_at_collections.append(gc.get_freeze_count())
+        return collect(*args)
+
+    monkeypatch.setattr(gc, "collect", recorded)
+    monkeypatch.setattr(bench_module, "bert_small", small_model)
+    before = gc.get_freeze_count()
+    torch.set_default_dtype(torch.float32)
+    try:
+        settings = BenchSettings(lengths=[16], batch=1, heads=2, head_dim=8, repeats=1,
+                                 model_lengths=[8], model_batch=1, long_lengths=[],
+                                 encodings=["alibi"])  # fmt: skip
+        bench_module.bench(settings, tmp_path)
+    finally:
+        torch.set_default_dtype(torch.float64)
+    assert len(frozen_at_collections) >= 6
+    assert min(frozen_at_collections) > 100_000 > before == gc.get_freeze_count()
+    # A cycle made inside the block is collected there; a block inside another (or inside
+    # the caller's own freeze) leaves the outer freeze as it found it.
+    with bench_module.collections_of_new_objects_only():
+        outer = gc.get_freeze_count()
+        cycle = []
+        cycle.append(cycle)
+        del cycle
+        assert collect() >= 1
+        with bench_module.collections_of_new_objects_only():
+            assert gc.get_freeze_count() == outer
+        assert gc.get_freeze_count() == outer
+    assert gc.get_freeze_count() == before
+
+
 def test_bench_skips_what_a_kernel_refuses_and_says_why(monkeypatch, capsys):
     """kernel="triton" on a CPU (no interpreter) and for Shaw: skipped with the kernel's own
     reason, while SDPA is measured beside it."""

@@ -9,7 +9,7 @@ import gc
 import json
 import statistics
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -232,6 +232,28 @@ def refusal_of(call) -> str | None:
     return None
 
 
+@contextmanager
+def collections_of_new_objects_only():
+    """The objects that exist now (torch's, transformers', the caller's: some 380,000 once
+    posattn is imported) moved out of the garbage collector's reach for the block
+    (`gc.freeze`), then back (`gc.unfreeze`). Each measured call collects first (`measure`,
+    `paired`, `free_memory`: three collections a row), and a full collection traversed them
+    all, 0.26 s on the 2-core AMD CPU: more than the tiny calls it preceded, a third of a
+    second per row of a GPU bench whose whole run has minutes. Frozen, a collection reaches
+    what the bench itself made, which is what it has to free. Where objects are frozen
+    already (an outer block, or the caller's own `gc.freeze`), left as it is: `gc.unfreeze`
+    would hand back theirs too."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+@collections_of_new_objects_only()
 def attention_level(s: BenchSettings, device) -> tuple[list[dict], list[dict]]:
     """(measured rows, skipped (encoding, kernel) pairs with the kernel's reason)."""
     rows, skipped = [], []
@@ -302,6 +324,7 @@ def free_memory() -> None:
         torch.cuda.empty_cache()
 
 
+@collections_of_new_objects_only()
 def long_sequences(s: BenchSettings, device) -> list[dict]:
     """DIET-ABS inside Linformer (k=32) against full attention with DIET-ABS, forward +
     backward of one attention call: the time and memory curves of DIET Eq. 4's point."""
@@ -343,6 +366,7 @@ def autocast(functions, device: torch.device, dtype: torch.dtype) -> list:
     return [wrapped(fn) for fn in functions]
 
 
+@collections_of_new_objects_only()
 def model_level(s: BenchSettings, device) -> list[dict]:
     """Each encoding's train step and inference with each kernel against `learned`'s (default
     kernel), alternated step by step (the baseline model stays built), as +% over `learned`.
