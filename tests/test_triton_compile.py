@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import warnings
 from types import SimpleNamespace
 
 import pytest
@@ -533,7 +534,8 @@ def test_models_trace_into_one_torch_compile_graph_on_the_stand_in_gpu(
     same kernels, in order, on the same grids, the forward's specialisation the same (the
     backward's may differ: the compiled graph hands it a contiguous output gradient). Dynamo
     takes a Triton kernel only where torch finds a GPU for Triton (`has_triton`), which the
-    stand-in is. Values need a GPU (tests/test_gpu_kernels.py)."""
+    stand-in is. Values need a GPU (tests/test_gpu_kernels.py). Dynamo warns of no cache it
+    traces through (it warns once per place and process: its record is emptied first)."""
     import torch.utils._triton
     from conftest import tiny_encoder
     from test_kernels import padded_batch
@@ -561,9 +563,11 @@ def test_models_trace_into_one_torch_compile_graph_on_the_stand_in_gpu(
             for index, launch in enumerate(launches)
         ]
 
+    monkeypatch.setattr(torch._dynamo.utils, "warn_once_cache", set())
     torch._dynamo.reset()
     try:
-        with aot.stand_in_gpu() as launches:
+        with aot.stand_in_gpu() as launches, warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always")
             model.train()
             for run in (step, torch.compile(step, fullgraph=True, backend="aot_eager")):
                 run(ids, mask, segment_ids).backward()
@@ -578,6 +582,7 @@ def test_models_trace_into_one_torch_compile_graph_on_the_stand_in_gpu(
             assert summary(launches[1:], 1) == summary(launches[:1], 1)
     finally:
         torch._dynamo.reset()
+    assert not [str(w.message) for w in warned if "lru_cache" in str(w.message)]
 
 
 def launched_argument(value):

@@ -115,7 +115,11 @@ def compiled_flex_with_terms() -> Callable:
 def run_flex(q, k, v, bias, offset_bias, mask, scale, untie=None) -> Tensor:
     block_mask = block_mask_of(mask, q.shape[-2], k.shape[-2])
     if q.device.type == "cuda":
-        return compiled_flex_with_terms()(q, k, v, bias, offset_bias, block_mask, scale, untie)
+        # Inside a model's own torch.compile, flex is compiled with the model (dynamo would
+        # trace through the cached function and warn of the cache).
+        compiled = torch.compiler.is_compiling()
+        run = flex_with_terms if compiled else compiled_flex_with_terms()
+        return run(q, k, v, bias, offset_bias, block_mask, scale, untie)
     with warnings.catch_warnings():
         # On CPU the uncompiled reference forward is the point (tests), not a slow surprise.
         warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")

@@ -16,12 +16,16 @@ def kept_per_device(make):
     """`make(device, *key)` made once per arguments and kept, outside inference mode (so that a
     training call may save it for backward); inside a CUDA graph's capture made fresh, since
     memory allocated there belongs to the graph's pool. For the small tensors a call would
-    otherwise make on every launch (at n=1024 a GPU call waits on the host)."""
+    otherwise make on every launch (at n=1024 a GPU call waits on the host). Made in the
+    graph while torch.compile traces, as `t5.cached_buckets` is (dynamo ignores the cache and
+    warns of "silent incorrectness" at every model compiled with the kernel)."""
     kept = functools.lru_cache(maxsize=64)(_outside_inference_mode(make))
 
     @functools.wraps(make)
     def once(device: torch.device, *key):
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        if torch.compiler.is_compiling() or (
+            device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        ):
             return make(device, *key)
         return kept(device, *key)
 

@@ -357,8 +357,10 @@ def call_settings(device: torch.device) -> CallSettings:
     """The call's settings, as the environment says now (a change applies from the next call),
     built once per device type, distinct environment and tile chooser (`tiles` and `schedule`,
     which the stand-in GPU and tests replace): built per call, the tiles and the choices took
-    about a tenth of a training call's host time (scripts/triton_host.py)."""
-    return _settings(device.type, setting_values(), tiles, schedule)
+    about a tenth of a training call's host time (scripts/triton_host.py). Built afresh while
+    torch.compile traces (once per trace: dynamo ignores the cache and warns of it)."""
+    built = _settings.__wrapped__ if torch.compiler.is_compiling() else _settings
+    return built(device.type, setting_values(), tiles, schedule)
 
 
 def setting_values() -> tuple:
