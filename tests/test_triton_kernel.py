@@ -102,12 +102,47 @@ def overflow_checks_never_asserted_not_computed():
         builder.options = options
 
 
+@contextlib.contextmanager
+def numpy_dtypes_looked_up_once():
+    """Triton's interpreter finds the numpy dtype of a Triton type (`_get_np_dtype`, at every
+    load, store, cast, splat and arithmetic op) by building a dict of eighteen types, each
+    hashed by its name in Python, on every call. Here each type's answer is kept after its
+    first lookup (a function of the type alone; pointer types, unhashable, are looked up as
+    before). Where Triton has no `_get_np_dtype`, nothing changes."""
+    from triton.runtime import interpreter
+
+    get_np_dtype = getattr(interpreter, "_get_np_dtype", None)
+    if get_np_dtype is None:
+        yield
+        return
+    found = {}
+
+    def looked_up_once(tt_dtype):
+        try:
+            return found[tt_dtype]
+        except KeyError:
+            found[tt_dtype] = np_dtype = get_np_dtype(tt_dtype)
+            return np_dtype
+        except TypeError:  # unhashable (a pointer type)
+            return get_np_dtype(tt_dtype)
+
+    interpreter._get_np_dtype = looked_up_once
+    try:
+        yield
+    finally:
+        interpreter._get_np_dtype = get_np_dtype
+
+
 @pytest.fixture(scope="module", autouse=True)
 def interpreter():
     previous = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"
     forget_built_kernels()
-    with language_patched_once_per_launch(), overflow_checks_never_asserted_not_computed():
+    with (
+        language_patched_once_per_launch(),
+        overflow_checks_never_asserted_not_computed(),
+        numpy_dtypes_looked_up_once(),
+    ):
         yield
     forget_built_kernels()
     if previous is None:
