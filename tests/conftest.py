@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import warnings
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -56,6 +58,24 @@ def launched_kernels(monkeypatch) -> list[str]:
 
     monkeypatch.setattr(triton_bias, "launch", recorded)
     return names
+
+
+@contextlib.contextmanager
+def no_dynamo_cache_warnings():
+    """Fails where dynamo, inside the block, warns that it traced through a function's
+    `functools.lru_cache` (ignoring the cache: "silent incorrectness is only a potential
+    risk"). Dynamo warns once per place and process, so its record is emptied for the block
+    and restored after."""
+    record = getattr(torch._dynamo.utils, "warn_once_cache", set())
+    before = set(record)
+    record.clear()
+    try:
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always")
+            yield
+    finally:
+        record.update(before)
+    assert not [str(w.message) for w in warned if "lru_cache" in str(w.message)]
 
 
 def settings_of(encoding: str) -> list[tuple[bool, str]]:

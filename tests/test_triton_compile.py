@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import warnings
 from types import SimpleNamespace
 
 import pytest
@@ -535,9 +534,9 @@ def test_models_trace_into_one_torch_compile_graph_on_the_stand_in_gpu(
     backward's may differ: the compiled graph hands it a contiguous output gradient). Dynamo
     takes a Triton kernel only where torch finds a GPU for Triton (`has_triton`), which the
     stand-in is. Values need a GPU (tests/test_gpu_kernels.py). Dynamo warns of no cache it
-    traces through (it warns once per place and process: its record is emptied first)."""
+    traces through."""
     import torch.utils._triton
-    from conftest import tiny_encoder
+    from conftest import no_dynamo_cache_warnings, tiny_encoder
     from test_kernels import padded_batch
 
     from posattn.kernels import table_bias
@@ -563,11 +562,9 @@ def test_models_trace_into_one_torch_compile_graph_on_the_stand_in_gpu(
             for index, launch in enumerate(launches)
         ]
 
-    monkeypatch.setattr(torch._dynamo.utils, "warn_once_cache", set())
     torch._dynamo.reset()
     try:
-        with aot.stand_in_gpu() as launches, warnings.catch_warnings(record=True) as warned:
-            warnings.simplefilter("always")
+        with aot.stand_in_gpu() as launches, no_dynamo_cache_warnings():
             model.train()
             for run in (step, torch.compile(step, fullgraph=True, backend="aot_eager")):
                 run(ids, mask, segment_ids).backward()
@@ -582,7 +579,6 @@ def test_models_trace_into_one_torch_compile_graph_on_the_stand_in_gpu(
             assert summary(launches[1:], 1) == summary(launches[:1], 1)
     finally:
         torch._dynamo.reset()
-    assert not [str(w.message) for w in warned if "lru_cache" in str(w.message)]
 
 
 def launched_argument(value):
