@@ -16,7 +16,10 @@ from posattn.data import build as build_module
 from posattn.data import fetch as fetch_module
 from posattn.data.commands import register
 from posattn.data.layout import default_data_dir
+from posattn.data.manifest import read_manifest
+from posattn.data.parallel import PARALLEL
 from posattn.data.sources import SOURCES
+from posattn.data.xlingual import DEFAULT_LANGUAGES
 
 SENTENCES = [
     "The ship sailed at dawn with a fair wind.",
@@ -293,14 +296,27 @@ def test_default_data_dir(monkeypatch, tmp_path):
     assert default_data_dir() == tmp_path / "mine" and paths().root == tmp_path / "mine"
 
 
-def run_cli(*argv: str) -> int:
+def parse_cli(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="posattn")
     register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["data", "prepare", *argv])
+    return parser.parse_args(["data", "prepare", *argv])
+
+
+def run_cli(*argv: str) -> int:
+    args = parse_cli(*argv)
     return args.func(args)
 
 
+def test_cli_builds_every_parallel_and_cross_lingual_set_unless_told_otherwise():
+    defaults = parse_cli()
+    assert defaults.translation == list(PARALLEL) and defaults.xlingual == list(DEFAULT_LANGUAGES)
+    chosen = parse_cli("--translation", " en-es, ", "--xlingual", "")
+    assert chosen.translation == ["en-es"] and chosen.xlingual == []
+
+
 def test_cli_prepare(tmp_path, user_files, capsys, monkeypatch):
+    # No parallel or cross-lingual set: their real sources (a 35 MB package among them) are
+    # built in test_data_real and the main job, not by each check of the command line.
     common = [
         "--data-dir",
         str(tmp_path),
@@ -308,10 +324,16 @@ def test_cli_prepare(tmp_path, user_files, capsys, monkeypatch):
         str(user_files["corpus"]),
         "--vocab-size",
         "150",
+        "--translation",
+        "",
+        "--xlingual",
+        "",
     ]
     assert run_cli(*common, "--tasks", "", "--task", f"sentiment={user_files['sentiment']}") == 0
     out = capsys.readouterr().out
     assert "corpus (your files)" in out and "sentiment" in out and "positive" in out
+    manifest = read_manifest(paths(tmp_path).manifest)
+    assert not manifest.get("translation") and not manifest.get("xlingual")
     assert run_cli(*common, "--builtin-corpus", "news", "--tasks", "", "--quiet") == 2
     assert "builtin_corpus='news'" in capsys.readouterr().err
 

@@ -4,9 +4,11 @@ fresh model draws them, never left as the uninitialised memory `from_pretrained`
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
-from conftest import PROJECTED, tiny_config
+from conftest import CAUSAL_ONLY, PROJECTED, tiny_config, tiny_seq2seq_config
 from safetensors.torch import save_file
 from torch import nn
 from transformers.utils import logging
@@ -256,3 +258,30 @@ def test_from_config_initialises_like_the_constructor(encoding):
             built.state_dict().items(), constructed.state_dict().items(), strict=True
         ):
             assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("encoding", list(ENCODINGS))
+def test_posattn_draws_nothing_on_the_meta_device(encoding, monkeypatch):
+    """A config builds its encoding on the meta device, and `from_pretrained` builds the whole
+    model there: no value exists to draw, so posattn's initialisation never reaches torch's
+    meta draw (a Python decomposition, about 1 ms a parameter). torch's own layers draw their
+    defaults as torch decides."""
+    draw = nn.init.normal_
+
+    def refusing_posattn_meta_draws(tensor, *args, **kwargs):
+        caller = sys._getframe(1).f_globals["__name__"]
+        assert not (tensor.is_meta and caller.startswith("posattn")), (
+            f"{caller} drew {tuple(tensor.shape)} on the meta device"
+        )
+        return draw(tensor, *args, **kwargs)
+
+    monkeypatch.setattr(nn.init, "normal_", refusing_posattn_meta_draws)
+    for options in ({}, EXTRA_OPTIONS.get(encoding, {})):
+        with torch.device("meta"):
+            models = [PosAttnForMaskedLM(config_of(encoding, options))]
+            if encoding not in PROJECTED:  # keys projected along the sequence: encoders only
+                models.append(PosAttnForCausalLM(config_of(encoding, options, causal=True)))
+            if encoding not in PROJECTED | CAUSAL_ONLY:
+                pairs = tiny_seq2seq_config(encoding, encoding_options=options)
+                models.append(PosAttnForSeq2SeqLM(pairs))
+        assert all(p.is_meta for model in models for p in model.parameters())

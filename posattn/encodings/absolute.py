@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ..initialization import normal_
 from .base import ModelDims, NoOptions, Place, PositionalEncoding
 
 
@@ -74,7 +75,7 @@ class Learned(PositionalEncoding):
     def __init__(self, dims: ModelDims, options: NoOptions) -> None:
         super().__init__(dims, options)
         self.table = nn.Embedding(dims.max_len, dims.d_model)
-        nn.init.normal_(self.table.weight, std=dims.init_std)
+        normal_(self.table.weight, std=dims.init_std)
 
     @property
     def max_positions(self) -> int:

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import require
+from ..initialization import normal_
 from .base import LayerTerms, ModelDims, Once, Place, PositionalEncoding, empty_parameter
 from .relative import offsets, position_differences, skew, toeplitz, use_skew
 
@@ -108,7 +109,7 @@ class Deberta(PositionalEncoding):
 
     def reset_parameters(self) -> None:
         """P: N(0, init_std) (the LayerNorm and position projections are child layers)."""
-        nn.init.normal_(self.embeddings, std=self.dims.init_std)
+        normal_(self.embeddings, std=self.dims.init_std)
 
     def content_scale(self) -> float:
         return 1.0 / math.sqrt(self.dims.head_dim * (1 + len(self.options.terms)))

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..errors import require, require_choice, require_positive_int
+from ..initialization import normal_
 from ..toeplitz import TableTails
 from .base import (
     LayerTerms,
@@ -73,8 +74,8 @@ class DietAbsolute(PositionalEncoding):
 
     def reset_parameters(self) -> None:
         """P_Q, P_K: N(0, init_std)."""
-        nn.init.normal_(self.query, std=self.dims.init_std)
-        nn.init.normal_(self.key, std=self.dims.init_std)
+        normal_(self.query, std=self.dims.init_std)
+        normal_(self.key, std=self.dims.init_std)
 
     @property
     def max_positions(self) -> int:
@@ -157,7 +158,7 @@ class DietRelative(PositionalEncoding):
 
     def reset_parameters(self) -> None:
         """R: N(0, init_std)."""
-        nn.init.normal_(self.table, std=self.dims.init_std)
+        normal_(self.table, std=self.dims.init_std)
 
     def rows(self, seq_len: int, device) -> Tensor:
         """The row of R for every offset j - i in `offsets` order: clip(i - j, -m, m) + m."""

@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..errors import require, require_positive_int
+from ..initialization import normal_
 from .absolute import Learned
 from .base import LayerTerms, ModelDims, Place, PositionalEncoding, empty_parameter
 
@@ -53,7 +54,7 @@ class SequenceProjection(PositionalEncoding):
         # Linformer initialises E, F like any linear layer: N(0, 1/k) keeps E k at k's scale.
         for projection in (self.key_projection, self.value_projection):
             if projection is not None:
-                nn.init.normal_(projection, std=self.options.k**-0.5)
+                normal_(projection, std=self.options.k**-0.5)
 
     @property
     def max_positions(self) -> int:
@@ -154,8 +155,8 @@ class DietAbsLin(SequenceProjection):
 
     def reset_factors(self) -> None:
         """P_Q, P_K: N(0, init_std)."""
-        nn.init.normal_(self.query, std=self.dims.init_std)
-        nn.init.normal_(self.key, std=self.dims.init_std)
+        normal_(self.query, std=self.dims.init_std)
+        normal_(self.key, std=self.dims.init_std)
 
     def position_bias(self, seq_len: int) -> Tensor:
         """P_Q P_K^T: [1, H, n, k], the same in every layer."""

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 from functools import partial
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..errors import require_positive_int
+from ..initialization import normal_
 from .base import LayerTerms, ModelDims, Once, Place, PositionalEncoding, empty_parameter
 from .relative import offsets, position_differences, skew, toeplitz, use_skew
 
@@ -54,7 +55,7 @@ class ShawRelative(PositionalEncoding):
         """a^K, a^V: N(0, init_std)."""
         for table in (self.keys, self.values):
             if table is not None:
-                nn.init.normal_(table, std=self.dims.init_std)
+                normal_(table, std=self.dims.init_std)
 
     def rows(self, seq_len: int, device) -> Tensor:
         """The table row of every offset j - i in `offsets` order: clip(j - i, -t, t) + t

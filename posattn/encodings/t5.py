@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import require, require_positive_int
+from ..initialization import normal_
 from ..toeplitz import TableTails
 from .absolute import Learned
 from .base import LayerTerms, ModelDims, OwnsParameters, Place, PositionalEncoding, empty_parameter
@@ -107,7 +108,7 @@ class T5BiasTable(OwnsParameters, nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        nn.init.normal_(self.weight, std=self.std)
+        normal_(self.weight, std=self.std)
 
     def by_offset(self, offset_buckets: Tensor) -> Tensor:
         """[2n - 1] buckets of the offsets (`cached_buckets`) -> [H, 2n - 1] per offset."""

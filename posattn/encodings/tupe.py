@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import require
+from ..initialization import normal_
 from ..toeplitz import ClsUntie
 from .base import LayerTerms, ModelDims, OwnsParameters, Place, PositionalEncoding, empty_parameter
 from .relative import position_differences, toeplitz
@@ -36,12 +37,12 @@ class UntiedPositions(OwnsParameters, nn.Module):
         self.query = nn.Linear(dims.d_model, dims.d_model)
         self.key = nn.Linear(dims.d_model, dims.d_model)
         for linear in (self.query, self.key):
-            nn.init.normal_(linear.weight, std=dims.init_std)
+            normal_(linear.weight, std=dims.init_std)
             nn.init.zeros_(linear.bias)
 
     def reset_parameters(self) -> None:
-        nn.init.normal_(self.table, std=self.std)
-        nn.init.normal_(self.special, std=self.std)
+        normal_(self.table, std=self.std)
+        normal_(self.special, std=self.std)
 
     def _heads(self, x: Tensor) -> Tensor:
         return x.unflatten(-1, (self.num_heads, -1)).transpose(-2, -3)  # [..., H, m, d_h]

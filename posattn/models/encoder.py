@@ -12,6 +12,7 @@ from ..attention import MultiHeadAttention
 from ..encodings import LayerTerms, build_encoding
 from ..encodings.base import OwnsParameters
 from ..errors import invalid, require
+from ..initialization import normal_
 from ..kernels import build_attention_mask
 from .config import PosAttnConfig
 from .outputs import StackRecord
@@ -410,11 +411,11 @@ def init_weights(module: nn.Module, std: float) -> None:
     Only the parameters `module` holds directly, through `torch.nn.init`: transformers calls
     this for every module and guards those functions so that loaded parameters are kept."""
     if isinstance(module, nn.Linear):
-        nn.init.normal_(module.weight, std=std)
+        normal_(module.weight, std=std)
         if module.bias is not None:
             nn.init.zeros_(module.bias)
     elif isinstance(module, nn.Embedding):
-        nn.init.normal_(module.weight, std=std)
+        normal_(module.weight, std=std)
     elif isinstance(module, nn.LayerNorm):
         nn.init.ones_(module.weight)
         nn.init.zeros_(module.bias)

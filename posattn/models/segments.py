@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ..encodings.base import OwnsParameters, empty_parameter
+from ..initialization import normal_
 from ..kernels.table_bias import SegmentPairs
 
 SEGMENT_MODES = ("none", "input", "attention")
@@ -27,7 +28,7 @@ class SegmentAttentionBias(OwnsParameters, nn.Module):
 
     def reset_parameters(self) -> None:
         """s: N(0, init_std)."""
-        nn.init.normal_(self.table, std=self.std)
+        normal_(self.table, std=self.std)
 
     def forward(self, segment_ids: Tensor) -> list[Tensor]:
         """[B, n] segment ids -> per layer a [B, H, n, n] bias."""

@@ -24,6 +24,7 @@ from transformers import AutoModelForSeq2SeqLM, GenerationMixin
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 
 from ..errors import require
+from ..initialization import normal_
 from .decoder import Decoder
 from .encoder import Encoder
 from .pretrained import PosAttnPreTrainedModel
@@ -75,7 +76,7 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel, GenerationMixin):
         if module is not self.lm_head:
             super()._init_weights(module)
         elif not self.config.tie_word_embeddings:
-            nn.init.normal_(module.weight, std=self.config.d_model**-0.5)
+            normal_(module.weight, std=self.config.d_model**-0.5)
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.model.get_input_embeddings()

@@ -20,6 +20,7 @@ from transformers import AutoModel
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqModelOutput
 
 from ..errors import invalid, require
+from ..initialization import normal_
 from .decoder import Decoder, stack_config
 from .encoder import Encoder, WordEmbedding
 from .pretrained import PosAttnPreTrainedModel
@@ -63,7 +64,7 @@ class PosAttnSeq2SeqModel(PosAttnPreTrainedModel):
         if module is self.encoder.embeddings.word or (
             module is self.decoder.embeddings.word and not self.config.tie_word_embeddings
         ):
-            nn.init.normal_(module.weight, std=self.config.d_model**-0.5)
+            normal_(module.weight, std=self.config.d_model**-0.5)
         elif module is not self.decoder.embeddings.word:
             super()._init_weights(module)
 
