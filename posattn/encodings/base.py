@@ -351,7 +351,9 @@ class OwnsParameters:
     constructor calls it, and so does `PreTrainedModel._init_weights` (via
     `posattn.models.encoder.init_weights`) when `from_pretrained` meets a checkpoint without
     them. It must fill tensors through `torch.nn.init` functions: transformers guards those
-    during loading so that parameters read from the checkpoint are left as they are.
+    during loading so that parameters read from the checkpoint are left as they are
+    (`posattn.initialization.normal_` calls `torch.nn.init.normal_`, and draws nothing on
+    the meta device).
     """
 
     def reset_parameters(self) -> None:
