@@ -36,11 +36,10 @@ transformers-tests: $(STAMP)
 	$(BIN)/python tests/transformers_common/sdist.py >/dev/null
 
 # One pytest worker per core, at most four (each holds torch and transformers, ~1 GB); a test
-# file stays on one worker, so its module and session fixtures are built once, unless it asks
-# to be spread over the workers (tests/conftest.py: loadgroup, a group per file).
+# file stays on one worker, so its module and session fixtures are built once.
 TEST_WORKERS ?= auto
 test: $(STAMP) lint browser transformers-tests
-	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -n $(TEST_WORKERS) --maxprocesses 4 --dist loadgroup
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile
 
 # The main job: real data from packages, then every encoding of the two papers compared.
 run: $(STAMP)

@@ -21,18 +21,6 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    """`make test` deals out groups (`--dist loadgroup`): each test file is one group, so that
-    its module and session fixtures are built once on one worker - except a file that sets
-    `SPREAD_OVER_WORKERS = True`, whose tests are dealt out one by one (each compiles kernels
-    of its own and its fixtures are cheap: on one worker its builds were the suite's longest
-    file without Triton's cache). Runs before xdist names the groups in the node ids."""
-    for item in items:
-        if not getattr(getattr(item, "module", None), "SPREAD_OVER_WORKERS", False):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-
-
 # Options without a default (the rotary layout is never implicit) and causal-only methods.
 REQUIRED_OPTIONS = {"rope": {"layout": "interleaved"}, "xpos": {"layout": "interleaved"}}
 CAUSAL_ONLY = {"xpos", "fire"}

@@ -15,10 +15,6 @@ from host_reads import HostReads
 
 pytest.importorskip("triton")
 
-# Each test builds kernels of its own for sm_90 (some seconds each without Triton's cache):
-# `make test` deals them out over its workers (conftest.py).
-SPREAD_OVER_WORKERS = True
-
 
 @pytest.fixture(scope="module")
 def aot():
