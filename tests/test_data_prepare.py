@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import threading
 import zipfile
 
 import pytest
@@ -14,12 +15,14 @@ from posattn import PosAttnConfigError
 from posattn.data import TASKS, MissingSources, load_task, load_tokenizer, paths, prepare, task_spec
 from posattn.data import build as build_module
 from posattn.data import fetch as fetch_module
+from posattn.data import manifest as manifest_module
 from posattn.data.commands import register
 from posattn.data.layout import default_data_dir
-from posattn.data.manifest import read_manifest
+from posattn.data.manifest import read_manifest, write_atomic
 from posattn.data.parallel import PARALLEL
 from posattn.data.sources import SOURCES
 from posattn.data.xlingual import DEFAULT_LANGUAGES
+from posattn.directory_lock import LOCK_FILE, DirectoryLock
 
 SENTENCES = [
     "The ship sailed at dawn with a fair wind.",
@@ -118,6 +121,59 @@ def test_prepare_is_idempotent_and_redoes_only_what_changed(tmp_path, user_files
     assert (layout.tokenizer / "tokenizer.json").stat().st_mtime_ns != stamps[
         layout.tokenizer / "tokenizer.json"
     ]
+
+
+def test_writers_of_one_file_at_once_never_take_each_others_partial_file(tmp_path):
+    """Two `prepare` runs on one data directory write the same files at once: each write
+    goes through a file of its own, so none fails at its rename (under one fixed partial
+    name, 179-199 of these 400 writes failed in three runs) and the target is always whole."""
+    target, failures = tmp_path / "manifest.json", []
+    texts = [f"writer {i}\n" * 1000 for i in range(4)]
+
+    def write_many(text: str) -> None:
+        for _ in range(100):
+            try:
+                write_atomic(target, text)
+            except OSError as error:
+                failures.append(error)
+
+    threads = [threading.Thread(target=write_many, args=(text,)) for text in texts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert target.read_text() in texts
+    assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
+
+
+def test_a_write_that_fails_leaves_the_old_file_and_no_partial_one(tmp_path, monkeypatch):
+    target = tmp_path / "manifest.json"
+    write_atomic(target, "old\n")
+
+    def refuse(source, destination):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(manifest_module.os, "replace", refuse)
+    with pytest.raises(OSError, match="disk full"):
+        write_atomic(target, "new\n")
+    assert target.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
+
+
+def test_a_second_prepare_of_a_directory_waits_for_the_first(tmp_path, user_files):
+    """Two prepares of one directory never build at once: the second waits while the lock is
+    held, then builds (here the holder built nothing, so the second builds everything)."""
+    data = tmp_path / "data"
+    holder = DirectoryLock(data, "posattn data prepare").acquire()
+    second = threading.Thread(target=prepare_user, args=(data, user_files))
+    second.start()
+    second.join(timeout=2.5)
+    assert second.is_alive() and [p.name for p in data.iterdir()] == [LOCK_FILE]
+    holder.release()
+    second.join(timeout=120)
+    assert not second.is_alive() and not (data / LOCK_FILE).exists()
+    assert read_manifest(data / "manifest.json")["corpus"]
 
 
 def test_an_altered_output_is_rebuilt(tmp_path, user_files):

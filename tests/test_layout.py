@@ -1,7 +1,7 @@
 """The package's two wings, read from its imports (every `import`, module-level or inside a
 function): no import cycle; the library (encodings, kernels, models, attention, execution,
-errors, data) never imports the lab; a lab peer imports only the run kit (lab/runs) and the
-library, never another peer."""
+errors, directory_lock, data) never imports the lab; a lab peer imports only the run kit
+(lab/runs) and the library, never another peer."""
 
 import ast
 from pathlib import Path
@@ -10,7 +10,13 @@ import posattn
 
 PACKAGE = Path(posattn.__file__).parent
 LIBRARY = ("posattn.encodings", "posattn.kernels", "posattn.models", "posattn.data")
-LIBRARY_MODULES = ("posattn.attention", "posattn.execution", "posattn.errors", "posattn.toeplitz")
+LIBRARY_MODULES = (
+    "posattn.attention",
+    "posattn.directory_lock",
+    "posattn.execution",
+    "posattn.errors",
+    "posattn.toeplitz",
+)
 
 
 def module_name(path: Path) -> str:

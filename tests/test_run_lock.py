@@ -14,6 +14,7 @@ import pytest
 
 from posattn import PosAttnConfigError
 from posattn.cli import entry, main
+from posattn.directory_lock import DirectoryLock
 from posattn.lab.runs.lock import LOCK_FILE, RunLock, lock_path, run_lock
 
 
@@ -69,6 +70,30 @@ def test_a_lock_from_another_host_is_never_taken_over(tmp_path):
     lock_path(tmp_path).write_text(json.dumps(other))
     with pytest.raises(PosAttnConfigError, match=r"on elsewhere\.invalid"):
         RunLock(tmp_path, "posattn probe").acquire()
+
+
+def test_wait_takes_the_lock_once_its_holder_lets_go_and_says_whom_it_waited_for(tmp_path):
+    holder = RunLock(tmp_path, "posattn data prepare").acquire()
+    notices = []
+
+    def notice(text: str) -> None:
+        notices.append(text)
+        if len(notices) == 1:
+            holder.release()  # the holder finishes while the second one waits
+
+    lock = DirectoryLock(tmp_path, "posattn data prepare").wait(notice, poll_seconds=0.01)
+    assert len(notices) == 1 and f"waiting for pid {os.getpid()}" in notices[0]
+    assert str(lock_path(tmp_path)) in notices[0]
+    assert json.loads(lock_path(tmp_path).read_text())["token"] == lock.token
+    with lock:  # held already: entering does not take it twice
+        pass
+    assert not lock_path(tmp_path).exists()
+
+
+def test_wait_takes_a_free_lock_without_a_notice(tmp_path):
+    lock = DirectoryLock(tmp_path / "new", "posattn data prepare").wait(pytest.fail)
+    assert lock_path(tmp_path / "new").exists()
+    lock.release()
 
 
 def test_release_leaves_a_lock_that_is_no_longer_ours(tmp_path):

@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
+from ..directory_lock import DirectoryLock
 from ..errors import invalid, require, require_choice
 from . import corpus as corpus_sources
 from .corpora import BUILTIN_CORPORA, CORPUS_RULES, DEFAULT_CORPUS
@@ -204,7 +207,14 @@ def prepare(
         builtin_corpus,
     )
     layout = paths(data_dir)
-    layout.root.mkdir(parents=True, exist_ok=True)
+    # A second prepare of the directory waits for the first, then reads its manifest.
+    lock = DirectoryLock(layout.root, "posattn data prepare")
+    with lock.wait(notice=Console(stderr=True, quiet=quiet).print):
+        return build_steps(plan, layout, quiet)
+
+
+def build_steps(plan: Plan, layout: DataPaths, quiet: bool) -> DataPaths:
+    """`prepare`'s steps, each skipped when the manifest shows it current."""
     started = time.perf_counter()
     manifest = read_manifest(layout.manifest)
     not_built: list[str] = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -64,11 +65,18 @@ def step_is_current(manifest: dict[str, Any], key: str, fp: str, root: Path) -> 
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write beside the target and rename, so an interrupted build never leaves half a file."""
+    """Write beside the target and rename, so an interrupted build never leaves half a file.
+    The file written first is named per process and thread: under one fixed name, two writers
+    of one target (two `prepare` runs on one data directory) renamed each other's file away
+    and one failed at its rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
+    partial = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.partial")
+    try:
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
