@@ -9,7 +9,8 @@
 #                                              (no prepared data)
 #   scripts/offline-gpu.sh check OUT           there: the Triton kernel's GPU tests,
 #                                              `posattn bench` with sdpa and triton
-#                                              (attention, BERT-small, with dropout), a
+#                                              (attention, the table through L2 alone,
+#                                              BERT-small, with dropout), a
 #                                              profile per kernel, a sweep of its tiles,
 #                                              TUPE-R folded and flex; all in
 #                                              OUT/check.tar.gz, within CHECK_SECONDS
@@ -102,8 +103,9 @@ check() {
     local out=$1 work="$RUNS/check" limit
     CHECK_SECONDS=${CHECK_SECONDS:-540}
     CHECK_START=$SECONDS
-    # What the results need after the tests: the attention and model benchmarks.
-    local results=$((${BENCH_SECONDS:-200} + ${MODEL_SECONDS:-120}))
+    # What the results need after the tests: the attention benchmark, the table's loads
+    # through L2 beside it, the model benchmark.
+    local results=$((${BENCH_SECONDS:-200} + ${L2_SECONDS:-40} + ${MODEL_SECONDS:-120}))
     setup_python
     mkdir -p "$out" "$work"
     {
@@ -137,11 +139,18 @@ check() {
     fi
     pack_check "$out"
     # The shipped tiles, attention level first: each level's tables are written when it ends.
-    if limit=$(within "${BENCH_SECONDS:-200}" "${MODEL_SECONDS:-120}"); then
+    if limit=$(within "${BENCH_SECONDS:-200}" $((${L2_SECONDS:-40} + ${MODEL_SECONDS:-120}))); then
         bench_stage bench "Attention level" 30 "$limit" --kernels sdpa,triton \
             --lengths 1024,4096,8192 \
             --encodings "${BENCH_ENCODINGS:-t5,diet-rel,tupe-r,kerple,alibi,diet-abs}" \
             --model-lengths '' --long-lengths ''
+    fi
+    # The full tables' loads through L2 alone (POSATTN_TRITON_TABLE_CACHE=l2, as every GPU run
+    # before had them) against L1 (the default, bench's rows).
+    if limit=$(within "${L2_SECONDS:-40}" "${MODEL_SECONDS:-120}"); then
+        POSATTN_TRITON_TABLE_CACHE=l2 bench_stage bench-l2 "Attention level" 8 "$limit" \
+            --kernels triton --encodings diet-rel,t5 --lengths 4096,8192 --model-lengths '' \
+            --long-lengths ''
     fi
     # BERT-small training steps over `learned` (the attention level here is one short length).
     if limit=$(within "${MODEL_SECONDS:-120}" 0); then

@@ -2,7 +2,8 @@
 reference, then timed (forward alone, with a table read everywhere and with T5's flat tails,
 chosen on both; forward + backward for the dQ and the dK/dV kernel's tiles) as a ratio to
 bias-free flash SDPA in the same process; then dK/dV as it ran before its
-tile was split (query-major at dQ's 64 x 32), and at the best tiles where the table's gradient
+tile was split (query-major at dQ's 64 x 32), and at the best tiles the table's loads cached
+in L1 or not (POSATTN_TRITON_TABLE_CACHE), where the table's gradient
 is added (one shared table or one per batch element) and how dQ skews its tiles for it
 (zero-padded or rotated in place); then a table flat past offset +-128 (T5's buckets at its
 default max_distance) and ALiBi's lines with their tails handled without the table and read
@@ -32,7 +33,13 @@ from torch.nn import functional as F
 
 from posattn.encodings.alibi import alibi_slopes
 from posattn.kernels.triton_bias import table_bias_attention
-from posattn.kernels.triton_settings import DK_DV_ORDERS, GPU_TILES, SKEWS, TABLE_GRAD_MODES
+from posattn.kernels.triton_settings import (
+    DK_DV_ORDERS,
+    GPU_TILES,
+    SKEWS,
+    TABLE_CACHES,
+    TABLE_GRAD_MODES,
+)
 
 # Candidates per kernel (the earlier sweeps' losers by 10% or more left out: forward 128 x 64
 # and 64 x 64 with 4 warps, 128 x 16; dQ 32 x 32, 32 x 16, 64 x 32 with 8 warps). The
@@ -156,8 +163,8 @@ def main() -> None:
 
     rows = []
     # The variables tiles.env sets, each once the sweep has chosen it.
-    names = [kind.upper() for kind in CANDIDATES] + ["DK_DV_ORDER", "TABLE_GRAD", "SKEW",
-                                                      "KEY_RUNS"]  # fmt: skip
+    names = [kind.upper() for kind in CANDIDATES] + ["TABLE_CACHE", "DK_DV_ORDER", "TABLE_GRAD",
+                                                      "SKEW", "KEY_RUNS"]  # fmt: skip
 
     def save() -> list[str]:
         """tiles.json and tiles.env as they stand: written after each choice, so that a
@@ -213,6 +220,8 @@ def main() -> None:
         os.environ["POSATTN_TRITON_DK_DV"] = ratios[chosen][1]
         save()
 
+    # The table's loads through L1 or L2 alone (every kernel reads the table: training).
+    keep_fastest("TABLE_CACHE", "table cache", TABLE_CACHES)
     # dK/dV key-major at its best tile against the kernel as it was (query-major at 64 x 32).
     keep_fastest("DK_DV_ORDER", "dK/dV", DK_DV_ORDERS, tiles={"query-major": DK_DV_BEFORE})
     # Where the table's gradient is added (one shared table or one per batch element), then

@@ -336,6 +336,29 @@ def test_a_tails_loops_issue_what_a_kernel_without_a_table_issues(aot):
     assert max(low, high) < between * 2 / 3
 
 
+def test_the_tables_loads_go_through_l1_and_change_nothing_else(aot):
+    """POSATTN_TRITON_TABLE_CACHE: with "l1" (the default) each kernel's copies of the table
+    into shared memory are cached in L1 (cp.async.ca), with "l2" through L2 alone, as Triton
+    makes a 16-byte copy unasked (cp.async.cg); registers, shared memory and every loop's
+    instructions are the same (bf16, d_h=64, default tiles, sm_90; when written, forward 12
+    of its 18 copies the table's, dK/dV 16 of 28, dQ 12 of 24)."""
+    from posattn.kernels.triton_settings import GPU_TILES
+
+    builds = {}
+    for l1 in (True, False):
+        flags = aot.call_flags(torch.bfloat16, 64, table_l1=l1)
+        launches = aot.launches(flags, GPU_TILES, True, mask_tail=False)
+        builds[l1] = {launch.name: aot.compile_launch(launch, torch.bfloat16)
+                      for launch in launches}  # fmt: skip
+    for name, cached in builds[True].items():
+        bypass = builds[False][name]
+        assert aot.resources(cached) == aot.resources(bypass), name
+        assert aot.each_loop_instructions(cached) == aot.each_loop_instructions(bypass), name
+        on, off = aot.async_copies(cached), aot.async_copies(bypass)
+        moved = off["cg"] - on["cg"]
+        assert moved > 0 and on["ca"] - off["ca"] == moved, (name, on, off)
+
+
 def test_a_loops_opcodes_add_up_to_its_instructions(aot):
     """`opcodes` of the forward's main loop (no table, default tile: 16 scores per thread)
     sum to `loop_instructions`, and hold its work: the two products as warpgroup MMA, an

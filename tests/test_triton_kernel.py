@@ -1165,13 +1165,15 @@ def test_the_tables_gradient_is_the_same_by_every_mode(monkeypatch):
     assert set(triton_settings.DK_DV_ORDERS) == {"key-major", "query-major"}
     assert set(triton_settings.LAUNCHES) == {"direct", "triton"}
     assert set(triton_settings.KEY_RUN_CHOICES) == {"off", "on"}
+    assert set(triton_settings.TABLE_CACHES) == {"l1", "l2"}
     # Refused by name where the backward reads them (the kernels' own choosers).
     choosers = {"DK_DV_ORDER": triton_settings.dk_dv_order, "SKEW": triton_settings.skew_choice,
                 "TABLE_GRAD": triton_settings.table_grad_mode,
                 "LAUNCH": triton_settings.launch_choice,
-                "KEY_RUNS": triton_settings.key_runs_choice}  # fmt: skip
+                "KEY_RUNS": triton_settings.key_runs_choice,
+                "TABLE_CACHE": triton_settings.table_cache_choice}  # fmt: skip
     bad_values = [("DK_DV_ORDER", "rows"), ("SKEW", "diagonal"), ("TABLE_GRAD", "atomic"),
-                  ("LAUNCH", "fast"), ("KEY_RUNS", "yes")]  # fmt: skip
+                  ("LAUNCH", "fast"), ("KEY_RUNS", "yes"), ("TABLE_CACHE", "l3")]  # fmt: skip
     for name, bad in bad_values:
         monkeypatch.setenv(f"POSATTN_TRITON_{name}", bad)
         with pytest.raises(PosAttnConfigError, match=rf"POSATTN_TRITON_{name}='{bad}'.*'"):
@@ -1214,8 +1216,9 @@ def test_a_calls_settings_follow_the_environment_and_the_tile_chooser(monkeypatc
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     first = triton_settings.call_settings(cpu)
     assert triton_settings.call_settings(cpu) is first
-    chosen = (first.key_major, first.skew, first.grad_mode, first.launch_mode, first.key_runs)
-    assert chosen == (True, "circular", "shared", "direct", False)
+    chosen = (first.key_major, first.skew, first.grad_mode, first.launch_mode, first.key_runs,
+              first.table_l1)  # fmt: skip
+    assert chosen == (True, "circular", "shared", "direct", False, True)
     interpreted = triton_settings.INTERPRETER_TILES
     assert first.tiles == dict.fromkeys(triton_settings.GPU_TILES, interpreted)
     assert first.schedules == {kind: {} for kind in triton_settings.GPU_TILES}
@@ -1226,9 +1229,11 @@ def test_a_calls_settings_follow_the_environment_and_the_tile_chooser(monkeypatc
     monkeypatch.setenv("POSATTN_TRITON_LAUNCH", "triton")
     changed = triton_settings.call_settings(cpu)
     monkeypatch.setenv("POSATTN_TRITON_KEY_RUNS", "on")
+    monkeypatch.setenv("POSATTN_TRITON_TABLE_CACHE", "l2")
     changed = triton_settings.call_settings(cpu)
     chosen = (changed.key_major, changed.skew, changed.grad_mode, changed.launch_mode)
     assert chosen == (False, "wide", "per-batch", "triton") and changed.key_runs
+    assert not changed.table_l1
     monkeypatch.setenv("POSATTN_TRITON_FORWARD", "64,16,4,2")
     on_gpu = triton_settings.call_settings(cuda)
     overridden = triton_settings.Tiles(64, 16, 4, 2)

@@ -73,7 +73,16 @@ def test_the_sweep_writes_each_choice_and_picks_the_forward_on_both_tables(
         torch.set_default_dtype(torch.float64)
     lines = (tmp_path / "tiles.env").read_text().splitlines()
     chosen = dict(line.removeprefix("export ").split("=", 1) for line in lines)
-    names = ["FORWARD", "DQ", "DK_DV", "DK_DV_ORDER", "TABLE_GRAD", "SKEW", "KEY_RUNS"]
+    names = [
+        "FORWARD",
+        "DQ",
+        "DK_DV",
+        "TABLE_CACHE",
+        "DK_DV_ORDER",
+        "TABLE_GRAD",
+        "SKEW",
+        "KEY_RUNS",
+    ]
     assert list(chosen) == [f"POSATTN_TRITON_{name}" for name in names]
     assert chosen["POSATTN_TRITON_FORWARD"] == "128,64,8,2,128"
     rows = json.loads((tmp_path / "tiles.json").read_text())["rows"]
@@ -107,4 +116,4 @@ def test_a_sweep_cut_short_keeps_what_it_chose(sweep, tmp_path, monkeypatch):
         torch.set_default_dtype(torch.float64)
     lines = (tmp_path / "tiles.env").read_text().splitlines()
     names = [line.removeprefix("export POSATTN_TRITON_").split("=")[0] for line in lines]
-    assert names == ["FORWARD", "DQ", "DK_DV", "DK_DV_ORDER", "TABLE_GRAD", "SKEW"]
+    assert names == ["FORWARD", "DQ", "DK_DV", "TABLE_CACHE", "DK_DV_ORDER", "TABLE_GRAD", "SKEW"]

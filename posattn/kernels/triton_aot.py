@@ -173,6 +173,14 @@ def matrix_products(compiled) -> dict:
             "mma.sync": len(re.findall(r"\bmma\.sync", ptx))}  # fmt: skip
 
 
+def async_copies(compiled) -> dict:
+    """How many copies into shared memory (cp.async) the PTX holds of each cache operator:
+    "ca" cached in L1 as well as L2, "cg" in L2 alone (Triton's choice for a 16-byte copy
+    unless the load asks: `_table_bias`'s TABLE_L1)."""
+    ptx = compiled.asm["ptx"]
+    return {kind: len(re.findall(rf"\bcp\.async\.{kind}\.shared", ptx)) for kind in ("ca", "cg")}
+
+
 def sass(compiled) -> list[tuple[int, str]]:
     """The kernel's SASS as (address, instruction) pairs, read by Triton's bundled cuobjdump."""
     from triton import knobs

@@ -49,6 +49,7 @@ def _dk_dv_step(
     LINEAR: tl.constexpr = False, slope=0.0, base=0, DROPOUT: tl.constexpr = False, seed=0,
     bh=0, drop_below=0, keep_scale=1.0, FUSED: tl.constexpr = False, DQ_ACC=None, sqam=0,
     rows=0, MASK_TAIL: tl.constexpr = False, FQ=None, sfqm=0, FACTOR_AT: tl.constexpr = 0,
+    TABLE_L1: tl.constexpr = True,
 ):  # fmt: skip
     """One query block's share of a key block's dK and dV; KEY_MAJOR: with P and dS as
     [BLOCK_N, BLOCK_M] tiles (dV += P^T dO, dK += dS^T Q without turning them). DROPOUT:
@@ -76,7 +77,7 @@ def _dk_dv_step(
         table_shift, UNTIE, untie_row, untie_column, KEYS, stride_kb,
         first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
         HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, MASK_TAIL, KEY_MAJOR,
-        TAIL=TAIL, tail_value=tail_value, LINEAR=LINEAR, slope=slope,
+        TAIL=TAIL, tail_value=tail_value, LINEAR=LINEAR, slope=slope, TABLE_L1=TABLE_L1,
     )  # fmt: skip
     if TAIL:  # s is less its rows' part (`_scores`)
         lse -= _tail_shift(tail_value, slope, base, start_n, start_m, offs_m.shape[0], LINEAR)
@@ -131,7 +132,7 @@ def _backward_dk_dv(
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, KEY_MAJOR: tl.constexpr,
     TAILS: tl.constexpr, LINEAR: tl.constexpr, DROPOUT: tl.constexpr, FUSED: tl.constexpr,
     TABLE_GRAD: tl.constexpr, MASK_TAIL: tl.constexpr, FACTOR_AT: tl.constexpr,
-    FACTOR_SUMS: tl.constexpr,
+    FACTOR_SUMS: tl.constexpr, TABLE_L1: tl.constexpr,
 ):  # fmt: skip
     """dK, dV of one key block, over every query block that sees it. TABLE: the aligned
     copies of the offset table, or key-major of the table reversed (`_scores`). TAILS:
@@ -209,6 +210,7 @@ def _backward_dk_dv(
                     bh=bh, drop_below=drop_below, keep_scale=keep_scale, FUSED=FUSED,
                     DQ_ACC=DQ_ACC + bh * sqab, sqam=sqam, rows=rows, MASK_TAIL=MASK_TAIL,
                     FQ=FQ + b * sfqb + h * sfqh, sfqm=sfqm, FACTOR_AT=FACTOR_AT,
+                    TABLE_L1=TABLE_L1,
                 )  # fmt: skip
                 if SUMS & TAILS & (part != 1):
                     tail += ds_t
@@ -265,6 +267,7 @@ def _dq_step(
     MASK_TAIL: tl.constexpr, TAIL: tl.constexpr = False, tail_value=0.0,
     LINEAR: tl.constexpr = False, slope=0.0, base=0, DROPOUT: tl.constexpr = False, seed=0,
     bh=0, drop_below=0, keep_scale=1.0, FK=None, sfkn=0, FACTOR_AT: tl.constexpr = 0,
+    TABLE_L1: tl.constexpr = True,
 ):  # fmt: skip
     """One key block's share of a query block's dQ, and of the tables' gradients; returns dQ
     and the tile's dS as the offset table sees it (the circular skew's sums are carried by the
@@ -283,7 +286,7 @@ def _dq_step(
         table_shift, UNTIE, untie_row, untie_column, KEYS, stride_kb,
         first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
         HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, MASK_TAIL,
-        TAIL=TAIL, tail_value=tail_value, LINEAR=LINEAR, slope=slope,
+        TAIL=TAIL, tail_value=tail_value, LINEAR=LINEAR, slope=slope, TABLE_L1=TABLE_L1,
     )  # fmt: skip
     if TAIL:  # s is less its rows' part (`_scores`)
         lse -= _tail_shift(tail_value, slope, base, start_n, start_m, offs_m.shape[0], LINEAR)
@@ -343,7 +346,7 @@ def _backward_dq_dtable(
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, DIAGONALS: tl.constexpr,
     MASK_TAIL: tl.constexpr, TAILS: tl.constexpr, LINEAR: tl.constexpr, RUNS: tl.constexpr,
     PER_BLOCK: tl.constexpr, DROPOUT: tl.constexpr, FACTOR_AT: tl.constexpr,
-    FACTOR_SUMS: tl.constexpr,
+    FACTOR_SUMS: tl.constexpr, TABLE_L1: tl.constexpr,
 ):  # fmt: skip
     """dQ of one query block over the keys it sees, and that block's share of dT (in the
     batch element's own copy of dT where stride_dtb is not 0). PER_BLOCK (deterministic
@@ -437,6 +440,7 @@ def _backward_dq_dtable(
                     base=M - 1 - _pick(part, tail_low, tail_high), DROPOUT=DROPOUT, seed=seed,
                     bh=bh, drop_below=drop_below, keep_scale=keep_scale,
                     FK=FK + b * sfkb + h * sfkh, sfkn=sfkn, FACTOR_AT=FACTOR_AT,
+                    TABLE_L1=TABLE_L1,
                 )  # fmt: skip
                 if TABLE_GRAD & TAILS & (part != 1):
                     tail += ds_table

@@ -251,6 +251,7 @@ class TableBiasAttention(torch.autograd.Function):
             has_untie=untie is not None, tails=tails is not None and settings.tails,
             linear_tails=tail_slopes is not None, key_runs=settings.key_runs,
             dropout=dropout_p > 0, factor_at=0 if fq is None else own,
+            table_l1=settings.table_l1,
         )  # fmt: skip
         # The tails' bounds inside the table: an entry past either end is a tail of one.
         tail_low, tail_high = (min(max(x, 0), M + N - 2) for x in tails or (0, M + N - 2))

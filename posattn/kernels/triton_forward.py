@@ -22,7 +22,7 @@ def _forward_step(
     BLOCK_N: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, MASK_TAIL: tl.constexpr,
     TAIL: tl.constexpr = False, tail_value=0.0, LINEAR: tl.constexpr = False, slope=0.0,
     base=0, PLAIN: tl.constexpr = False, DROPOUT: tl.constexpr = False, seed=0, bh=0,
-    drop_below=0, FK=None, sfkn=0, FACTOR_AT: tl.constexpr = 0,
+    drop_below=0, FK=None, sfkn=0, FACTOR_AT: tl.constexpr = 0, TABLE_L1: tl.constexpr = True,
 ):  # fmt: skip
     """One key block of the online softmax: (acc, l_i, m_i) updated. PLAIN: the tile's
     scores are scale2 q k^T alone (no table read, flat tail's shift aside; no untie,
@@ -48,7 +48,7 @@ def _forward_step(
             table_shift, UNTIE, untie_row, untie_column, KEYS, stride_kb,
             first, q_start, M, N, SEGMENTS, SEGMENT_IDS, stride_sb,
             HAS_TABLE, HAS_UNTIE, HAS_KEYS, CAUSAL, PRECISION, NUM_SEGMENTS, MASK_TAIL,
-            TAIL=TAIL, tail_value=tail_value, LINEAR=LINEAR, slope=slope,
+            TAIL=TAIL, tail_value=tail_value, LINEAR=LINEAR, slope=slope, TABLE_L1=TABLE_L1,
         )  # fmt: skip
         top = tl.reduce(s, 1, _maximum)
     if TAIL:  # s is less its rows' part (`_scores`)
@@ -82,7 +82,7 @@ def _forward(
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, MASK_TAIL: tl.constexpr,
     TAILS: tl.constexpr, LINEAR: tl.constexpr, RUNS: tl.constexpr, RAW_MAX: tl.constexpr,
-    DROPOUT: tl.constexpr, FACTOR_AT: tl.constexpr,
+    DROPOUT: tl.constexpr, FACTOR_AT: tl.constexpr, TABLE_L1: tl.constexpr,
 ):  # fmt: skip
     """TAILS: the table is known below tail_low and above tail_high (`table_bias_attention`'s
     `tails`): flat, or with LINEAR a line (SLOPES); the key blocks inside either tail run in
@@ -150,6 +150,7 @@ def _forward(
                     & ((not MASKED) | (piece == 1)),
                     DROPOUT=DROPOUT, seed=seed, bh=bh, drop_below=drop_below,
                     FK=FK + b * sfkb + h * sfkh, sfkn=sfkn, FACTOR_AT=FACTOR_AT,
+                    TABLE_L1=TABLE_L1,
                 )  # fmt: skip
     # A row that sees no key (out of range, or every key hidden) gives 0, not 0 / 0.
     l_safe = tl.where(l_i > 0, l_i, 1.0)

@@ -65,19 +65,25 @@ def _untied_positions(qi, kj, untie_row, untie_column):
 
 
 @triton.jit
-def _table_bias(TABLE, h, stride_th, stride_tk, table_shift, rows, columns, start_column, num_rows):
+def _table_bias(TABLE, h, stride_th, stride_tk, table_shift, rows, columns, start_column, num_rows,
+                TABLE_L1: tl.constexpr = True):  # fmt: skip
     """A tile of an offset table's bias, bias[r, c] = table[c - r + table_shift]. Row r reads
     the table from start = columns[0] - r + table_shift on, a run as long as the columns, from
     the copy shifted by start % 4, where the run begins on a 16-byte boundary: the loads go 4
     values at a time (the tables are padded past their end, so only the rows are masked; a
-    score past the last column is hidden by the caller)."""
+    score past the last column is hidden by the caller). TABLE_L1: the loads are cached in L1
+    (`table_cache_choice`): a tile's rows read overlapping runs, 2.5 KiB of distinct 32-byte
+    sectors in a 128 x 32 tile's 16 KiB, of which the next key block reads 0.5 KiB anew;
+    without, each 16-byte copy into shared memory bypasses L1 (cp.async.cg), and the whole
+    16 KiB comes from L2 every key block, twice the bytes of the block's K and V."""
     start = start_column - rows + table_shift
     shift = ((start % 4) + 4) % 4
     aligned = tl.multiple_of(start - shift, 4)
     row = TABLE + h * stride_th + shift * stride_tk + aligned
-    return tl.load(
-        row[:, None] + (columns - start_column)[None, :], mask=rows[:, None] < num_rows, other=0.0
-    )
+    pointers = row[:, None] + (columns - start_column)[None, :]
+    if TABLE_L1:
+        return tl.load(pointers, mask=rows[:, None] < num_rows, other=0.0, cache_modifier=".ca")
+    return tl.load(pointers, mask=rows[:, None] < num_rows, other=0.0)
 
 
 @triton.jit
@@ -89,7 +95,7 @@ def _scores(
     HAS_TABLE: tl.constexpr, HAS_UNTIE: tl.constexpr, HAS_KEYS: tl.constexpr,
     CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
     MASK_TAIL: tl.constexpr, KEY_MAJOR: tl.constexpr = False, TAIL: tl.constexpr = False,
-    tail_value=0.0, LINEAR: tl.constexpr = False, slope=0.0,
+    tail_value=0.0, LINEAR: tl.constexpr = False, slope=0.0, TABLE_L1: tl.constexpr = True,
 ):  # fmt: skip
     """log2(e) * s for one [BLOCK_M, BLOCK_N] tile, -inf where a key is hidden; KEY_MAJOR: its
     transpose [BLOCK_N, BLOCK_M], computed as k q^T, so that a product whose rows are the
@@ -130,11 +136,11 @@ def _scores(
     elif HAS_TABLE:
         if KEY_MAJOR:
             bias = _table_bias(
-                TABLE, h, stride_th, stride_tk, table_shift, offs_n, offs_m, start_m, N
+                TABLE, h, stride_th, stride_tk, table_shift, offs_n, offs_m, start_m, N, TABLE_L1
             )
         else:
             bias = _table_bias(
-                TABLE, h, stride_th, stride_tk, table_shift, offs_m, offs_n, start_n, M
+                TABLE, h, stride_th, stride_tk, table_shift, offs_m, offs_n, start_n, M, TABLE_L1
             )
         if holds:
             bias = _untied(bias, qi, kj, h, UNTIE, untie_row, untie_column)

@@ -236,6 +236,22 @@ def key_runs_choice() -> str:
     return environment_choice("POSATTN_TRITON_KEY_RUNS", KEY_RUN_CHOICES)
 
 
+# Where a table's loads are cached: "l1", copied into shared memory through L1
+# (cp.async.ca), or "l2", through L2 alone (cp.async.cg, what Triton makes of a 16-byte copy
+# unasked, as every GPU run so far had it). A tile's rows read overlapping runs of the
+# table's aligned copies: a 128 x 32 tile of the forward reads 16 KiB, of 2.5 KiB of distinct
+# 32-byte sectors, and the next key block 0.5 KiB of new ones; through L2 alone all 16 KiB
+# move every key block, twice the block's K and V (8 KiB in bf16). On sm_90 builds the two
+# differ in the copies' cache operator only: registers and loop instructions are the same
+# (tests/test_triton_compile.py). "l1" is the default on that count of bytes, not yet on a
+# GPU's clock: chosen by POSATTN_TRITON_TABLE_CACHE, the tile sweep times both.
+TABLE_CACHES = ("l1", "l2")
+
+
+def table_cache_choice() -> str:
+    return environment_choice("POSATTN_TRITON_TABLE_CACHE", TABLE_CACHES)
+
+
 def diagonal_block(tile: Tiles, skew: str = "circular") -> int:
     """DIAGONALS of the dQ kernel: BLOCK_N for the circular skew, where the tile is two squares
     (`_carried_diagonal_sums`), else the wide skew's width for each half of the tile's rows
@@ -278,11 +294,12 @@ def head_block(size: int) -> int:
 def kernel_flags(
     dtype: torch.dtype, D: int, DV: int, *, has_table: bool, has_keys: bool, causal: bool,
     num_segments: int, has_untie: bool = False, tails: bool = False, linear_tails: bool = False,
-    key_runs: bool = False, dropout: bool = False, factor_at: int = 0,
+    key_runs: bool = False, dropout: bool = False, factor_at: int = 0, table_l1: bool = True,
 ) -> dict:  # fmt: skip
     """The compile-time flags every kernel of one call shares (RUNS, the forward's and dQ's
     alone: `key_runs_choice`; DROPOUT, attention dropout; FACTOR_AT, the column from which a
-    low-rank bias's factors are read beside q and k, 0 without: `triton_factors`)."""
+    low-rank bias's factors are read beside q and k, 0 without: `triton_factors`; TABLE_L1,
+    the table's loads cached in L1: `table_cache_choice`)."""
     return dict(
         HAS_TABLE=has_table,
         RUNS=has_keys and key_runs,
@@ -299,6 +316,7 @@ def kernel_flags(
         EVEN_DV=head_block(DV) == DV,
         DROPOUT=dropout,
         FACTOR_AT=factor_at,
+        TABLE_L1=has_table and table_l1,
     )
 
 
@@ -326,6 +344,7 @@ SETTING_VARIABLES = (
     "POSATTN_TRITON_TABLE_TAILS",
     "POSATTN_TRITON_KEY_RUNS",
     "POSATTN_TRITON_BACKWARD",
+    "POSATTN_TRITON_TABLE_CACHE",
 )
 _ENCODED_NAMES = (
     tuple(map(os.environ.encodekey, SETTING_VARIABLES))
@@ -351,6 +370,7 @@ class CallSettings:
     key_runs: bool
     dropout_dk_dv: tuple[Tiles, dict]
     fused_backward: bool
+    table_l1: bool
 
 
 def call_settings(device: torch.device) -> CallSettings:
@@ -395,6 +415,7 @@ def _settings(device_type: str, environment: tuple, choose_tiles, choose_schedul
         key_runs=key_runs_choice() == "on",
         dropout_dk_dv=(with_dropout, choose_schedule(with_dropout, device)),
         fused_backward=backward_choice() == "fused",
+        table_l1=table_cache_choice() == "l1",
     )
 
 
