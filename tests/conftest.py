@@ -233,3 +233,20 @@ def float32_default():
     torch.set_default_dtype(torch.float32)
     yield
     torch.set_default_dtype(torch.float64)
+
+
+@pytest.fixture(scope="module")
+def aot():
+    """`posattn.kernels.triton_aot`, with the kernels built for the compiler (a test module
+    before may have built them for the interpreter): tests/test_triton_compile.py and
+    tests/test_triton_stand_in.py."""
+    from posattn.kernels.table_bias import forget_built_kernels
+
+    previous = os.environ.pop("TRITON_INTERPRET", None)
+    forget_built_kernels()
+    from posattn.kernels import triton_aot
+
+    yield triton_aot
+    forget_built_kernels()
+    if previous is not None:
+        os.environ["TRITON_INTERPRET"] = previous

@@ -247,7 +247,7 @@ def test_torch_compile_of_a_model_on_the_triton_kernel_agrees_with_eager(
     """torch.compile(fullgraph=True) of a float32 model with kernel="triton": the kernels run
     inside the compiled graph (AOT autograd's functional form of a Triton kernel call, and
     inductor's code around it) and give eager's values and every parameter gradient.
-    tests/test_triton_compile.py checks the graph on a machine without a GPU."""
+    tests/test_triton_stand_in.py checks the graph on a machine without a GPU."""
     pytest.importorskip("triton")
     torch.set_default_dtype(torch.float32)
     try:

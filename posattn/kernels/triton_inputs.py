@@ -50,7 +50,7 @@ def kept_in(kept: dict | None, sources: tuple, key: tuple, make):
     their versions are part of the key; None entries allowed):
     what a call derives from the terms alone (the table's copies, the factors scaled) is made
     once per forward instead of once per layer (at n <= 1024 a GPU call waits on the host;
-    BERT-small's step: tests/test_triton_compile.py counts the ops). The key holds the grad
+    BERT-small's step: tests/test_triton_stand_in.py counts the ops). The key holds the grad
     and inference modes, so that a value made without gradients or as an inference tensor
     never stands in for one made otherwise. Made afresh without a dict, while torch.compile
     traces (the ops belong in its graph), inside a CUDA graph's capture (its memory is the
@@ -139,7 +139,7 @@ def empty_in_layout_of(x: Tensor, last: int) -> Tensor:
     as [B, H, n, d]), the same, so that merging the heads back into [B, n, H * d] (the output)
     or splitting them off again (q's and k's gradients) is a view. Allocated [B, H, n, last]
     instead, each of those was a copy of the whole tensor: three per layer in training, one
-    in inference (counted on BERT-small's step: tests/test_triton_compile.py). The kernels take
+    in inference (counted on BERT-small's step: tests/test_triton_stand_in.py). The kernels take
     every stride as given."""
     batch, heads, rows, _ = x.shape
     shape, options = (batch, heads, rows, last), dict(dtype=x.dtype, device=x.device)
