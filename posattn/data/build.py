@@ -209,7 +209,8 @@ def prepare(
     layout = paths(data_dir)
     # A second prepare of the directory waits for the first, then reads its manifest.
     lock = DirectoryLock(layout.root, "posattn data prepare")
-    with lock.wait(notice=Console(stderr=True, quiet=quiet).print):
+    console = Console(stderr=True, quiet=quiet)  # the notice as written: paths hold no markup
+    with lock.wait(notice=lambda text: console.print(text, markup=False, highlight=False)):
         return build_steps(plan, layout, quiet)
 
 
