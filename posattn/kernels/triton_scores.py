@@ -81,9 +81,8 @@ def _table_bias(TABLE, h, stride_th, stride_tk, table_shift, rows, columns, star
     aligned = tl.multiple_of(start - shift, 4)
     row = TABLE + h * stride_th + shift * stride_tk + aligned
     pointers = row[:, None] + (columns - start_column)[None, :]
-    if TABLE_L1:
-        return tl.load(pointers, mask=rows[:, None] < num_rows, other=0.0, cache_modifier=".ca")
-    return tl.load(pointers, mask=rows[:, None] < num_rows, other=0.0)
+    cache: tl.constexpr = ".ca" if TABLE_L1 else ""
+    return tl.load(pointers, mask=rows[:, None] < num_rows, other=0.0, cache_modifier=cache)
 
 
 @triton.jit
