@@ -8,6 +8,7 @@ import argparse
 import io
 import json
 import tarfile
+import threading
 
 import pytest
 
@@ -16,6 +17,7 @@ from posattn.cli import entry
 from posattn.data import load_task, load_tokenizer, prepare
 from posattn.data.archive import built_files, pack, unpack
 from posattn.data.commands import register
+from posattn.data.manifest import read_manifest
 
 LINES = [f"the ship {i} sailed at dawn with a fair wind number {i % 7}" for i in range(400)]
 
@@ -65,6 +67,48 @@ def test_round_trip_keeps_every_built_file_and_no_source(prepared, tmp_path):
     assert load_task(target, "sentiment", "train") == load_task(prepared, "sentiment", "train")
     text = LINES[3]
     assert load_tokenizer(target)(text)["input_ids"] == load_tokenizer(prepared)(text)["input_ids"]
+
+
+def test_packs_of_one_archive_at_once_each_write_it_whole(prepared, tmp_path):
+    """Two packs to one output at once each go through a partial file of their own (under one
+    fixed name, one renamed the other's away and failed), and the archive left is whole."""
+    archive, failures = tmp_path / "data.tar.xz", []
+
+    def pack_into() -> None:
+        try:
+            pack(prepared, archive)
+        except OSError as error:
+            failures.append(error)
+
+    threads = [threading.Thread(target=pack_into) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert [p.name for p in tmp_path.iterdir()] == ["data.tar.xz"]
+    with tarfile.open(archive) as opened:
+        names = set(opened.getnames())
+    assert names == {r["path"] for r in built_files(read_manifest(prepared / "manifest.json"))} | {
+        "manifest.json"
+    }
+
+
+def test_a_pack_that_fails_leaves_the_old_archive_and_no_partial_one(
+    prepared, tmp_path, monkeypatch
+):
+    archive = tmp_path / "data.tar.xz"
+    pack(prepared, archive)
+    before = archive.read_bytes()
+
+    def fail(self, *args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(tarfile.TarFile, "add", fail)
+    with pytest.raises(OSError, match="disk full"):
+        pack(prepared, archive)
+    assert archive.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["data.tar.xz"]
 
 
 def test_pack_refuses_an_unprepared_or_altered_directory(prepared, tmp_path):

@@ -161,6 +161,21 @@ def test_a_write_that_fails_leaves_the_old_file_and_no_partial_one(tmp_path, mon
     assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
 
 
+def test_an_unpack_that_fails_leaves_the_old_folder_and_no_partial_one(tmp_path):
+    """A source unpacked again from a damaged archive keeps what was unpacked before, and
+    leaves no half-extracted folder beside it."""
+    wheel, dest = tmp_path / "package-1.0-py3-none-any.whl", tmp_path / "unpacked" / "package"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("package/data.txt", "first\n")
+    fetch_module.unpack(wheel, dest, "checksum-1")
+    wheel.write_bytes(wheel.read_bytes()[:40])  # cut short: not a zip any more
+    with pytest.raises(zipfile.BadZipFile):
+        fetch_module.unpack(wheel, dest, "checksum-2")
+    assert (dest / "package/data.txt").read_text() == "first\n"
+    assert (dest / fetch_module.STAMP).read_text() == "checksum-1\n"
+    assert [p.name for p in dest.parent.iterdir()] == ["package"]
+
+
 def test_a_second_prepare_of_a_directory_waits_for_the_first(tmp_path, user_files):
     """Two prepares of one directory never build at once: the second waits while the lock is
     held, then builds (here the holder built nothing, so the second builds everything)."""

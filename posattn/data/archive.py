@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import PosAttnConfigError
 from .layout import paths
-from .manifest import damaged_files, read_manifest
+from .manifest import damaged_files, read_manifest, written_beside
 
 
 def built_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
@@ -56,12 +56,10 @@ def pack(data_dir: str | os.PathLike | None, output: str | os.PathLike) -> dict[
         )
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    partial = output.with_name(output.name + ".partial")
-    with tarfile.open(partial, "w:xz") as archive:  # renamed when whole: never half an archive
+    with written_beside(output) as partial, tarfile.open(partial, "w:xz") as archive:
         archive.add(layout.manifest, arcname=layout.manifest.name)
         for record in records:
             archive.add(root / record["path"], arcname=record["path"])
-    os.replace(partial, output)
     return {"files": len(records) + 1, "bytes": output.stat().st_size}
 
 

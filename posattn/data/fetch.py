@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from .layout import DataPaths
-from .manifest import sha256_file
+from .manifest import sha256_file, written_beside
 from .sources import Source
 
 STAMP = ".posattn-unpacked"
@@ -114,17 +114,15 @@ def unpack(archive: Path, dest: Path, checksum: str) -> None:
     stamp = dest / STAMP
     if stamp.is_file() and stamp.read_text().strip() == checksum:
         return
-    partial = dest.with_name(dest.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    if archive.suffix == ".deb":
-        unpack_deb(archive, partial)
-    else:
-        with zipfile.ZipFile(archive) as wheel:
-            wheel.extractall(partial)
-    (partial / STAMP).write_text(checksum + "\n")
-    shutil.rmtree(dest, ignore_errors=True)
-    os.replace(partial, dest)
+    with written_beside(dest) as partial:
+        partial.mkdir()
+        if archive.suffix == ".deb":
+            unpack_deb(archive, partial)
+        else:
+            with zipfile.ZipFile(archive) as wheel:
+                wheel.extractall(partial)
+        (partial / STAMP).write_text(checksum + "\n")
+        shutil.rmtree(dest, ignore_errors=True)  # a folder is renamed only onto an empty one
 
 
 def unpack_deb(archive: Path, dest: Path) -> None:

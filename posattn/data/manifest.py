@@ -7,9 +7,11 @@ one of its files is missing or altered.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,19 +66,30 @@ def step_is_current(manifest: dict[str, Any], key: str, fp: str, root: Path) -> 
     return bool(step) and step.get("fingerprint") == fp and files_intact(step["files"], root)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write beside the target and rename, so an interrupted build never leaves half a file.
-    The file written first is named per process and thread: under one fixed name, two writers
-    of one target (two `prepare` runs on one data directory) renamed each other's file away
-    and one failed at its rename."""
+@contextlib.contextmanager
+def written_beside(path: Path) -> Iterator[Path]:
+    """A path beside `path` for the block to write a file or a folder at: renamed onto `path`
+    when the block ends, removed when it fails, so an interrupted write never leaves half a
+    file or a stray partial one. Named per process and thread: under one fixed name, two
+    writers of one target (two `prepare` runs on one data directory) renamed each other's file
+    away and one failed at its rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.partial")
     try:
-        partial.write_text(text, encoding="utf-8")
+        yield partial
         os.replace(partial, path)
     except BaseException:
-        partial.unlink(missing_ok=True)
+        if partial.is_dir() and not partial.is_symlink():
+            shutil.rmtree(partial, ignore_errors=True)
+        else:
+            partial.unlink(missing_ok=True)
         raise
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` beside the target and rename it into place (`written_beside`)."""
+    with written_beside(path) as partial:
+        partial.write_text(text, encoding="utf-8")
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
