@@ -131,6 +131,10 @@ def test_empty_levels_are_skipped_and_bad_lengths_named(tmp_path, capsys):
     assert not (tmp_path / "long_sequences.png").exists()
     with pytest.raises(PosAttnConfigError, match=r"--long-lengths='64,x'.*positive integers"):
         main(["bench", "--long-lengths", "64,x", "--output", str(tmp_path)])
+    # the attention level's lengths: checked alike, and never none
+    for value in ("abc", "16,-2", "", ","):
+        with pytest.raises(PosAttnConfigError, match=r"--lengths=.*positive integers'?$"):
+            main(["bench", "--lengths", value, "--output", str(tmp_path)])
 
 
 def test_targets_follow_the_device():

@@ -6,15 +6,17 @@ import argparse
 from pathlib import Path
 
 
-def lengths_of(name: str, value: str) -> list[int]:
+def lengths_of(name: str, value: str, *, none_allowed: bool = True) -> list[int]:
+    """The lengths of option `name` ('' for none where `none_allowed`)."""
     from ...errors import require
 
     parts = [part.strip() for part in value.split(",") if part.strip()]
+    allowed = "comma-separated positive integers" + (", or '' for none" if none_allowed else "")
     require(
-        all(part.isdigit() and int(part) > 0 for part in parts),
+        all(part.isdigit() and int(part) > 0 for part in parts) and (parts or none_allowed),
         "--" + name.replace("_", "-"),
         value,
-        "comma-separated positive integers, or '' for none",
+        allowed,
     )
     return [int(part) for part in parts]
 
@@ -24,8 +26,8 @@ def run_bench(args: argparse.Namespace) -> int:
     from .bench import BenchSettings, bench
 
     settings = BenchSettings.quick() if args.quick else BenchSettings()
-    if args.lengths:
-        settings.lengths = [int(n) for n in args.lengths.split(",")]
+    if args.lengths is not None:  # the attention level is always measured
+        settings.lengths = lengths_of("lengths", args.lengths, none_allowed=False)
     if args.encodings:
         settings.encodings = [e.strip() for e in args.encodings.split(",")]
     if args.kernels:
