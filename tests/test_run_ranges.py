@@ -54,6 +54,24 @@ def test_pretraining_commands_refuse_out_of_range_settings(
     assert not output.exists()  # refused before anything ran
 
 
+@pytest.mark.parametrize("command", ["finetune", "zero-shot"])
+def test_a_model_directory_without_config_is_refused_before_anything_is_written(
+    command, tiny_data_dir, tmp_path
+):
+    """Before this check, `finetune /nonexistent` wrote its lock and stage into /finetune (the
+    default output beside the model) and then failed in the hub's repo-id check."""
+    run = tmp_path / "run"
+    (run / "model").mkdir(parents=True)
+    (run / "model" / "config.json").write_text("{}")
+    data = ["--data-dir", str(tiny_data_dir), "--preset", "smoke"]
+    with pytest.raises(PosAttnConfigError, match=r"^pretrained='.*model' is not allowed: a model"):
+        main([command, str(tmp_path / "missing" / "model"), *data])
+    with pytest.raises(PosAttnConfigError, match=r"give '.*run/model'$"):
+        main([command, str(run), *data])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    assert [p.name for p in run.iterdir()] == ["model"]
+
+
 TRANSLATION = [
     ("train.steps=-5", "train.steps=-5", ">= 1"),
     ("train.label_smoothing=1", "train.label_smoothing=1.0", r"\[0, 1\)"),

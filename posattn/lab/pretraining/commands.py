@@ -30,6 +30,20 @@ def tokenizer_for(config: RunConfig, data):
     return run_tokenizer(config.pretrain.init_from, data)
 
 
+def pretrained_model(value: str) -> Path:
+    """The model directory `finetune` and `zero-shot` read, checked before anything is
+    written (their outputs default to a folder beside it)."""
+    from ...errors import invalid
+
+    path = Path(value)
+    if (path / "config.json").is_file():
+        return path
+    allowed = "a model directory holding config.json (the model/ folder of a pretrain run)"
+    if (path / "model" / "config.json").is_file():
+        allowed += f": give {str(path / 'model')!r}"
+    raise invalid("pretrained", value, allowed)
+
+
 def run_pretrain(args: argparse.Namespace) -> int:
     from .pretrain import pretrain
 
@@ -46,10 +60,11 @@ def run_finetune(args: argparse.Namespace) -> int:
     from .finetune import finetune
 
     config = run_config(args)
+    pretrained = pretrained_model(args.pretrained)
     data = data_for(config)
-    output = Path(args.output or Path(args.pretrained).parent / "finetune")
+    output = Path(args.output or pretrained.parent / "finetune")
     with run_lock(output, "posattn finetune"):
-        finetune(Path(args.pretrained), config, output, tokenizer_for(config, data), data)
+        finetune(pretrained, config, output, tokenizer_for(config, data), data)
         finish_distributed()
     return 0
 
@@ -59,12 +74,12 @@ def run_zero_shot(args: argparse.Namespace) -> int:
     from .zero_shot import ZERO_SHOT_TASKS, score_model, scored_once
 
     config = run_config(args)
+    pretrained = pretrained_model(args.pretrained)
     data = data_for(config)
-    output = Path(args.output or Path(args.pretrained).parent / "zero-shot")
+    output = Path(args.output or pretrained.parent / "zero-shot")
     tokenizer = tokenizer_for(config, data)
 
     def score() -> dict:
-        pretrained = Path(args.pretrained)
         return {
             task: score_model(pretrained, task, tokenizer, data, config.finetune)
             for task in ZERO_SHOT_TASKS
