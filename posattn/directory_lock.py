@@ -87,11 +87,16 @@ class DirectoryLock:
         self.path = lock_path(directory)
         self.command = command
         self.token: str | None = None
+        # The folders the lock made (deepest first), removed on release when left empty: a
+        # command refused after taking the lock leaves no empty run directory behind.
+        self.made: list[Path] = []
 
     def _create(self) -> bool:
         try:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
+            return False
+        except FileNotFoundError:  # its folder removed meanwhile by a holder's release
             return False
         token = uuid.uuid4().hex
         holder = {
@@ -110,9 +115,10 @@ class DirectoryLock:
     def _take(self) -> dict | None:
         """Take the lock (None), or say who holds it: a live holder, or {} while its file is
         being written."""
-        self.directory.mkdir(parents=True, exist_ok=True)
         for _ in range(3):  # a stale lock taken over, or a holder that finished meanwhile
+            made = self._make_directory()
             if self._create():
+                self.made = made
                 return None
             holder = read_holder(self.path)
             if holder is None:
@@ -129,6 +135,12 @@ class DirectoryLock:
             if read_holder(self.path) == holder:
                 self.path.unlink(missing_ok=True)
         raise PosAttnConfigError(f"{self.directory}: could not take its lock {self.path}")
+
+    def _make_directory(self) -> list[Path]:
+        """mkdir -p of the directory; the folders it made, deepest first."""
+        missing = [p for p in (self.directory, *self.directory.parents) if not p.exists()]
+        self.directory.mkdir(parents=True, exist_ok=True)
+        return missing
 
     def refusal(self, holder: dict) -> PosAttnConfigError:
         return PosAttnConfigError(
@@ -154,13 +166,20 @@ class DirectoryLock:
         return self
 
     def release(self) -> None:
-        """Remove the lock file if it is still ours."""
+        """Remove the lock file if it is still ours, and the folders taking it made if they
+        are empty."""
         if self.token is None:
             return
         holder = read_holder(self.path)
         if holder is not None and holder.get("token") == self.token:
             self.path.unlink(missing_ok=True)
         self.token = None
+        for folder in self.made:
+            try:
+                folder.rmdir()  # only an empty one: nothing written is ever removed
+            except OSError:
+                break
+        self.made = []
 
     def __enter__(self) -> DirectoryLock:
         return self if self.token is not None else self.acquire()  # held already: by wait()

@@ -137,6 +137,22 @@ def test_empty_levels_are_skipped_and_bad_lengths_named(tmp_path, capsys):
             main(["bench", "--lengths", value, "--output", str(tmp_path)])
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "named"),
+    [("--encodings", "t5,nope", "encodings='nope'"), ("--kernels", "auto,nope", "kernels='nope'"),
+     ("--floor-backends", "math", "floor_backends='math'"), ("--dtype", "int8", "dtype='int8'")],
+)  # fmt: skip
+def test_settings_it_cannot_measure_are_refused_before_anything_is_written(
+    option, value, named, tmp_path
+):
+    """Refused before the output folder is made and before any timing (an unknown encoding
+    was refused only when its row came, after the floors were timed)."""
+    output = tmp_path / "bench"
+    with pytest.raises(PosAttnConfigError, match=rf"^{named} is not allowed"):
+        main(["bench", "--lengths", "16", option, value, "--output", str(output)])
+    assert not output.exists()
+
+
 def test_targets_follow_the_device():
     """CPU: table-based biases train within 1.5x at n=512 and 1024; GPU: 1.3x training and
     1.15x forward at n=1024-8192, memory within 10% of no-bias SDPA's."""

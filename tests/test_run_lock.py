@@ -103,6 +103,29 @@ def test_release_leaves_a_lock_that_is_no_longer_ours(tmp_path):
     assert lock_path(tmp_path).exists()
 
 
+def test_release_removes_the_folders_the_lock_made_while_they_are_empty(tmp_path):
+    """A command refused after taking its lock (a missing data directory, say) leaves no
+    empty run directory behind; a folder that holds anything, or was there before, stays."""
+    nested = tmp_path / "runs" / "compare" / "run"
+    RunLock(nested, "posattn compare").acquire().release()
+    assert list(tmp_path.iterdir()) == []
+    lock = RunLock(nested, "posattn compare").acquire()
+    (nested / "stage.json").write_text("{}")
+    lock.release()
+    assert [p.name for p in nested.iterdir()] == ["stage.json"]
+    (nested / "stage.json").unlink()
+    RunLock(nested, "posattn compare").acquire().release()  # there before: stays
+    assert nested.is_dir()
+
+
+def test_a_refused_command_leaves_no_empty_output_folder(tmp_path):
+    output = tmp_path / "runs" / "translate"
+    with pytest.raises(PosAttnConfigError, match=r"tokenizer=.*not allowed"):
+        main(["translate", "train", "--preset", "smoke", "--data-dir", str(tmp_path / "none"),
+              "--output", str(output)])  # fmt: skip
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_only_rank_0_takes_the_lock_under_torchrun(tmp_path, monkeypatch):
     monkeypatch.setenv("RANK", "1")
     with run_lock(tmp_path, "posattn pretrain") as lock:
@@ -121,12 +144,14 @@ def test_only_rank_0_takes_the_lock_under_torchrun(tmp_path, monkeypatch):
         ["translate", "train", "--preset", "smoke"],
         ["probe", "--preset", "smoke"],
         ["inspect", "missing-model"],
-        ["finetune", "missing-model", "--preset", "smoke"],
+        ["finetune", "MODEL", "--preset", "smoke"],
     ],
 )
 def test_commands_refuse_a_locked_run_directory(argv, data_dir, tmp_path, capsys):
-    output = tmp_path / "run"
-    argv = [*argv, "--output", str(output)]
+    output, model = tmp_path / "run", tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")  # finetune checks its model before the lock
+    argv = [str(model) if arg == "MODEL" else arg for arg in argv] + ["--output", str(output)]
     if argv[0] != "probe":
         argv += ["--data-dir", str(data_dir)]
     with RunLock(output, "posattn pretrain"):

@@ -76,6 +76,18 @@ class BenchSettings:
             require_choice("floor_backends", name, tuple(SDPA_BACKENDS))
         return names
 
+    def check(self, device: torch.device) -> None:
+        """Refuse, naming the setting, what the run could not measure: before its output
+        folder is made and before anything is timed."""
+        from ...kernels.registry import kernel_names
+
+        for name in self.encodings:
+            require_choice("encodings", name, tuple(ENCODINGS))
+        for name in self.kernels:
+            require_choice("kernels", name, tuple(kernel_names()))
+        self.sdpa_backends(device)
+        self.torch_dtype(device)
+
     def torch_dtype(self, device: torch.device) -> torch.dtype:
         name = self.dtype or ("bfloat16" if device.type == "cuda" else "float32")
         require_choice("dtype", name, ("float32", "bfloat16", "float16"))
@@ -477,8 +489,9 @@ def with_spread(value: float, spread: list[float] | None, spec: str) -> str:
 
 def bench(settings: BenchSettings, output: Path) -> dict:
     output = Path(output)
-    output.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    settings.check(device)
+    output.mkdir(parents=True, exist_ok=True)
     where = machine()
     if device.type == "cuda":
         where += f", {torch.cuda.get_device_name(device)}"
