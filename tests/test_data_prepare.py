@@ -267,15 +267,19 @@ def test_a_user_task_needs_two_labels(tmp_path, user_files):
         ({"task_files": {"Bad Name": "x"}}, ["task='Bad Name'", "a-z, 0-9"]),
         ({"task_files": {"mine": "/no/such.jsonl"}}, ["task mine='/no/such.jsonl'", "JSON Lines"]),
         ({"vocab_size": 0}, ["vocab_size=0", "integer >= 1"]),
+        ({"translation_vocab_size": -1}, ["translation_vocab_size=-1", "integer >= 1"]),
     ],
 )
 def test_bad_options_are_refused_before_any_fetch(tmp_path, monkeypatch, options, fragments):
+    """Refused before anything is fetched or written (the vocabulary size was refused only
+    when the tokenizer was trained, after the corpus had been built)."""
     monkeypatch.setattr(build_module, "fetch", lambda *a: pytest.fail("fetched"))
     options = {"tasks": [], "corpus": [write_lines(tmp_path / "c.txt", SENTENCES)], **options}
     with pytest.raises(PosAttnConfigError) as error:
         prepare(tmp_path / "d", quiet=True, **options)
     for fragment in fragments:
         assert fragment in str(error.value)
+    assert not (tmp_path / "d").exists()
 
 
 def test_corpus_errors(tmp_path):

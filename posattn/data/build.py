@@ -19,7 +19,7 @@ from typing import Any
 from rich.console import Console
 
 from ..directory_lock import DirectoryLock
-from ..errors import invalid, require, require_choice
+from ..errors import invalid, require, require_choice, require_positive_int
 from . import corpus as corpus_sources
 from .corpora import BUILTIN_CORPORA, CORPUS_RULES, DEFAULT_CORPUS
 from .fetch import FetchError, fetch
@@ -130,6 +130,8 @@ def make_plan(
     xlingual: Iterable[str] | None = None,
     builtin_corpus: str = DEFAULT_CORPUS,
 ) -> Plan:
+    require_positive_int("vocab_size", vocab_size)
+    require_positive_int("translation_vocab_size", translation_vocab_size)
     chosen = list(TASKS) if tasks is None else list(tasks)
     for name in chosen:
         require_choice("tasks", name, tuple(TASKS))
