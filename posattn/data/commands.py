@@ -72,7 +72,7 @@ def run_prepare(args: argparse.Namespace) -> int:
             builtin_corpus=args.builtin_corpus,
         )
     except PosAttnConfigError as error:
-        console.print(f"error: {error}", highlight=False, markup=False, soft_wrap=True)
+        console.print(f"posattn: error: {error}", highlight=False, markup=False, soft_wrap=True)
         return 2
     except MissingSources as missing:
         if not args.quiet:
