@@ -72,6 +72,19 @@ def test_a_model_directory_without_config_is_refused_before_anything_is_written(
     assert [p.name for p in run.iterdir()] == ["model"]
 
 
+@pytest.mark.parametrize(
+    "command",
+    [["compare"], ["compare", "--task", "translation"], ["probe"], ["bench", "--lengths", "16"]],
+)
+def test_a_names_option_with_no_name_is_refused(command, tmp_path):
+    """`--encodings ,` named none: refused (compare had said "a list without repeated names",
+    bench "encoding=''"), with nothing written."""
+    output = tmp_path / "run"
+    with pytest.raises(PosAttnConfigError, match=r"^--encodings=',' is not allowed: comma-sep"):
+        main([*command, "--encodings", ",", "--output", str(output)])
+    assert not output.exists()
+
+
 TRANSLATION = [
     ("train.steps=-5", "train.steps=-5", ">= 1"),
     ("train.label_smoothing=1", "train.label_smoothing=1.0", r"\[0, 1\)"),

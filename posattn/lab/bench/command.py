@@ -23,15 +23,16 @@ def lengths_of(name: str, value: str, *, none_allowed: bool = True) -> list[int]
 
 def run_bench(args: argparse.Namespace) -> int:
     from ... import execution
+    from ..runs.options import names_of
     from .bench import BenchSettings, bench
 
     settings = BenchSettings.quick() if args.quick else BenchSettings()
     if args.lengths is not None:  # the attention level is always measured
         settings.lengths = lengths_of("lengths", args.lengths, none_allowed=False)
     if args.encodings:
-        settings.encodings = [e.strip() for e in args.encodings.split(",")]
+        settings.encodings = names_of("--encodings", args.encodings)
     if args.kernels:
-        settings.kernels = [k.strip() for k in args.kernels.split(",")]
+        settings.kernels = names_of("--kernels", args.kernels)
     for name in ("model_lengths", "long_lengths"):
         value = getattr(args, name)
         if value is not None:  # "" measures none of that level

@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..runs.lock import run_lock
-from ..runs.options import add_run_options, finish_distributed
+from ..runs.options import add_run_options, finish_distributed, names_of
 from .runconfig import RunConfig, load_run_config
 
 
@@ -100,7 +100,7 @@ def run_compare(args: argparse.Namespace) -> int:
     args.preset = args.preset or "quick"
     config = run_config(args)
     if args.encodings:
-        config = replace(config, encodings=[e.strip() for e in args.encodings.split(",")])
+        config = replace(config, encodings=names_of("--encodings", args.encodings))
     data = data_for(config)
     output = Path(args.output or f"runs/compare-{args.preset or 'custom'}")
     overwrite = getattr(args, "overwrite", False)
@@ -134,7 +134,7 @@ def run_compare_xlingual(args: argparse.Namespace) -> int:
     if args.data_dir:
         config = replace(config, data=replace(config.data, data_dir=args.data_dir))
     if args.encodings:
-        config = replace(config, encodings=[e.strip() for e in args.encodings.split(",")])
+        config = replace(config, encodings=names_of("--encodings", args.encodings))
     output = Path(args.output or f"runs/xlingual-{args.preset}")
     overwrite = getattr(args, "overwrite", False)
     with run_lock(output, "posattn compare --task xlingual"):

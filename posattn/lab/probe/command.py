@@ -6,15 +6,12 @@ import argparse
 from pathlib import Path
 
 from ...errors import invalid
-
-
-def names(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
+from ..runs.options import names_of
 
 
 def integers(parameter: str, text: str) -> list[int]:
     try:
-        return [int(part) for part in names(text)]
+        return [int(part) for part in names_of(parameter, text)]
     except ValueError:
         raise invalid(parameter, text, "comma-separated integers, e.g. 32,64,128") from None
 
@@ -24,9 +21,9 @@ def settings_from(args: argparse.Namespace):
 
     overrides = {}
     if args.tasks:
-        overrides["tasks"] = names(args.tasks)
+        overrides["tasks"] = names_of("--tasks", args.tasks)
     if args.encodings:
-        overrides["encodings"] = names(args.encodings)
+        overrides["encodings"] = names_of("--encodings", args.encodings)
     if args.test_lens:
         overrides["test_lens"] = integers("--test-lens", args.test_lens)
     for key in ("train_len", "seeds", "steps", "workers", "segments"):

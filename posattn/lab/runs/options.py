@@ -8,6 +8,16 @@ import argparse
 import torch.distributed as dist
 
 
+def names_of(option: str, value: str) -> list[str]:
+    """The names of a comma-separated option, stripped, empty items (a trailing comma)
+    dropped; refused when none is left."""
+    from ...errors import require
+
+    names = [part.strip() for part in value.split(",") if part.strip()]
+    require(bool(names), option, value, "comma-separated names, at least one")
+    return names
+
+
 def add_run_options(
     parser: argparse.ArgumentParser,
     default_preset: str | None,

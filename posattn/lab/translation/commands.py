@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..runs.device import add_device_option
 from ..runs.lock import run_lock
-from ..runs.options import add_run_options, finish_distributed
+from ..runs.options import add_run_options, finish_distributed, names_of
 from .runconfig import TranslationRunConfig, load_translation_config
 
 
@@ -179,7 +179,7 @@ def run_compare(args: argparse.Namespace) -> int:
     if args.data_dir:
         config = replace(config, data=replace(config.data, data_dir=args.data_dir))
     if args.encodings:
-        config = replace(config, encodings=[e.strip() for e in args.encodings.split(",")])
+        config = replace(config, encodings=names_of("--encodings", args.encodings))
     output = Path(args.output or f"runs/compare-translation-{preset}")
     with run_lock(output, "posattn compare --task translation"):
         compare_translation(config, output, preset, overwrite=getattr(args, "overwrite", False))
