@@ -72,6 +72,13 @@ def test_bad_encoding_options(name, options, fragments):
         ({"norm": "mid"}, ("norm='mid'",)),
         ({"dropout": 1.5}, ("dropout=1.5",)),
         ({"num_heads": 0}, ("num_heads=0",)),
+        # each was accepted, or failed inside torch's initialisation (init_std)
+        ({"init_std": -0.02}, ("init_std=-0.02", "standard deviation >= 0")),
+        ({"layer_norm_eps": 0.0}, ("layer_norm_eps=0.0", "> 0")),
+        ({"layer_norm_eps": float("nan")}, ("layer_norm_eps=nan",)),
+        ({"pad_token_id": 40}, ("pad_token_id=40", "[0, 40)")),
+        ({"bos_token_id": -1}, ("bos_token_id=-1",)),
+        ({"eos_token_id": [3, 99]}, ("eos_token_id=[3, 99]",)),
     ],
 )
 def test_bad_config(overrides, fragments):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -14,6 +15,21 @@ from ..kernels import get_kernel, kernel_names
 from ..kernels.table_bias import refusal, terms_refusal
 from .attn_implementation import attn_implementation_of, kernel_of
 from .segments import SEGMENT_MODES
+
+# The special tokens a config names; each None or an id inside the vocabulary.
+TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
+
+
+def require_token_id(name: str, value: Any, vocab_size: int) -> None:
+    """None, or a token id in [0, vocab_size) (eos may be a list of them, as in generate)."""
+    ids = value if isinstance(value, (list, tuple)) else [value]
+    require(
+        value is None
+        or all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab_size for i in ids),
+        name,
+        value,
+        f"None or a token id in [0, {vocab_size}) (vocab_size={vocab_size})",
+    )
 
 
 class PosAttnConfig(PreTrainedConfig):
@@ -80,6 +96,20 @@ class PosAttnConfig(PreTrainedConfig):
         for name in ("dropout", "attention_dropout"):
             value = getattr(self, name)
             require(0.0 <= value < 1.0, name, value, "a probability in [0, 1)")
+        require(
+            math.isfinite(self.init_std) and self.init_std >= 0,
+            "init_std",
+            self.init_std,
+            "a standard deviation >= 0",
+        )
+        require(
+            math.isfinite(self.layer_norm_eps) and self.layer_norm_eps > 0,
+            "layer_norm_eps",
+            self.layer_norm_eps,
+            "a number > 0",
+        )
+        for name in TOKEN_IDS:
+            require_token_id(name, getattr(self, name, None), self.vocab_size)
         require_choice("norm", self.norm, ("post", "pre"))
         require_choice("segments", self.segments, SEGMENT_MODES)
         require_choice("kernel", self.kernel, kernel_names())
