@@ -50,6 +50,7 @@ def test_the_positional_rate_variant_scales_only_the_trainer_setting(config):
         (["tupe-a/untie"], "variant of 'tupe-a'"),
         (["tupe-z"], "encodings"),
         (["learned", "learned"], "without repeated names"),
+        ([], "a non-empty list"),  # an empty comparison wrote empty results
     ],
 )
 def test_bad_arms_are_refused_by_name(arms, fragment):

@@ -116,6 +116,23 @@ def test_compare_smoke_writes_table_results_claims_and_plots(data_dir, tmp_path)
     assert "checkpoint-" not in page and "tensorboard" not in page
 
 
+def test_a_comparison_of_pretraining_alone_writes_its_losses_and_claims(data_dir, tmp_path):
+    """finetune.tasks=[]: the MLM losses and the pretraining claims, no downstream figure
+    (it raised "no downstream task to plot" once the pretraining was done)."""
+    output = tmp_path / "compare"
+    argv = ["compare", "--preset", "smoke", "--data-dir", str(data_dir), "--output",
+            str(output), "--encodings", "learned,tupe-r", "finetune.tasks=[]"]  # fmt: skip
+    assert main(argv) == 0
+    summary = json.loads((output / "results.json").read_text())
+    assert summary["downstream"] == {}
+    assert all(0 < r["pretrain"]["0"]["final_eval_loss"] < 10 for r in summary["results"].values())
+    verdicts = {c["id"]: c for c in summary["claims"]}
+    assert "needs downstream tasks" in verdicts["diet-abs>input"]["reason"]
+    assert "final validation loss" in verdicts["tupe-lower-mlm-loss:tupe-r"]["reason"]
+    assert (output / "validation_loss.png").is_file() and not (output / "downstream.png").exists()
+    assert "(no fine-tuning tasks in this run)" in (output / "results.md").read_text()
+
+
 def test_compare_cells_in_two_worker_processes_match_one_process(data_dir, tmp_path):
     base = ["compare", "--preset", "smoke", "--data-dir", str(data_dir), "--encodings",
             "learned", "finetune.tasks=[sentiment]", "finetune.seeds=[0]",

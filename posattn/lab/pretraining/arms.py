@@ -97,7 +97,7 @@ def pretrained_arms(arms: list[str]) -> list[str]:
 
 
 def check_arms(arms: list[str]) -> None:
-    if len(set(arms)) != len(arms):
-        raise invalid("encodings", arms, "a list without repeated names")
+    if not arms or len(set(arms)) != len(arms):
+        raise invalid("encodings", arms, "a non-empty list without repeated names")
     for arm in arms:
         split_arm(arm)

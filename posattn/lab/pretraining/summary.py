@@ -276,7 +276,7 @@ def results_markdown(
         "",
         "## Baselines (same training and test examples)",
         "",
-        baselines_table(table, tasks),
+        baselines_table(table, tasks) if tasks else "(no fine-tuning tasks in this run)",
         "",
         zero_shot_section,
         claims_markdown(claims),
@@ -326,6 +326,7 @@ def write_summary(config: RunConfig, output: Path, results: dict, context: dict,
     }
     save_run(output, {"results.json": summary, "results.md": markdown})
     plot_validation_loss(measurements.mlm_curves, output / "validation_loss.png")
-    plot_downstream({"downstream": downstream, "baselines": table}, output / "downstream.png")
+    if downstream:  # a comparison of pretraining alone (finetune.tasks=[]) has no tasks
+        plot_downstream({"downstream": downstream, "baselines": table}, output / "downstream.png")
     print(markdown)
     return summary
