@@ -93,6 +93,7 @@ TRANSLATION = [
     ("data.max_eval_pairs=0", "data.max_eval_pairs=0", ">= 1 or null"),
     ("model.num_decoder_layers=0", "model.num_decoder_layers=0", ">= 1"),
     ("seeds=[]", r"seeds=\[\]", "non-empty list"),
+    ("decode.length_penalty=-1", "decode.length_penalty=-1", ">= 0"),  # was refused after training
 ]
 
 
@@ -104,6 +105,25 @@ def test_translation_commands_refuse_out_of_range_settings(
     output = tmp_path / "run"
     argv = [*command, "--preset", "smoke", "--output", str(output), override]
     with pytest.raises(PosAttnConfigError, match=f"^{key}.*not allowed: expected .*{allowed}"):
+        main(argv)
+    assert not output.exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "override", "named"),
+    [
+        (["compare", "--task", "translation"], "encodings=[]", r"encodings=\[\]"),  # StopIteration
+        (["compare", "--task", "xlingual"], "finetune.tasks=[]", r"finetune.tasks=\[\]"),
+    ],
+)
+def test_comparisons_of_nothing_are_refused_before_anything_runs(
+    command, override, named, tmp_path
+):
+    """A translation comparison without encodings failed in its report (StopIteration); a
+    cross-lingual one without tasks after its pretraining, in its figure."""
+    output = tmp_path / "run"
+    argv = [*command, "--preset", "smoke", "--output", str(output), override]
+    with pytest.raises(PosAttnConfigError, match=f"^{named} is not allowed"):
         main(argv)
     assert not output.exists()
 

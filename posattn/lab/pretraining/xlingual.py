@@ -21,7 +21,7 @@ from pathlib import Path
 from ...data.manifest import write_atomic
 from ...data.multilingual import ENGLISH
 from ...data.xlingual import XlingualData
-from ...errors import require_choice
+from ...errors import require, require_choice
 from ..runs.config import merge_config, preset_file, to_yaml
 from ..runs.context import run_context
 from ..runs.fingerprint import run_settings
@@ -151,6 +151,12 @@ def compare_xlingual(config: RunConfig, output: Path, preset: str, overwrite: bo
     """Every cell in output/, then results.json, results.md and xlingual.png; the data is
     config.data.data_dir's cross-lingual set."""
     output = Path(output)
+    require(
+        bool(config.finetune.tasks),
+        "finetune.tasks",
+        list(config.finetune.tasks),
+        "at least one cross-lingual task: transfer is what this comparison measures",
+    )
     data, tokenizer = xlingual_data(config.data.data_dir)
     check_before_training(config, tokenizer, data)
     states = [  # refused (or discarded) before anything trains

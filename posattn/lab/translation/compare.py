@@ -39,6 +39,12 @@ def check_before_training(config: TranslationRunConfig) -> None:
     """Every encoding builds for this model (encoder and causal decoder) before any step, and
     the runs will be scored on the test pairs."""
     require(
+        bool(config.encodings) and len(set(config.encodings)) == len(config.encodings),
+        "encodings",
+        list(config.encodings),
+        "a non-empty list without repeated names",
+    )
+    require(
         "test" in config.decode.splits,
         "decode.splits",
         list(config.decode.splits),

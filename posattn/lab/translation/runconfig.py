@@ -92,7 +92,8 @@ class DecodeSection:
     batch_size: int = 32
 
     RANGES: ClassVar[dict[str, r.Range]] = {
-        **dict.fromkeys(("beam_size", "max_new_tokens", "batch_size"), r.AT_LEAST_1)
+        **dict.fromkeys(("beam_size", "max_new_tokens", "batch_size"), r.AT_LEAST_1),
+        "length_penalty": r.NON_NEGATIVE,
     }
 
 
