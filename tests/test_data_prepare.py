@@ -174,6 +174,14 @@ def test_an_unpack_that_fails_leaves_the_old_folder_and_no_partial_one(tmp_path)
     assert (dest / "package/data.txt").read_text() == "first\n"
     assert (dest / fetch_module.STAMP).read_text() == "checksum-1\n"
     assert [p.name for p in dest.parent.iterdir()] == ["package"]
+    # a killed unpack's folder (its process gone) is cleared by the next one
+    killed = dest.parent / ".package.999999-1.partial"
+    (killed / "package").mkdir(parents=True)
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("package/data.txt", "second\n")
+    fetch_module.unpack(wheel, dest, "checksum-3")
+    assert (dest / "package/data.txt").read_text() == "second\n"
+    assert [p.name for p in dest.parent.iterdir()] == ["package"]
 
 
 def test_a_second_prepare_of_a_directory_waits_for_the_first(tmp_path, user_files):

@@ -114,6 +114,9 @@ def unpack(archive: Path, dest: Path, checksum: str) -> None:
     stamp = dest / STAMP
     if stamp.is_file() and stamp.read_text().strip() == checksum:
         return
+    # What a killed unpack left (prepare holds the data directory's lock: no other writer).
+    for stale in dest.parent.glob(f".{dest.name}.*.partial"):
+        shutil.rmtree(stale, ignore_errors=True)
     with written_beside(dest) as partial:
         partial.mkdir()
         if archive.suffix == ".deb":
