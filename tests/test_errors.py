@@ -128,6 +128,15 @@ def test_input_ids_must_be_two_dimensional():
         tiny_encoder()(torch.zeros(5, dtype=torch.long))
 
 
+@pytest.mark.parametrize("embeds", [False, True])
+def test_an_input_without_tokens(embeds):
+    model = tiny_encoder("t5")
+    inputs = torch.zeros(2, 0, 24) if embeds else torch.zeros(2, 0, dtype=torch.long)
+    name = "inputs_embeds" if embeds else "input_ids"
+    with raises(f"{name}.shape=(2, 0", "at least one token"):
+        model(None, inputs_embeds=inputs) if embeds else model(inputs)
+
+
 def test_rope_layout_is_never_implicit():
     with raises("layout=None", "'interleaved'", "'half'"):
         tiny_config("rope", encoding_options={"layout": None})

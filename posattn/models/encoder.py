@@ -206,14 +206,19 @@ class Encoder(nn.Module):
                 tuple(input_ids.shape),
                 "expected a [batch, seq_len] tensor of token ids",
             )
-            return tuple(input_ids.shape)
-        require(
-            inputs_embeds.dim() == 3 and inputs_embeds.shape[-1] == self.config.d_model,
-            "inputs_embeds",
-            tuple(inputs_embeds.shape),
-            f"expected a [batch, seq_len, d_model={self.config.d_model}] tensor",
-        )
-        return tuple(inputs_embeds.shape[:2])
+            name, shape = "input_ids", tuple(input_ids.shape)
+        else:
+            require(
+                inputs_embeds.dim() == 3 and inputs_embeds.shape[-1] == self.config.d_model,
+                "inputs_embeds",
+                tuple(inputs_embeds.shape),
+                f"expected a [batch, seq_len, d_model={self.config.d_model}] tensor",
+            )
+            name, shape = "inputs_embeds", tuple(inputs_embeds.shape)
+        # Without a token the positions' ranges were torch's error ("upper bound and lower
+        # bound inconsistent with step sign").
+        require(shape[1] >= 1, f"{name}.shape", shape, "at least one token (seq_len >= 1)")
+        return shape[:2]
 
     def _check_inputs(
         self,
