@@ -137,6 +137,21 @@ def test_an_input_without_tokens(embeds):
         model(None, inputs_embeds=inputs) if embeds else model(inputs)
 
 
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        ((64, 0), ("num_heads=0",)),
+        ((63, 4), ("d_model=63", "divisible by num_heads=4")),  # was accepted: 15-wide heads
+        ((64, 4, 1.0), ("dropout=1.0",)),
+    ],
+)
+def test_attention_module_sizes(args, fragments):
+    from posattn import MultiHeadAttention
+
+    with raises(*fragments):
+        MultiHeadAttention(*args)
+
+
 def test_rope_layout_is_never_implicit():
     with raises("layout=None", "'interleaved'", "'half'"):
         tiny_config("rope", encoding_options={"layout": None})
