@@ -76,6 +76,7 @@ def test_bad_encoding_options(name, options, fragments):
         ({"init_std": -0.02}, ("init_std=-0.02", "standard deviation >= 0")),
         ({"layer_norm_eps": 0.0}, ("layer_norm_eps=0.0", "> 0")),
         ({"layer_norm_eps": float("nan")}, ("layer_norm_eps=nan",)),
+        ({"dropout": "0.1"}, ("dropout='0.1'", "a probability")),  # a TypeError before
         ({"pad_token_id": 40}, ("pad_token_id=40", "[0, 40)")),
         ({"bos_token_id": -1}, ("bos_token_id=-1",)),
         ({"eos_token_id": [3, 99]}, ("eos_token_id=[3, 99]",)),

@@ -20,6 +20,10 @@ from .segments import SEGMENT_MODES
 TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
 
 
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def require_token_id(name: str, value: Any, vocab_size: int) -> None:
     """None, or a token id in [0, vocab_size) (eos may be a list of them, as in generate)."""
     ids = value if isinstance(value, (list, tuple)) else [value]
@@ -95,15 +99,17 @@ class PosAttnConfig(PreTrainedConfig):
             require_positive_int(name, getattr(self, name))
         for name in ("dropout", "attention_dropout"):
             value = getattr(self, name)
-            require(0.0 <= value < 1.0, name, value, "a probability in [0, 1)")
+            require(is_number(value) and 0.0 <= value < 1.0, name, value, "a probability in [0, 1)")
         require(
-            math.isfinite(self.init_std) and self.init_std >= 0,
+            is_number(self.init_std) and math.isfinite(self.init_std) and self.init_std >= 0,
             "init_std",
             self.init_std,
             "a standard deviation >= 0",
         )
         require(
-            math.isfinite(self.layer_norm_eps) and self.layer_norm_eps > 0,
+            is_number(self.layer_norm_eps)
+            and math.isfinite(self.layer_norm_eps)
+            and self.layer_norm_eps > 0,
             "layer_norm_eps",
             self.layer_norm_eps,
             "a number > 0",
