@@ -33,6 +33,12 @@ def test_unknown_encoding_lists_the_available_ones():
         tiny_config("tupe")
 
 
+def test_an_integer_serves_a_float_option():
+    """YAML and JSON write a rotary base of 500000 as an integer."""
+    config = tiny_config("rope", encoding_options={"layout": "half", "base": 500000})
+    assert config.encoding_options["base"] == 500000
+
+
 def test_d_model_not_divisible_by_heads():
     with raises("d_model=25", "num_heads=3"):
         tiny_config(d_model=25)
@@ -57,6 +63,15 @@ def test_diet_rank_below_one(rank):
         ("t5", {"max_distance": 4}, ("max_distance=4",)),
         ("shaw", {"max_distance": 0}, ("max_distance=0", ">= 1")),
         ("tupe-a", {"cls_index": -1}, ("cls_index=-1", ">= 0")),
+        # values of another kind than the option's: "false" was taken as true, "2" failed in a
+        # comparison, inf passed
+        ("t5", {"bidirectional": "false"}, ("bidirectional='false'", "True or False", "'t5'")),
+        ("shaw", {"values": 1}, ("values=1", "True or False")),
+        ("linformer", {"k": 8.0}, ("k=8.0", "an integer")),
+        ("diet-abs", {"rank": "4"}, ("rank='4'", "an integer or None")),
+        ("rope", {"layout": "half", "base": "1e4"}, ("base='1e4'", "a finite number")),
+        ("rope", {"layout": "half", "base": float("inf")}, ("base=inf", "a finite number")),
+        ("fire", {"init_c": float("nan")}, ("init_c=nan",)),
     ],
 )
 def test_bad_encoding_options(name, options, fragments):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import types
+import typing
 from typing import Any
 
 from ..errors import PosAttnConfigError, invalid
@@ -63,7 +66,41 @@ def encoding_options(name: str, options: dict[str, Any] | None = None):
             f"encoding_options={options!r} is not allowed for encoding {name!r}: "
             f"unknown option(s) {', '.join(unknown)}; its options are: {allowed}"
         )
+    check_option_types(name, cls.Options, options)
     return cls.Options(**options)
+
+
+# What an option declared bool, int or float takes (an int stands for a float: YAML writes
+# 500000 for a rotary base); the Options classes check the ranges.
+SCALAR_KINDS = (
+    (bool, lambda v: isinstance(v, bool), "True or False"),
+    (int, lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    (
+        float,
+        lambda v: isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v),
+        "a finite number",
+    ),
+)
+
+
+def check_option_types(name: str, options_class: type, options: dict[str, Any]) -> None:
+    """Refuse an option whose value is not of its declared scalar kind: a string "false" for
+    a bool was taken as true, "1" for a float failed inside a comparison, inf or nan
+    passed."""
+    hints = typing.get_type_hints(options_class)
+    for key, value in options.items():
+        declared = hints[key]
+        kinds = typing.get_args(declared) if isinstance(declared, types.UnionType) else ()
+        kinds = kinds or (declared,)
+        if value is None and type(None) in kinds:
+            continue
+        for kind, admits, description in SCALAR_KINDS:
+            if kind in kinds:
+                if not admits(value):
+                    if type(None) in kinds:
+                        description += " or None"
+                    raise invalid(key, value, f"{description} (option of encoding {name!r})")
+                break
 
 
 def build_encoding(
