@@ -54,22 +54,27 @@ def test_pretraining_commands_refuse_out_of_range_settings(
     assert not output.exists()  # refused before anything ran
 
 
-@pytest.mark.parametrize("command", ["finetune", "zero-shot"])
+@pytest.mark.parametrize("command", [["finetune"], ["zero-shot"], ["translate", "eval", "--model"]])
 def test_a_model_directory_without_config_is_refused_before_anything_is_written(
     command, tiny_data_dir, tmp_path
 ):
     """Before this check, `finetune /nonexistent` wrote its lock and stage into /finetune (the
-    default output beside the model) and then failed in the hub's repo-id check."""
+    default output beside the model) and then failed in the hub's repo-id check, as
+    `translate eval --model /nonexistent` did."""
     run = tmp_path / "run"
     (run / "model").mkdir(parents=True)
-    (run / "model" / "config.json").write_text("{}")
+    (run / "model" / "config.json").write_text('{"model_type": "posattn"}')
     data = ["--data-dir", str(tiny_data_dir), "--preset", "smoke"]
-    with pytest.raises(PosAttnConfigError, match=r"^pretrained='.*model' is not allowed: a model"):
-        main([command, str(tmp_path / "missing" / "model"), *data])
+    name = "--model" if command[-1] == "--model" else "pretrained"
+    with pytest.raises(PosAttnConfigError, match=rf"^{name}='.*model' is not allowed: a model"):
+        main([*command, str(tmp_path / "missing" / "model"), *data])
     with pytest.raises(PosAttnConfigError, match=r"give '.*run/model'$"):
-        main([command, str(run), *data])
+        main([*command, str(run), *data])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
     assert [p.name for p in run.iterdir()] == ["model"]
+    if command[0] == "translate":  # a masked LM is not an encoder-decoder
+        with pytest.raises(PosAttnConfigError, match="'posattn-seq2seq' model; this is 'posattn'"):
+            main([*command, str(run / "model"), *data])
 
 
 @pytest.mark.parametrize(

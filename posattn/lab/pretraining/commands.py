@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..runs.lock import run_lock
-from ..runs.options import add_run_options, finish_distributed, names_of
+from ..runs.options import add_run_options, finish_distributed, model_directory, names_of
 from .runconfig import RunConfig, load_run_config
 
 
@@ -30,20 +30,6 @@ def tokenizer_for(config: RunConfig, data):
     return run_tokenizer(config.pretrain.init_from, data)
 
 
-def pretrained_model(value: str) -> Path:
-    """The model directory `finetune` and `zero-shot` read, checked before anything is
-    written (their outputs default to a folder beside it)."""
-    from ...errors import invalid
-
-    path = Path(value)
-    if (path / "config.json").is_file():
-        return path
-    allowed = "a model directory holding config.json (the model/ folder of a pretrain run)"
-    if (path / "model" / "config.json").is_file():
-        allowed += f": give {str(path / 'model')!r}"
-    raise invalid("pretrained", value, allowed)
-
-
 def run_pretrain(args: argparse.Namespace) -> int:
     from .pretrain import pretrain
 
@@ -60,7 +46,7 @@ def run_finetune(args: argparse.Namespace) -> int:
     from .finetune import finetune
 
     config = run_config(args)
-    pretrained = pretrained_model(args.pretrained)
+    pretrained = model_directory("pretrained", args.pretrained)
     data = data_for(config)
     output = Path(args.output or pretrained.parent / "finetune")
     with run_lock(output, "posattn finetune"):
@@ -74,7 +60,7 @@ def run_zero_shot(args: argparse.Namespace) -> int:
     from .zero_shot import ZERO_SHOT_TASKS, score_model, scored_once
 
     config = run_config(args)
-    pretrained = pretrained_model(args.pretrained)
+    pretrained = model_directory("pretrained", args.pretrained)
     data = data_for(config)
     output = Path(args.output or pretrained.parent / "zero-shot")
     tokenizer = tokenizer_for(config, data)

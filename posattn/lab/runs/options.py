@@ -1,9 +1,12 @@
 """The options every run command shares (preset, config file, output, data, KEY=VALUE
-overrides) and the end of a distributed run."""
+overrides, lists of names, the model directory a command reads) and the end of a distributed
+run."""
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
 import torch.distributed as dist
 
@@ -37,3 +40,22 @@ def finish_distributed() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
+
+
+def model_directory(option: str, value: str, model_type: str | None = None) -> Path:
+    """A saved model's directory that a command reads, checked before anything is written:
+    it holds config.json (a run directory holding model/ is named in the refusal), of
+    `model_type` where one is asked for."""
+    from ...errors import invalid, require
+
+    path = Path(value)
+    config = path / "config.json"
+    if not config.is_file():
+        allowed = "a model directory holding config.json (the model/ folder of a run)"
+        if (path / "model" / "config.json").is_file():
+            allowed += f": give {str(path / 'model')!r}"
+        raise invalid(option, value, allowed)
+    if model_type is not None:
+        found = json.loads(config.read_text()).get("model_type")
+        require(found == model_type, option, value, f"a {model_type!r} model; this is {found!r}")
+    return path

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..runs.device import add_device_option
 from ..runs.lock import run_lock
-from ..runs.options import add_run_options, finish_distributed, names_of
+from ..runs.options import add_run_options, finish_distributed, model_directory, names_of
 from .runconfig import TranslationRunConfig, load_translation_config
 
 
@@ -64,8 +64,9 @@ def run_eval(args: argparse.Namespace) -> int:
     from .train import load_pairs, scored_pairs
 
     config = run_config(args)
-    model = PosAttnForSeq2SeqLM.from_pretrained(args.model).to(resolve_device(args.device))
-    tokenizer = load_translation_tokenizer(args.model)
+    directory = model_directory("--model", args.model, PosAttnForSeq2SeqLM.config_class.model_type)
+    model = PosAttnForSeq2SeqLM.from_pretrained(directory).to(resolve_device(args.device))
+    tokenizer = load_translation_tokenizer(directory)
     truncate = args.truncate or config.data.too_long == "truncate"
     dropped = 0
     if args.source or args.target:
