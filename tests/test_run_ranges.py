@@ -4,6 +4,7 @@ before a command runs anything: one line naming the key, the value and the range
 from __future__ import annotations
 
 import pytest
+import torch
 
 from posattn import PosAttnConfigError
 from posattn.cli import entry, main
@@ -130,6 +131,22 @@ def test_comparisons_of_nothing_are_refused_before_anything_runs(
     argv = [*command, "--preset", "smoke", "--output", str(output), override]
     with pytest.raises(PosAttnConfigError, match=f"^{named} is not allowed"):
         main(argv)
+    assert not output.exists()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["pretrain"], ["compare"], ["translate", "train"], ["compare", "--task", "xlingual"]],
+)
+def test_gpu_only_trainer_settings_are_refused_before_a_run_directory_is_written(
+    command, tmp_path, monkeypatch
+):
+    """trainer.fp16 on a machine without a CUDA GPU was refused when the Trainer was built,
+    after the run directory and its stage.json had been written."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    output = tmp_path / "run"
+    with pytest.raises(PosAttnConfigError, match=r"^trainer.fp16=True.*without a CUDA GPU"):
+        main([*command, "--preset", "smoke", "--output", str(output), "trainer.fp16=true"])
     assert not output.exists()
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..runs.lock import run_lock
 from ..runs.options import add_run_options, finish_distributed, model_directory, names_of
+from ..runs.trainer_section import check_machine
 from .runconfig import RunConfig, load_run_config
 
 
@@ -15,6 +16,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
     config = load_run_config(args.preset, args.config, args.overrides)
     if args.data_dir:
         config = replace(config, data=replace(config.data, data_dir=args.data_dir))
+    check_machine(config.trainer)  # before a run directory is written
     return config
 
 
@@ -119,6 +121,7 @@ def run_compare_xlingual(args: argparse.Namespace) -> int:
     config = load_xlingual_config(args.preset, args.config, args.overrides)
     if args.data_dir:
         config = replace(config, data=replace(config.data, data_dir=args.data_dir))
+    check_machine(config.trainer)
     if args.encodings:
         config = replace(config, encodings=names_of("--encodings", args.encodings))
     output = Path(args.output or f"runs/xlingual-{args.preset}")

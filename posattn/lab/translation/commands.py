@@ -10,6 +10,7 @@ from pathlib import Path
 from ..runs.device import add_device_option
 from ..runs.lock import run_lock
 from ..runs.options import add_run_options, finish_distributed, model_directory, names_of
+from ..runs.trainer_section import check_machine
 from .runconfig import TranslationRunConfig, load_translation_config
 
 
@@ -26,6 +27,7 @@ def run_config(args: argparse.Namespace) -> TranslationRunConfig:
     config = load_translation_config(args.preset, args.config, args.overrides)
     if args.data_dir:
         config = replace(config, data=replace(config.data, data_dir=args.data_dir))
+    check_machine(config.trainer)  # before a run directory is written
     return config
 
 
