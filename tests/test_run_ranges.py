@@ -135,18 +135,27 @@ def test_comparisons_of_nothing_are_refused_before_anything_runs(
 
 
 @pytest.mark.parametrize(
+    ("override", "refusal"),
+    [
+        ("trainer.fp16=true", r"^trainer.fp16=True.*without a CUDA GPU"),
+        ("model.kernel=triton", r"^kernel='triton'.*cannot serve tensors on cpu"),
+    ],
+)
+@pytest.mark.parametrize(
     "command",
     [["pretrain"], ["compare"], ["translate", "train"], ["compare", "--task", "xlingual"]],
 )
-def test_gpu_only_trainer_settings_are_refused_before_a_run_directory_is_written(
-    command, tmp_path, monkeypatch
+def test_gpu_only_settings_are_refused_before_a_run_directory_is_written(
+    command, override, refusal, tmp_path, monkeypatch
 ):
     """trainer.fp16 on a machine without a CUDA GPU was refused when the Trainer was built,
-    after the run directory and its stage.json had been written."""
+    and kernel="triton" at the first forward, both after the run directory and its
+    stage.json had been written."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     output = tmp_path / "run"
-    with pytest.raises(PosAttnConfigError, match=r"^trainer.fp16=True.*without a CUDA GPU"):
-        main([*command, "--preset", "smoke", "--output", str(output), "trainer.fp16=true"])
+    with pytest.raises(PosAttnConfigError, match=refusal):
+        main([*command, "--preset", "smoke", "--output", str(output), override])
     assert not output.exists()
 
 

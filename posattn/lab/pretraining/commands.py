@@ -16,7 +16,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
     config = load_run_config(args.preset, args.config, args.overrides)
     if args.data_dir:
         config = replace(config, data=replace(config.data, data_dir=args.data_dir))
-    check_machine(config.trainer)  # before a run directory is written
+    check_machine(config.trainer, kernel=config.model.kernel)  # before a run directory is written
     return config
 
 
@@ -121,7 +121,7 @@ def run_compare_xlingual(args: argparse.Namespace) -> int:
     config = load_xlingual_config(args.preset, args.config, args.overrides)
     if args.data_dir:
         config = replace(config, data=replace(config.data, data_dir=args.data_dir))
-    check_machine(config.trainer)
+    check_machine(config.trainer, kernel=config.model.kernel)
     if args.encodings:
         config = replace(config, encodings=names_of("--encodings", args.encodings))
     output = Path(args.output or f"runs/xlingual-{args.preset}")

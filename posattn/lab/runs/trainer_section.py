@@ -111,10 +111,21 @@ class TrainerSection:
 
 
 def check_machine(
-    section: TrainerSection, cuda: bool | None = None, prefix: str = "trainer."
+    section: TrainerSection,
+    cuda: bool | None = None,
+    prefix: str = "trainer.",
+    kernel: str | None = None,
 ) -> None:
-    """What needs a CUDA GPU, refused on a machine without one (before any training)."""
+    """What needs a CUDA GPU, refused on a machine without one (before any training); with
+    the model's `kernel`, a kernel that cannot run on the machine's device (kernel="triton"
+    on a CPU outside Triton's interpreter: refused at the first forward otherwise)."""
     cuda = torch.cuda.is_available() if cuda is None else cuda
+    if kernel == "triton":
+        from ...kernels.table_bias import refusal, unavailable
+
+        reason = unavailable(torch.device("cuda" if cuda else "cpu"))
+        if reason is not None:
+            raise refusal(kernel, reason)
     if cuda:
         return
     for name in ("fp16", "tf32"):

@@ -27,7 +27,7 @@ def run_config(args: argparse.Namespace) -> TranslationRunConfig:
     config = load_translation_config(args.preset, args.config, args.overrides)
     if args.data_dir:
         config = replace(config, data=replace(config.data, data_dir=args.data_dir))
-    check_machine(config.trainer)  # before a run directory is written
+    check_machine(config.trainer, kernel=config.model.kernel)  # before a run directory is written
     return config
 
 
