@@ -12,6 +12,15 @@ from posattn.lab.pretraining.runconfig import PRESETS, load_run_config
 from posattn.lab.runs.ranges import AT_LEAST_1, FRACTION, POSITIVE_OR_NULL, PROBABILITY, SEEDS
 from posattn.lab.translation.runconfig import TRANSLATION_PRESETS, load_translation_config
 
+
+def refused_before_writing(argv: list[str], refusal: str, output) -> None:
+    """The command refuses a setting (`refusal`: a regex of the message) with nothing
+    written at its --output."""
+    with pytest.raises(PosAttnConfigError, match=refusal):
+        main([*argv, "--output", str(output)])
+    assert not output.exists()
+
+
 PRETRAINING = [
     ("pretrain.steps=-5", "pretrain.steps=-5", "integer >= 1"),
     ("pretrain.steps=0", "pretrain.steps=0", "integer >= 1"),
@@ -85,10 +94,11 @@ def test_a_model_directory_without_config_is_refused_before_anything_is_written(
 def test_a_names_option_with_no_name_is_refused(command, tmp_path):
     """`--encodings ,` named none: refused (compare had said "a list without repeated names",
     bench "encoding=''"), with nothing written."""
-    output = tmp_path / "run"
-    with pytest.raises(PosAttnConfigError, match=r"^--encodings=',' is not allowed: comma-sep"):
-        main([*command, "--encodings", ",", "--output", str(output)])
-    assert not output.exists()
+    refused_before_writing(
+        [*command, "--encodings", ","],
+        r"^--encodings=',' is not allowed: comma-sep",
+        tmp_path / "run",
+    )
 
 
 TRANSLATION = [
@@ -108,11 +118,11 @@ TRANSLATION = [
 def test_translation_commands_refuse_out_of_range_settings(
     command, override, key, allowed, tmp_path
 ):
-    output = tmp_path / "run"
-    argv = [*command, "--preset", "smoke", "--output", str(output), override]
-    with pytest.raises(PosAttnConfigError, match=f"^{key}.*not allowed: expected .*{allowed}"):
-        main(argv)
-    assert not output.exists()
+    refused_before_writing(
+        [*command, "--preset", "smoke", override],
+        f"^{key}.*not allowed: expected .*{allowed}",
+        tmp_path / "run",
+    )
 
 
 @pytest.mark.parametrize(
@@ -127,11 +137,9 @@ def test_comparisons_of_nothing_are_refused_before_anything_runs(
 ):
     """A translation comparison without encodings failed in its report (StopIteration); a
     cross-lingual one without tasks after its pretraining, in its figure."""
-    output = tmp_path / "run"
-    argv = [*command, "--preset", "smoke", "--output", str(output), override]
-    with pytest.raises(PosAttnConfigError, match=f"^{named} is not allowed"):
-        main(argv)
-    assert not output.exists()
+    refused_before_writing(
+        [*command, "--preset", "smoke", override], f"^{named} is not allowed", tmp_path / "run"
+    )
 
 
 @pytest.mark.parametrize(
@@ -153,10 +161,7 @@ def test_gpu_only_settings_are_refused_before_a_run_directory_is_written(
     stage.json had been written."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    output = tmp_path / "run"
-    with pytest.raises(PosAttnConfigError, match=refusal):
-        main([*command, "--preset", "smoke", "--output", str(output), override])
-    assert not output.exists()
+    refused_before_writing([*command, "--preset", "smoke", override], refusal, tmp_path / "run")
 
 
 def test_the_console_command_reports_one_line_and_exits_2(tmp_path, capsys):
