@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -23,9 +24,19 @@ def require_choice(parameter: str, value: Any, choices: tuple[Any, ...] | list[A
     require(value in choices, parameter, value, f"expected one of {', '.join(map(repr, choices))}")
 
 
+def is_integer(value: Any) -> bool:
+    """An int, and not a bool (which Python counts as one)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_real(value: Any) -> bool:
+    """A finite int or float, and not a bool."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def require_positive_int(parameter: str, value: Any) -> None:
     require(
-        isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+        is_integer(value) and value >= 1,
         parameter,
         value,
         "expected an integer >= 1",

@@ -55,7 +55,6 @@ def pack(data_dir: str | os.PathLike | None, output: str | os.PathLike) -> dict[
             f"manifest ({', '.join(bad[:5])}): run `posattn data prepare` again before packing"
         )
     output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
     with written_beside(output) as partial, tarfile.open(partial, "w:xz") as archive:
         archive.add(layout.manifest, arcname=layout.manifest.name)
         for record in records:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import types
 import typing
 from typing import Any
 
-from ..errors import PosAttnConfigError, invalid
+from ..errors import PosAttnConfigError, invalid, is_integer, is_real
 from .absolute import Learned, NoPosition, Sinusoidal
 from .alibi import Alibi
 from .base import ModelDims, PositionalEncoding
@@ -74,12 +73,8 @@ def encoding_options(name: str, options: dict[str, Any] | None = None):
 # 500000 for a rotary base); the Options classes check the ranges.
 SCALAR_KINDS = (
     (bool, lambda v: isinstance(v, bool), "True or False"),
-    (int, lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
-    (
-        float,
-        lambda v: isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v),
-        "a finite number",
-    ),
+    (int, is_integer, "an integer"),
+    (float, is_real, "a finite number"),
 )
 
 

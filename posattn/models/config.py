@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 from transformers import AutoConfig, PreTrainedConfig
 
 from ..encodings import ModelDims, build_encoding, encoding_class
-from ..errors import invalid, require, require_choice, require_positive_int
+from ..errors import invalid, is_integer, is_real, require, require_choice, require_positive_int
 from ..kernels import get_kernel, kernel_names
 from ..kernels.table_bias import refusal, terms_refusal
 from .attn_implementation import attn_implementation_of, kernel_of
@@ -20,16 +19,11 @@ from .segments import SEGMENT_MODES
 TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
 
 
-def is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def require_token_id(name: str, value: Any, vocab_size: int) -> None:
     """None, or a token id in [0, vocab_size) (eos may be a list of them, as in generate)."""
     ids = value if isinstance(value, (list, tuple)) else [value]
     require(
-        value is None
-        or all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab_size for i in ids),
+        value is None or all(is_integer(i) and 0 <= i < vocab_size for i in ids),
         name,
         value,
         f"None or a token id in [0, {vocab_size}) (vocab_size={vocab_size})",
@@ -99,17 +93,15 @@ class PosAttnConfig(PreTrainedConfig):
             require_positive_int(name, getattr(self, name))
         for name in ("dropout", "attention_dropout"):
             value = getattr(self, name)
-            require(is_number(value) and 0.0 <= value < 1.0, name, value, "a probability in [0, 1)")
+            require(is_real(value) and 0.0 <= value < 1.0, name, value, "a probability in [0, 1)")
         require(
-            is_number(self.init_std) and math.isfinite(self.init_std) and self.init_std >= 0,
+            is_real(self.init_std) and self.init_std >= 0,
             "init_std",
             self.init_std,
             "a standard deviation >= 0",
         )
         require(
-            is_number(self.layer_norm_eps)
-            and math.isfinite(self.layer_norm_eps)
-            and self.layer_norm_eps > 0,
+            is_real(self.layer_norm_eps) and self.layer_norm_eps > 0,
             "layer_norm_eps",
             self.layer_norm_eps,
             "a number > 0",

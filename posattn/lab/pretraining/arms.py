@@ -25,7 +25,8 @@ import torch
 
 from ...encodings import ENCODINGS, build_encoding
 from ...encodings.base import ModelDims
-from ...errors import invalid, require_choice
+from ...errors import require_choice
+from ..runs.options import require_distinct_names
 from .runconfig import RunConfig
 
 RANDOM_INIT = "random-init"
@@ -97,7 +98,6 @@ def pretrained_arms(arms: list[str]) -> list[str]:
 
 
 def check_arms(arms: list[str]) -> None:
-    if not arms or len(set(arms)) != len(arms):
-        raise invalid("encodings", arms, "a non-empty list without repeated names")
+    require_distinct_names("encodings", arms)
     for arm in arms:
         split_arm(arm)

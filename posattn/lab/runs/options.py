@@ -21,6 +21,18 @@ def names_of(option: str, value: str) -> list[str]:
     return names
 
 
+def require_distinct_names(option: str, names: list[str]) -> None:
+    """A comparison's list of arms: at least one, none repeated."""
+    from ...errors import require
+
+    require(
+        bool(names) and len(set(names)) == len(names),
+        option,
+        list(names),
+        "a non-empty list without repeated names",
+    )
+
+
 def add_run_options(
     parser: argparse.ArgumentParser,
     default_preset: str | None,

@@ -7,11 +7,10 @@ line naming the key (its dotted path), the value and the range."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
-from ...errors import invalid
+from ...errors import invalid, is_real
 
 
 @dataclass(frozen=True)
@@ -49,11 +48,7 @@ class Range:
     def admits_number(self, value: Any) -> bool:
         if value is None:
             return self.optional
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return False
-        if self.integer and not isinstance(value, int):
-            return False
-        if not math.isfinite(value):
+        if not is_real(value) or (self.integer and not isinstance(value, int)):
             return False
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
             return False

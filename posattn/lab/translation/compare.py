@@ -15,6 +15,7 @@ from ...data.manifest import write_atomic
 from ...errors import require
 from ..runs.config import to_yaml
 from ..runs.context import run_context
+from ..runs.options import require_distinct_names
 from ..runs.stages import FINISHED, RESUME, is_main_process, reuse_counts, stage_state
 from .report import significance
 from .report_files import write_report
@@ -38,12 +39,7 @@ def run_once(config: TranslationRunConfig, run_dir: Path, overwrite: bool = Fals
 def check_before_training(config: TranslationRunConfig) -> None:
     """Every encoding builds for this model (encoder and causal decoder) before any step, and
     the runs will be scored on the test pairs."""
-    require(
-        bool(config.encodings) and len(set(config.encodings)) == len(config.encodings),
-        "encodings",
-        list(config.encodings),
-        "a non-empty list without repeated names",
-    )
+    require_distinct_names("encodings", config.encodings)
     require(
         "test" in config.decode.splits,
         "decode.splits",
