@@ -12,6 +12,7 @@ from .models import (
 )
 from .models.causal_lm import PosAttnForCausalLM
 from .models.config import PosAttnConfig
+from .models.config_names import UnknownSettingWarning
 from .models.encoder import Encoder
 from .models.seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig, PosAttnSeq2SeqModel
 
@@ -34,6 +35,7 @@ __all__ = [
     "PosAttnSeq2SeqConfig",
     "PosAttnSeq2SeqModel",
     "PositionalEncoding",
+    "UnknownSettingWarning",
     "build_encoding",
     "execution",
 ]

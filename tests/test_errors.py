@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from conftest import tiny_config, tiny_encoder
 
-from posattn import PosAttnConfigError
+from posattn import (
+    PosAttnConfig,
+    PosAttnConfigError,
+    PosAttnForCausalLM,
+    PosAttnForMaskedLM,
+    PosAttnForSequenceClassification,
+    PosAttnSeq2SeqConfig,
+    UnknownSettingWarning,
+)
 
 
 def raises(*fragments: str):
@@ -95,11 +105,81 @@ def test_bad_encoding_options(name, options, fragments):
         ({"pad_token_id": 40}, ("pad_token_id=40", "[0, 40)")),
         ({"bos_token_id": -1}, ("bos_token_id=-1",)),
         ({"eos_token_id": [3, 99]}, ("eos_token_id=[3, 99]",)),
+        # strings were kept as given: causal="false" is truthy and built a causal model
+        ({"causal": "false"}, ("causal='false'", "True or False")),
+        ({"use_cache": "no"}, ("use_cache='no'", "True or False")),
+        ({"tie_word_embeddings": 0}, ("tie_word_embeddings=0", "True or False")),
+        # accepted; the classifier's loss then failed inside torch
+        ({"problem_type": "ranking"}, ("problem_type='ranking'", "'regression'")),
+        # BERT's options posattn does not have: ignored before
+        ({"hidden_act": "relu"}, ("hidden_act='relu'", "'gelu' only")),
+        ({"position_embedding_type": "relative_key"}, ("position_embedding_type=", "encoding")),
+        ({"type_vocab_size": 0}, ("num_segments=0",)),  # BERT's name of num_segments
     ],
 )
 def test_bad_config(overrides, fragments):
     with raises(*fragments):
         tiny_config(**overrides)
+
+
+def test_berts_names_set_posattns_settings():
+    config = tiny_config(
+        type_vocab_size=3, hidden_dropout_prob=0.3, attention_probs_dropout_prob=0.2
+    )
+    assert (config.num_segments, config.dropout, config.attention_dropout) == (3, 0.3, 0.2)
+    assert config.type_vocab_size == 3
+    # the values posattn's model implies are accepted, and kept as transformers keeps them
+    assert tiny_config(hidden_act="gelu", position_embedding_type="absolute").hidden_act == "gelu"
+
+
+@pytest.mark.parametrize(
+    ("config_class", "name", "meant"),
+    [
+        (PosAttnConfig, "encodings", "encoding"),
+        (PosAttnConfig, "d_modle", "d_model"),
+        (PosAttnConfig, "num_segment", "num_segments"),
+        (PosAttnSeq2SeqConfig, "num_decoder_layer", "num_decoder_layers"),
+    ],
+)
+def test_a_misspelt_setting_is_named_with_the_one_it_resembles(config_class, name, meant):
+    # The keyword was kept as an attribute nothing reads: encodings="t5" built `learned`.
+    with pytest.warns(UnknownSettingWarning, match=f"{name}=.*did you mean '{meant}'"):
+        config = config_class(**{name: 2})
+    assert getattr(config, name) == 2  # still kept, as transformers keeps unknown keywords
+
+
+def test_other_unknown_keywords_are_kept_without_a_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnknownSettingWarning)
+        config = PosAttnConfig(my_experiment_tag="run-7", num_labels=3, max_length=20)
+    assert (config.my_experiment_tag, config.num_labels) == ("run-7", 3)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragments"),
+    [
+        ({"label_smoothing": "0.1"}, ("label_smoothing='0.1'", "[0, 1)")),  # a TypeError before
+        ({"num_decoder_layers": 0}, ("num_decoder_layers=0",)),  # named num_layers before
+    ],
+)
+def test_bad_seq2seq_config(overrides, fragments):
+    with raises(*fragments):
+        PosAttnSeq2SeqConfig(**overrides)
+
+
+def test_a_classifier_needs_a_label():
+    with raises("num_labels=0", "integer >= 1"):
+        PosAttnForSequenceClassification(tiny_config(num_labels=0))
+
+
+@pytest.mark.parametrize("model_class", [PosAttnForMaskedLM, PosAttnForCausalLM])
+def test_labels_must_label_each_token(model_class):
+    # An IndexError inside the masked LM's loss, a size mismatch in the causal LM's.
+    causal = model_class is PosAttnForCausalLM
+    model = model_class(tiny_config(causal=causal, segments="none" if causal else "input"))
+    ids = torch.zeros(2, 5, dtype=torch.long)
+    with raises("labels.shape=(2, 4)", "(2, 5)"):
+        model(ids, labels=torch.zeros(2, 4, dtype=torch.long))
 
 
 @pytest.mark.parametrize("encoding", ["learned", "bert-r", "bert-ad", "tupe-a", "diet-abs"])

@@ -145,6 +145,9 @@ def test_bad_settings_name_the_parameter():
         preset("smoke", encodings=["nope"])
     with pytest.raises(PosAttnConfigError, match="--test-lens"):
         main(["probe", "--preset", "smoke", "--test-lens", "16,x"])
+    # the parser bench's lengths use: a length below 1 is named as the option given
+    with pytest.raises(PosAttnConfigError, match="--test-lens='16,-8'.*positive integers"):
+        main(["probe", "--preset", "smoke", "--test-lens", "16,-8"])
     with pytest.raises(PosAttnConfigError, match="--preset"):
         main(["probe", "--preset", "huge"])
     with pytest.raises(PosAttnConfigError, match="train_len"):

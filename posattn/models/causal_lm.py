@@ -9,7 +9,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from ..errors import require
 from .config import PosAttnConfig
-from .pretrained import PosAttnModel, PosAttnPreTrainedModel, cross_entropy
+from .pretrained import PosAttnModel, PosAttnPreTrainedModel, cross_entropy, require_label_shape
 
 
 class PosAttnForCausalLM(PosAttnPreTrainedModel, GenerationMixin):
@@ -101,14 +101,10 @@ class PosAttnForCausalLM(PosAttnPreTrainedModel, GenerationMixin):
         logits = self.lm_head(hidden[:, -logits_to_keep:] if logits_to_keep else hidden)
         loss = None
         if shift_labels is not None:
-            require(
-                tuple(shift_labels.shape) == tuple(logits.shape[:2]),
-                "shift_labels.shape",
-                tuple(shift_labels.shape),
-                f"the logits' [batch, positions] {tuple(logits.shape[:2])}",
-            )
+            require_label_shape("shift_labels", shift_labels, logits.shape[:2])
             loss = cross_entropy(logits, shift_labels, num_items_in_batch)
         elif labels is not None:
+            require_label_shape("labels", labels, logits.shape[:2])
             loss = cross_entropy(logits[:, :-1], labels[:, 1:], num_items_in_batch)
         output = CausalLMOutputWithPast(
             loss=loss,

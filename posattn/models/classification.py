@@ -8,6 +8,7 @@ from torch.nn import functional as F
 from transformers import AutoModelForSequenceClassification
 from transformers.modeling_outputs import SequenceClassifierOutput
 
+from ..errors import require_positive_int
 from .config import PosAttnConfig
 from .pretrained import PosAttnModel, PosAttnPreTrainedModel, cross_entropy
 
@@ -17,6 +18,7 @@ class ClassificationHead(nn.Module):
 
     def __init__(self, config: PosAttnConfig) -> None:
         super().__init__()
+        require_positive_int("num_labels", config.num_labels)
         self.pooler = nn.Linear(config.d_model, config.d_model)
         self.dropout = nn.Dropout(config.dropout)
         self.classifier = nn.Linear(config.d_model, config.num_labels)

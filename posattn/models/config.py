@@ -13,10 +13,13 @@ from ..errors import invalid, is_integer, is_real, require, require_choice, requ
 from ..kernels import get_kernel, kernel_names
 from ..kernels.table_bias import refusal, terms_refusal
 from .attn_implementation import attn_implementation_of, kernel_of
+from .config_names import BERT_ALIASES, check_unknown_settings
 from .segments import SEGMENT_MODES
 
 # The special tokens a config names; each None or an id inside the vocabulary.
 TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
+# transformers' losses of a classification head (`classification.problem_type`), None to infer.
+PROBLEM_TYPES = (None, "regression", "single_label_classification", "multi_label_classification")
 
 
 def require_token_id(name: str, value: Any, vocab_size: int) -> None:
@@ -53,14 +56,8 @@ class PosAttnConfig(PreTrainedConfig):
     """
 
     model_type = "posattn"
-    attribute_map = {  # noqa: RUF012 - transformers reads this class attribute
-        "hidden_size": "d_model",
-        "num_hidden_layers": "num_layers",
-        "num_attention_heads": "num_heads",
-        "intermediate_size": "ffn_dim",
-        "max_position_embeddings": "max_len",
-        "initializer_range": "init_std",
-    }
+    # transformers reads this class attribute: BERT's names of posattn's settings.
+    attribute_map = BERT_ALIASES
 
     vocab_size: int = 30522
     d_model: int = 768
@@ -87,8 +84,14 @@ class PosAttnConfig(PreTrainedConfig):
     tie_word_embeddings: bool = True
 
     def __post_init__(self, **kwargs) -> None:
+        check_unknown_settings(type(self), kwargs)
         super().__post_init__(**kwargs)
         self.encoding_options = dict(self.encoding_options or {})
+        # A string is not a switch: causal="false" built a causal model.
+        for name in ("causal", "use_cache", "tie_word_embeddings"):
+            value = getattr(self, name)
+            require(isinstance(value, bool), name, value, "True or False")
+        require_choice("problem_type", self.problem_type, PROBLEM_TYPES)
         for name in ("vocab_size", "ffn_dim", "num_segments"):
             require_positive_int(name, getattr(self, name))
         for name in ("dropout", "attention_dropout"):

@@ -9,7 +9,7 @@ from transformers import AutoModelForMaskedLM
 from transformers.modeling_outputs import MaskedLMOutput
 
 from .config import PosAttnConfig
-from .pretrained import PosAttnModel, PosAttnPreTrainedModel, cross_entropy
+from .pretrained import PosAttnModel, PosAttnPreTrainedModel, cross_entropy, require_label_shape
 
 
 class MaskedLMHead(nn.Module):
@@ -85,6 +85,8 @@ class PosAttnForMaskedLM(PosAttnPreTrainedModel):
             position_ids=position_ids,
         )
         hidden, loss = base.last_hidden_state, None
+        if labels is not None:
+            require_label_shape("labels", labels, hidden.shape[:2])
         if labels is None:
             logits = self.head(hidden)
         elif torch.compiler.is_compiling():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from transformers import AutoConfig
 
-from ..errors import require
+from ..errors import is_real, require, require_positive_int
 from .config import PosAttnConfig
 from .decoder import stack_config
 
@@ -34,8 +34,9 @@ class PosAttnSeq2SeqConfig(PosAttnConfig):
         if self.num_decoder_layers is None:
             self.num_decoder_layers = self.num_layers
         super().__post_init__(**kwargs)
+        require_positive_int("num_decoder_layers", self.num_decoder_layers)
         require(
-            0.0 <= self.label_smoothing < 1.0,
+            is_real(self.label_smoothing) and 0.0 <= self.label_smoothing < 1.0,
             "label_smoothing",
             self.label_smoothing,
             "a number in [0, 1)",

@@ -6,29 +6,14 @@ import argparse
 from pathlib import Path
 
 
-def lengths_of(name: str, value: str, *, none_allowed: bool = True) -> list[int]:
-    """The lengths of option `name` ('' for none where `none_allowed`)."""
-    from ...errors import require
-
-    parts = [part.strip() for part in value.split(",") if part.strip()]
-    allowed = "comma-separated positive integers" + (", or '' for none" if none_allowed else "")
-    require(
-        all(part.isdigit() and int(part) > 0 for part in parts) and (parts or none_allowed),
-        "--" + name.replace("_", "-"),
-        value,
-        allowed,
-    )
-    return [int(part) for part in parts]
-
-
 def run_bench(args: argparse.Namespace) -> int:
     from ... import execution
-    from ..runs.options import names_of
+    from ..runs.options import names_of, positive_integers_of
     from .bench import BenchSettings, bench
 
     settings = BenchSettings.quick() if args.quick else BenchSettings()
     if args.lengths is not None:  # the attention level is always measured
-        settings.lengths = lengths_of("lengths", args.lengths, none_allowed=False)
+        settings.lengths = positive_integers_of("--lengths", args.lengths)
     if args.encodings:
         settings.encodings = names_of("--encodings", args.encodings)
     if args.kernels:
@@ -36,7 +21,8 @@ def run_bench(args: argparse.Namespace) -> int:
     for name in ("model_lengths", "long_lengths"):
         value = getattr(args, name)
         if value is not None:  # "" measures none of that level
-            setattr(settings, name, lengths_of(name, value))
+            option = "--" + name.replace("_", "-")
+            setattr(settings, name, positive_integers_of(option, value, none_allowed=True))
     if args.floor_backends is not None:  # "" pins none
         settings.floor_backends = [b.strip() for b in args.floor_backends.split(",") if b.strip()]
     settings.dtype = args.dtype

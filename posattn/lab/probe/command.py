@@ -5,15 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ...errors import invalid
-from ..runs.options import names_of
-
-
-def integers(parameter: str, text: str) -> list[int]:
-    try:
-        return [int(part) for part in names_of(parameter, text)]
-    except ValueError:
-        raise invalid(parameter, text, "comma-separated integers, e.g. 32,64,128") from None
+from ..runs.options import names_of, positive_integers_of
 
 
 def settings_from(args: argparse.Namespace):
@@ -25,7 +17,7 @@ def settings_from(args: argparse.Namespace):
     if args.encodings:
         overrides["encodings"] = names_of("--encodings", args.encodings)
     if args.test_lens:
-        overrides["test_lens"] = integers("--test-lens", args.test_lens)
+        overrides["test_lens"] = positive_integers_of("--test-lens", args.test_lens)
     for key in ("train_len", "seeds", "steps", "workers", "segments"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)

@@ -21,6 +21,22 @@ def names_of(option: str, value: str) -> list[str]:
     return names
 
 
+def positive_integers_of(option: str, value: str, *, none_allowed: bool = False) -> list[int]:
+    """The positive integers of a comma-separated option (lengths, sizes), empty items
+    dropped; '' for none only where `none_allowed`."""
+    from ...errors import require
+
+    parts = [part.strip() for part in value.split(",") if part.strip()]
+    allowed = "comma-separated positive integers" + (", or '' for none" if none_allowed else "")
+    require(
+        all(part.isdigit() and int(part) > 0 for part in parts) and (parts or none_allowed),
+        option,
+        value,
+        allowed,
+    )
+    return [int(part) for part in parts]
+
+
 def require_distinct_names(option: str, names: list[str]) -> None:
     """A comparison's list of arms: at least one, none repeated."""
     from ...errors import require
