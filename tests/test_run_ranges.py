@@ -143,6 +143,22 @@ def test_comparisons_of_nothing_are_refused_before_anything_runs(
 
 
 @pytest.mark.parametrize(
+    ("override", "named"),
+    [("finetune.tasks=[]", r"finetune.tasks=\[\]"), ("finetune.tasks=[nope]", "task='nope'")],
+)
+def test_finetune_refuses_no_task_or_an_unprepared_one_before_writing(
+    override, named, tiny_data_dir, tmp_path
+):
+    """`finetune "finetune.tasks=[]"` wrote an empty finetune.json; a task the data directory
+    does not hold was refused after stage.json had been written."""
+    model = tmp_path / "run" / "model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text('{"model_type": "posattn"}')
+    argv = ["finetune", str(model), "--preset", "smoke", "--data-dir", str(tiny_data_dir)]
+    refused_before_writing([*argv, override], f"^{named} is not allowed", tmp_path / "out")
+
+
+@pytest.mark.parametrize(
     ("override", "refusal"),
     [
         ("trainer.fp16=true", r"^trainer.fp16=True.*without a CUDA GPU"),

@@ -12,7 +12,7 @@ import torch
 from sklearn.metrics import f1_score, matthews_corrcoef
 from transformers import DataCollatorWithPadding, TrainingArguments
 
-from ...errors import invalid
+from ...errors import invalid, require
 from ...models import PosAttnForSequenceClassification
 from ..runs.datasets import ListDataset
 from ..runs.fingerprint import run_settings, trainer_settings
@@ -214,16 +214,24 @@ def finetune(pretrained: Path, config: RunConfig, output: Path, tokenizer, tasks
     Each (task, learning rate, seed) run is one process's job: under a launcher the runs are
     shared out over the ranks and their results gathered, so N processes run N at a time."""
     output = Path(output)
+    f = config.finetune
+    # Refused before the stage is written: no task (which wrote an empty finetune.json), or
+    # one the data directory does not hold (refused after stage.json was written).
+    require(
+        bool(f.tasks),
+        "finetune.tasks",
+        list(f.tasks),
+        "at least one task (a comparison of pretraining alone is `posattn compare` with [])",
+    )
+    specs = {task: tasks_source.spec(task) for task in f.tasks}
     check_vocabulary(pretrained, tokenizer)
     join_process_group()
     start_stage(finetune_stage(config, output))
-    f = config.finetune
     runs = [(task, lr, seed) for task in f.tasks for lr in f.learning_rates for seed in f.seeds]
-    splits, specs = {}, {}
+    splits = {}
     mine = []
     for task, lr, seed in share(runs):
         if task not in splits:
-            specs[task] = tasks_source.spec(task)
             splits[task] = {
                 split: encode(
                     tokenizer,
