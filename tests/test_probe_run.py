@@ -146,7 +146,7 @@ def test_bad_settings_name_the_parameter():
     with pytest.raises(PosAttnConfigError, match="--test-lens"):
         main(["probe", "--preset", "smoke", "--test-lens", "16,x"])
     # the parser bench's lengths use: a length below 1 is named as the option given
-    with pytest.raises(PosAttnConfigError, match="--test-lens='16,-8'.*positive integers"):
+    with pytest.raises(PosAttnConfigError, match=r"--test-lens='16,-8'.*positive integers"):
         main(["probe", "--preset", "smoke", "--test-lens", "16,-8"])
     with pytest.raises(PosAttnConfigError, match="--preset"):
         main(["probe", "--preset", "huge"])
