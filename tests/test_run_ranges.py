@@ -151,9 +151,12 @@ def test_finetune_refuses_no_task_or_an_unprepared_one_before_writing(
 ):
     """`finetune "finetune.tasks=[]"` wrote an empty finetune.json; a task the data directory
     does not hold was refused after stage.json had been written."""
+    from posattn.lab.runs.sources import PreparedData
+
     model = tmp_path / "run" / "model"
     model.mkdir(parents=True)
-    (model / "config.json").write_text('{"model_type": "posattn"}')
+    pieces = len(PreparedData(tiny_data_dir).tokenizer())  # the vocabulary check passes
+    (model / "config.json").write_text(f'{{"model_type": "posattn", "vocab_size": {pieces}}}')
     argv = ["finetune", str(model), "--preset", "smoke", "--data-dir", str(tiny_data_dir)]
     refused_before_writing([*argv, override], f"^{named} is not allowed", tmp_path / "out")
 

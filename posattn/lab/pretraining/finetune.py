@@ -215,6 +215,7 @@ def finetune(pretrained: Path, config: RunConfig, output: Path, tokenizer, tasks
     shared out over the ranks and their results gathered, so N processes run N at a time."""
     output = Path(output)
     f = config.finetune
+    check_vocabulary(pretrained, tokenizer)
     # Refused before the stage is written: no task (which wrote an empty finetune.json), or
     # one the data directory does not hold (refused after stage.json was written).
     require(
@@ -224,7 +225,6 @@ def finetune(pretrained: Path, config: RunConfig, output: Path, tokenizer, tasks
         "at least one task (a comparison of pretraining alone is `posattn compare` with [])",
     )
     specs = {task: tasks_source.spec(task) for task in f.tasks}
-    check_vocabulary(pretrained, tokenizer)
     join_process_group()
     start_stage(finetune_stage(config, output))
     runs = [(task, lr, seed) for task in f.tasks for lr in f.learning_rates for seed in f.seeds]
