@@ -25,7 +25,7 @@ from torch.nn import functional as F
 
 from . import execution
 from .encodings.base import LayerTerms
-from .errors import require, require_positive_int
+from .errors import require, require_positive_int, require_probability
 from .kernels import attention_logits, attention_probabilities, get_kernel
 from .kernels.flex import auto_takes_triton
 from .kernels.fold import fold_bias_factors, fold_into_queries_keys, folded_head_size
@@ -53,7 +53,7 @@ class MultiHeadAttention(nn.Module):
         require_positive_int("d_model", d_model)
         require_positive_int("num_heads", num_heads)
         require(d_model % num_heads == 0, "d_model", d_model, f"divisible by num_heads={num_heads}")
-        require(0.0 <= dropout < 1.0, "dropout", dropout, "a probability in [0, 1)")
+        require_probability("dropout", dropout)
         self.num_heads = num_heads
         self.dropout = dropout
         self.set_kernel(kernel)

@@ -34,6 +34,16 @@ def is_real(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def is_bool(value: Any) -> bool:
+    """True or False: a string such as "false" is not a switch (it is truthy)."""
+    return isinstance(value, bool)
+
+
+def require_probability(parameter: str, value: Any) -> None:
+    """A finite number in [0, 1) (a dropout rate, label smoothing's epsilon)."""
+    require(is_real(value) and 0.0 <= value < 1.0, parameter, value, "a probability in [0, 1)")
+
+
 def require_positive_int(parameter: str, value: Any) -> None:
     require(
         is_integer(value) and value >= 1,

@@ -239,6 +239,7 @@ def test_an_input_without_tokens(embeds):
         ((64, 0), ("num_heads=0",)),
         ((63, 4), ("d_model=63", "divisible by num_heads=4")),  # was accepted: 15-wide heads
         ((64, 4, 1.0), ("dropout=1.0",)),
+        ((64, 4, "0.1"), ("dropout='0.1'", "a probability in [0, 1)")),  # a TypeError before
     ],
 )
 def test_attention_module_sizes(args, fragments):

@@ -7,7 +7,7 @@ import types
 import typing
 from typing import Any
 
-from ..errors import PosAttnConfigError, invalid, is_integer, is_real
+from ..errors import PosAttnConfigError, invalid, is_bool, is_integer, is_real
 from .absolute import Learned, NoPosition, Sinusoidal
 from .alibi import Alibi
 from .base import ModelDims, PositionalEncoding
@@ -72,7 +72,7 @@ def encoding_options(name: str, options: dict[str, Any] | None = None):
 # What an option declared bool, int or float takes (an int stands for a float: YAML writes
 # 500000 for a rotary base); the Options classes check the ranges.
 SCALAR_KINDS = (
-    (bool, lambda v: isinstance(v, bool), "True or False"),
+    (bool, is_bool, "True or False"),
     (int, is_integer, "an integer"),
     (float, is_real, "a finite number"),
 )

@@ -9,7 +9,16 @@ import torch
 from transformers import AutoConfig, PreTrainedConfig
 
 from ..encodings import ModelDims, build_encoding, encoding_class
-from ..errors import invalid, is_integer, is_real, require, require_choice, require_positive_int
+from ..errors import (
+    invalid,
+    is_bool,
+    is_integer,
+    is_real,
+    require,
+    require_choice,
+    require_positive_int,
+    require_probability,
+)
 from ..kernels import get_kernel, kernel_names
 from ..kernels.table_bias import refusal, terms_refusal
 from .attn_implementation import attn_implementation_of, kernel_of
@@ -90,13 +99,12 @@ class PosAttnConfig(PreTrainedConfig):
         # A string is not a switch: causal="false" built a causal model.
         for name in ("causal", "use_cache", "tie_word_embeddings"):
             value = getattr(self, name)
-            require(isinstance(value, bool), name, value, "True or False")
+            require(is_bool(value), name, value, "True or False")
         require_choice("problem_type", self.problem_type, PROBLEM_TYPES)
         for name in ("vocab_size", "ffn_dim", "num_segments"):
             require_positive_int(name, getattr(self, name))
         for name in ("dropout", "attention_dropout"):
-            value = getattr(self, name)
-            require(is_real(value) and 0.0 <= value < 1.0, name, value, "a probability in [0, 1)")
+            require_probability(name, getattr(self, name))
         require(
             is_real(self.init_std) and self.init_std >= 0,
             "init_std",

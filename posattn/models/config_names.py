@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import warnings
 from typing import Any
 
@@ -51,17 +52,17 @@ class UnknownSettingWarning(UserWarning):
     """A config keyword that is not a setting but looks like a misspelt one."""
 
 
-def own_settings(config_class: type) -> list[str]:
+@functools.cache  # read on every config construction; a class's fields do not change
+def own_settings(config_class: type) -> tuple[str, ...]:
     """The settings a posattn config declares beyond transformers' own, and their aliases."""
     inherited = {field.name for field in dataclasses.fields(PreTrainedConfig)}
     declared = [f.name for f in dataclasses.fields(config_class) if f.name not in inherited]
-    return declared + list(config_class.attribute_map)
+    return (*declared, *config_class.attribute_map)
 
 
 def check_unknown_settings(config_class: type, kwargs: dict[str, Any]) -> None:
     """Refuse a BERT option posattn does not have set to a value other than the one it
     implies; warn of a keyword that looks like a misspelt declared setting."""
-    settings = own_settings(config_class)
     for key, value in kwargs.items():
         if key in BERT_FIXED:
             implied, allowed = BERT_FIXED[key]
@@ -74,7 +75,7 @@ def check_unknown_settings(config_class: type, kwargs: dict[str, Any]) -> None:
             continue
         if hasattr(PreTrainedConfig, key):
             continue
-        close = difflib.get_close_matches(key, settings, n=1, cutoff=TYPO_CUTOFF)
+        close = difflib.get_close_matches(key, own_settings(config_class), n=1, cutoff=TYPO_CUTOFF)
         if close:
             warnings.warn(
                 f"{config_class.__name__}: {key}={value!r} is not one of its settings and is "

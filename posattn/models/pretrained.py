@@ -34,14 +34,14 @@ def cross_entropy(logits: Tensor, labels: Tensor, num_items_in_batch=None) -> Te
     return total / num_items_in_batch
 
 
-def require_label_shape(name: str, labels: Tensor, tokens: tuple[int, ...]) -> None:
-    """Labels of one token each: [batch, positions] like the tokens they label (a shape read,
-    no device value). Without it a wrong shape was an IndexError inside the loss."""
+def require_label_shape(name: str, labels: Tensor, positions: tuple[int, ...]) -> None:
+    """One label per position the logits score, [batch, positions] (a shape read, no device
+    value). Without it a wrong shape was an IndexError inside the loss."""
     require(
-        tuple(labels.shape) == tuple(tokens),
+        tuple(labels.shape) == tuple(positions),
         f"{name}.shape",
         tuple(labels.shape),
-        f"the tokens' [batch, positions] {tuple(tokens)}",
+        f"one label per position of the logits, [batch, positions] {tuple(positions)}",
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from transformers import AutoConfig
 
-from ..errors import is_real, require, require_positive_int
+from ..errors import require, require_positive_int, require_probability
 from .config import PosAttnConfig
 from .decoder import stack_config
 
@@ -35,12 +35,7 @@ class PosAttnSeq2SeqConfig(PosAttnConfig):
             self.num_decoder_layers = self.num_layers
         super().__post_init__(**kwargs)
         require_positive_int("num_decoder_layers", self.num_decoder_layers)
-        require(
-            is_real(self.label_smoothing) and 0.0 <= self.label_smoothing < 1.0,
-            "label_smoothing",
-            self.label_smoothing,
-            "a number in [0, 1)",
-        )
+        require_probability("label_smoothing", self.label_smoothing)
         require(self.causal is False, "causal", self.causal, "False: the decoder is causal")
         require(
             self.segments != "attention",
