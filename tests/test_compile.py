@@ -92,6 +92,17 @@ def test_the_segment_check_runs_inside_the_graph():
             run(ids, segments + 1)
 
 
+def test_the_float_mask_check_runs_inside_the_graph():
+    model = masked_lm("t5").eval()
+    ids, mask, _, _ = mlm_batch()
+    run = one_graph(lambda ids, mask: model(ids, attention_mask=mask).logits)
+    real = mask.to(torch.get_default_dtype())
+    with torch.no_grad():
+        torch.testing.assert_close(run(ids, real), model(ids, attention_mask=mask).logits)
+        with pytest.raises(RuntimeError, match="attention_mask must hold 1 for a real token"):
+            run(ids, (1 - real) * -1e9)  # additive
+
+
 def test_causal_lm_and_seq2seq_compile_to_one_graph(encoding="diet-rel"):
     torch.manual_seed(0)
     causal = PosAttnForCausalLM(tiny_config(encoding, causal=True, segments="none")).eval()

@@ -6,13 +6,14 @@ import warnings
 
 import pytest
 import torch
-from conftest import tiny_config, tiny_encoder
+from conftest import tiny_config, tiny_encoder, tiny_seq2seq_config
 
 from posattn import (
     PosAttnConfig,
     PosAttnConfigError,
     PosAttnForCausalLM,
     PosAttnForMaskedLM,
+    PosAttnForSeq2SeqLM,
     PosAttnForSequenceClassification,
     PosAttnSeq2SeqConfig,
     UnknownSettingWarning,
@@ -217,6 +218,40 @@ def test_mask_and_segment_shapes_must_match_the_input(argument):
     ids = torch.zeros(2, 5, dtype=torch.long)
     with raises(f"{argument}.shape=(2, 4)", "(2, 5)"):
         model(ids, **{argument: torch.zeros(2, 4, dtype=torch.long)})
+
+
+def test_an_additive_float_mask_is_refused_not_read_inverted():
+    """A 0 / -inf mask (what SDPA's attn_mask takes) was read as nonzero = real token: the
+    real tokens hidden, the padding attended."""
+    model = PosAttnForMaskedLM(tiny_config("t5")).eval()
+    ids = torch.randint(5, 40, (2, 8))
+    real = torch.ones(2, 8)
+    real[1, 5:] = 0
+    additive = (1 - real) * torch.finfo(real.dtype).min
+    with raises("attention_mask=", "values in [-1.79769e+308, 0]", "pass (mask == 0)"):
+        model(ids, attention_mask=additive)
+    with raises("attention_mask=", "values in [0, 0.5]"):
+        model(ids, attention_mask=real / 2)
+    with torch.no_grad():  # a float 0/1 mask is the bool mask
+        expected = model(ids, attention_mask=real.bool()).logits
+        torch.testing.assert_close(model(ids, attention_mask=real).logits, expected)
+
+
+def test_the_source_mask_of_given_encoder_outputs_is_checked():
+    """With encoder_outputs given, the source mask reaches only the cross-attention: a wrong
+    shape was torch's broadcasting error, an additive mask read inverted."""
+    model = PosAttnForSeq2SeqLM(tiny_seq2seq_config()).eval()
+    source, target = torch.randint(5, 20, (2, 8)), torch.randint(5, 20, (2, 5))
+    with torch.no_grad():
+        memory = model.get_encoder()(source, torch.ones(2, 8))
+        for shape in ((2, 7), (3, 8)):
+            with raises(f"attention_mask.shape={shape}", "(2, 8) (the source tokens)"):
+                model(encoder_outputs=memory, attention_mask=torch.ones(shape),
+                      decoder_input_ids=target)  # fmt: skip
+        with raises("attention_mask=", "values in [-inf, 0]"):
+            additive = torch.zeros(2, 8)
+            additive[0, 6:] = float("-inf")
+            model(encoder_outputs=memory, attention_mask=additive, decoder_input_ids=target)
 
 
 def test_input_ids_must_be_two_dimensional():

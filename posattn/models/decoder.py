@@ -34,6 +34,7 @@ from ..encodings import LayerTerms
 from .config import PosAttnConfig
 from .encoder import Encoder, FeedForward, checked_cache
 from .outputs import StackRecord
+from .padding_masks import check_padding_mask
 
 # Fields each stack of an encoder-decoder sets for itself.
 PER_STACK_FIELDS = ("num_layers", "causal")
@@ -173,6 +174,9 @@ class Decoder(Encoder):
         x, terms, mask, _ = self.layer_inputs(
             input_ids, attention_mask, None, past_length, position_ids, cache, inputs_embeds
         )
+        keys = memory_kv[0][0]  # [B, H, n_src, d_h]
+        source = (keys.shape[0], keys.shape[2])
+        check_padding_mask("attention_mask", memory_mask, source, "the source tokens")
         cross_mask = None if memory_mask is None else memory_mask.bool()[:, None, None, :]
         record = record or StackRecord()
         record.add_hidden(x)

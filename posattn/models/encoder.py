@@ -16,6 +16,7 @@ from ..initialization import normal_
 from ..kernels import build_attention_mask
 from .config import PosAttnConfig
 from .outputs import StackRecord
+from .padding_masks import check_padding_mask
 from .positions import (
     all_positions,
     check_position_ids,
@@ -253,14 +254,12 @@ class Encoder(nn.Module):
                 "'input' or 'none' for incremental decoding: segments inside attention would "
                 "need the segment ids of the cached tokens; run the full forward instead",
             )
-        batch = tokens[0]
-        for name, value, shape in (
-            ("attention_mask", attention_mask, (batch, seq_len)),
-            ("segment_ids", segment_ids, tokens),
-        ):
-            if value is not None and tuple(value.shape) != shape:
-                what = "cached + new tokens" if name == "attention_mask" else "input_ids.shape"
-                raise invalid(f"{name}.shape", tuple(value.shape), f"must be {shape} ({what})")
+        check_padding_mask(
+            "attention_mask", attention_mask, (tokens[0], seq_len), "cached + new tokens"
+        )
+        if segment_ids is not None and tuple(segment_ids.shape) != tokens:
+            shape = tuple(segment_ids.shape)
+            raise invalid("segment_ids.shape", shape, f"must be {tokens} (input_ids.shape)")
         if segment_ids is None or not segment_ids.numel():
             return
         in_range = ((segment_ids >= 0) & (segment_ids < self.config.num_segments)).all()
