@@ -183,6 +183,57 @@ def test_labels_must_label_each_token(model_class):
         model(ids, labels=torch.zeros(2, 4, dtype=torch.long))
 
 
+def language_models():
+    """A masked LM, a causal LM and an encoder-decoder, and ids within their vocabularies."""
+    return [
+        PosAttnForMaskedLM(tiny_config("t5")),
+        PosAttnForCausalLM(tiny_config("t5", causal=True, segments="none")),
+        PosAttnForSeq2SeqLM(tiny_seq2seq_config()),
+    ]
+
+
+@pytest.mark.parametrize("model_index", [0, 1, 2])
+def test_labels_are_integers_of_any_width(model_index):
+    """Float or bool labels were torch's "expected target dtype to be Long" (the
+    encoder-decoder's float labels an embedding error after the shift); int32 labels, which
+    numpy gives, were refused the same way and now score as int64 labels do."""
+    model = language_models()[model_index].eval()
+    ids = torch.randint(5, 20, (2, 6))
+    with torch.no_grad():
+        expected = model(ids, labels=ids).loss
+        assert torch.equal(model(ids, labels=ids.int()).loss, expected)
+        for dtype in (torch.float32, torch.bool):
+            with raises(f"labels.dtype={dtype}", "an integer tensor of token ids"):
+                model(ids, labels=ids.to(dtype))
+
+
+def test_an_encoder_decoders_labels_match_its_decoder_inputs():
+    """A batch of labels other than the source's was a batch-size error inside the loss."""
+    model = PosAttnForSeq2SeqLM(tiny_seq2seq_config()).eval()
+    ids = torch.randint(5, 20, (2, 6))
+    with raises("labels.shape=(1, 6)", "one label per position of the logits", "(2, 6)"):
+        model(ids, labels=ids[:1])
+    with raises("labels.shape=(2, 5)", "(2, 4)"):
+        model(ids, decoder_input_ids=ids[:, :4], labels=ids[:, :5])
+
+
+@pytest.mark.parametrize("segments", ["input", "attention"])
+@pytest.mark.parametrize(
+    ("argument", "dtype"),
+    [("input_ids", torch.float32), ("segment_ids", torch.float32), ("segment_ids", torch.bool)],
+)
+def test_indices_are_int64_or_int32(argument, dtype, segments):
+    """torch's "Expected tensor for argument #1 'indices'" named neither the argument nor
+    the dtypes it takes; bool segment ids inside attention index a table as a mask."""
+    model = tiny_encoder("t5", segments=segments).eval()
+    inputs = {"input_ids": torch.randint(5, 20, (2, 6)), "segment_ids": torch.zeros(2, 6).long()}
+    inputs[argument] = inputs[argument].to(dtype)
+    with raises(f"{argument}.dtype={dtype}", "torch.int64 or torch.int32"):
+        model(**inputs)
+    inputs[argument] = inputs[argument].int()  # what an embedding also takes
+    assert torch.isfinite(model(**inputs)).all()
+
+
 @pytest.mark.parametrize("encoding", ["learned", "bert-r", "bert-ad", "tupe-a", "diet-abs"])
 def test_sequence_longer_than_the_position_table(encoding):
     model = tiny_encoder(encoding)

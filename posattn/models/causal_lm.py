@@ -9,7 +9,8 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from ..errors import require
 from .config import PosAttnConfig
-from .pretrained import PosAttnModel, PosAttnPreTrainedModel, cross_entropy, require_label_shape
+from .input_tensors import integer_labels, require_label_shape
+from .pretrained import PosAttnModel, PosAttnPreTrainedModel, cross_entropy
 
 
 class PosAttnForCausalLM(PosAttnPreTrainedModel, GenerationMixin):
@@ -101,9 +102,11 @@ class PosAttnForCausalLM(PosAttnPreTrainedModel, GenerationMixin):
         logits = self.lm_head(hidden[:, -logits_to_keep:] if logits_to_keep else hidden)
         loss = None
         if shift_labels is not None:
+            shift_labels = integer_labels("shift_labels", shift_labels)
             require_label_shape("shift_labels", shift_labels, logits.shape[:2])
             loss = cross_entropy(logits, shift_labels, num_items_in_batch)
         elif labels is not None:
+            labels = integer_labels("labels", labels)
             require_label_shape("labels", labels, logits.shape[:2])
             loss = cross_entropy(logits[:, :-1], labels[:, 1:], num_items_in_batch)
         output = CausalLMOutputWithPast(

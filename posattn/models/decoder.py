@@ -33,8 +33,8 @@ from ..attention import MultiHeadAttention
 from ..encodings import LayerTerms
 from .config import PosAttnConfig
 from .encoder import Encoder, FeedForward, checked_cache
+from .input_tensors import check_padding_mask
 from .outputs import StackRecord
-from .padding_masks import check_padding_mask
 
 # Fields each stack of an encoder-decoder sets for itself.
 PER_STACK_FIELDS = ("num_layers", "causal")

@@ -15,8 +15,8 @@ from ..errors import invalid, require
 from ..initialization import normal_
 from ..kernels import build_attention_mask
 from .config import PosAttnConfig
+from .input_tensors import check_padding_mask, require_index_dtype
 from .outputs import StackRecord
-from .padding_masks import check_padding_mask
 from .positions import (
     all_positions,
     check_position_ids,
@@ -207,6 +207,7 @@ class Encoder(nn.Module):
                 tuple(input_ids.shape),
                 "expected a [batch, seq_len] tensor of token ids",
             )
+            require_index_dtype("input_ids", input_ids)
             name, shape = "input_ids", tuple(input_ids.shape)
         else:
             require(
@@ -260,6 +261,8 @@ class Encoder(nn.Module):
         if segment_ids is not None and tuple(segment_ids.shape) != tokens:
             shape = tuple(segment_ids.shape)
             raise invalid("segment_ids.shape", shape, f"must be {tokens} (input_ids.shape)")
+        if segment_ids is not None:
+            require_index_dtype("segment_ids", segment_ids)
         if segment_ids is None or not segment_ids.numel():
             return
         in_range = ((segment_ids >= 0) & (segment_ids < self.config.num_segments)).all()

@@ -9,7 +9,8 @@ from transformers import AutoModelForMaskedLM
 from transformers.modeling_outputs import MaskedLMOutput
 
 from .config import PosAttnConfig
-from .pretrained import PosAttnModel, PosAttnPreTrainedModel, cross_entropy, require_label_shape
+from .input_tensors import integer_labels, require_label_shape
+from .pretrained import PosAttnModel, PosAttnPreTrainedModel, cross_entropy
 
 
 class MaskedLMHead(nn.Module):
@@ -86,6 +87,7 @@ class PosAttnForMaskedLM(PosAttnPreTrainedModel):
         )
         hidden, loss = base.last_hidden_state, None
         if labels is not None:
+            labels = integer_labels("labels", labels)
             require_label_shape("labels", labels, hidden.shape[:2])
         if labels is None:
             logits = self.head(hidden)

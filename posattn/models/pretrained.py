@@ -16,7 +16,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.utils import ModelOutput
 
 from ..attention import MultiHeadAttention
-from ..errors import invalid, require
+from ..errors import invalid
 from .attn_implementation import attn_implementation_of, kernel_of
 from .config import PosAttnConfig
 from .encoder import Encoder, init_weights
@@ -32,17 +32,6 @@ def cross_entropy(logits: Tensor, labels: Tensor, num_items_in_batch=None) -> Te
         return F.cross_entropy(flat_logits, flat_labels, ignore_index=-100)
     total = F.cross_entropy(flat_logits, flat_labels, ignore_index=-100, reduction="sum")
     return total / num_items_in_batch
-
-
-def require_label_shape(name: str, labels: Tensor, positions: tuple[int, ...]) -> None:
-    """One label per position the logits score, [batch, positions] (a shape read, no device
-    value). Without it a wrong shape was an IndexError inside the loss."""
-    require(
-        tuple(labels.shape) == tuple(positions),
-        f"{name}.shape",
-        tuple(labels.shape),
-        f"one label per position of the logits, [batch, positions] {tuple(positions)}",
-    )
 
 
 class PosAttnPreTrainedModel(PreTrainedModel):

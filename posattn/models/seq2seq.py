@@ -27,6 +27,7 @@ from ..errors import require
 from ..initialization import normal_
 from .decoder import Decoder
 from .encoder import Encoder
+from .input_tensors import integer_labels, require_label_shape
 from .pretrained import PosAttnPreTrainedModel
 from .seq2seq_config import PosAttnSeq2SeqConfig
 from .seq2seq_generation import EncoderForGenerate, new_generation_cache
@@ -169,6 +170,8 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel, GenerationMixin):
         """The base model's forward (`PosAttnSeq2SeqModel.forward`: positions, cache,
         embeddings and optional outputs), then the output projection; without decoder inputs
         the labels shifted right are the decoder inputs."""
+        if labels is not None:
+            labels = integer_labels("labels", labels)
         if decoder_input_ids is None and decoder_inputs_embeds is None:
             require(labels is not None, "decoder_input_ids", None, "given, or labels to shift")
             decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
@@ -191,6 +194,7 @@ class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel, GenerationMixin):
         logits = self.lm_head(base.last_hidden_state)
         loss = None
         if labels is not None:
+            require_label_shape("labels", labels, logits.shape[:2])
             loss = self.loss(logits, labels, num_items_in_batch)
         output = Seq2SeqLMOutput(
             loss=loss,
