@@ -203,7 +203,7 @@ def test_labels_are_integers_of_any_width(model_index):
         expected = model(ids, labels=ids).loss
         assert torch.equal(model(ids, labels=ids.int()).loss, expected)
         for dtype in (torch.float32, torch.bool):
-            with raises(f"labels.dtype={dtype}", "an integer tensor of token ids"):
+            with raises(f"labels.dtype={dtype}", "an integer tensor of class indices"):
                 model(ids, labels=ids.to(dtype))
 
 
@@ -215,6 +215,37 @@ def test_an_encoder_decoders_labels_match_its_decoder_inputs():
         model(ids, labels=ids[:1])
     with raises("labels.shape=(2, 5)", "(2, 4)"):
         model(ids, decoder_input_ids=ids[:, :4], labels=ids[:, :5])
+
+
+@pytest.mark.parametrize(
+    ("problem_type", "num_labels", "shape", "fragments"),
+    [
+        (None, 3, (4, 2), ("4 labels for single_label_classification", "[batch] class indices")),
+        ("regression", 1, (4, 4), ("4 labels for regression", "[batch] targets")),
+        # was broadcast against the [4, 2] logits with a warning, and a loss returned
+        ("regression", 2, (4,), ("8 labels for regression", "[batch, num_labels] targets")),
+        ("multi_label_classification", 3, (4, 2), ("12 labels", "[batch, num_labels]")),
+    ],
+)
+def test_a_classifiers_labels_match_its_logits(problem_type, num_labels, shape, fragments):
+    config = tiny_config(num_labels=num_labels, problem_type=problem_type)
+    model = PosAttnForSequenceClassification(config)
+    ids = torch.randint(5, 20, (4, 6))
+    dtype = torch.long if problem_type is None else torch.get_default_dtype()
+    with raises(f"labels.shape={shape}", *fragments):
+        model(ids, labels=torch.zeros(shape, dtype=dtype))
+
+
+def test_a_classifiers_class_indices_are_integers_of_any_width():
+    model = PosAttnForSequenceClassification(tiny_config(num_labels=3)).eval()
+    ids, labels = torch.randint(5, 20, (4, 6)), torch.tensor([0, 2, 1, 2])
+    with torch.no_grad():
+        expected = model(ids, labels=labels).loss
+        assert torch.equal(model(ids, labels=labels.int()).loss, expected)  # a dtype error
+        assert torch.equal(model(ids, labels=labels[:, None]).loss, expected)  # [batch, 1]
+    model.config.problem_type = "single_label_classification"
+    with raises("labels.dtype=torch.float64", "an integer tensor of class indices"):
+        model(ids, labels=labels.double())
 
 
 @pytest.mark.parametrize("segments", ["input", "attention"])

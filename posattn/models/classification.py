@@ -8,8 +8,9 @@ from torch.nn import functional as F
 from transformers import AutoModelForSequenceClassification
 from transformers.modeling_outputs import SequenceClassifierOutput
 
-from ..errors import require_positive_int
+from ..errors import require, require_positive_int
 from .config import PosAttnConfig
+from .input_tensors import integer_labels
 from .pretrained import PosAttnModel, PosAttnPreTrainedModel, cross_entropy
 
 
@@ -44,8 +45,20 @@ def classification_loss(config, logits: Tensor, labels: Tensor, num_items_in_bat
     -100 ignored), BCE with logits on float 0/1 targets [B, num_labels] (multi-label). Summed
     and divided by the Trainer's item count when given, else the mean."""
     kind = problem_type(config, labels)
+    batch, width = logits.shape
+    # One class index an example, else one target a logit: a wrong count was torch's
+    # batch-size error inside the loss, or (regression) a silently broadcast difference.
+    count = batch if kind == "single_label_classification" else batch * width
+    require(
+        labels.numel() == count and labels.shape[0] == batch,
+        "labels.shape",
+        tuple(labels.shape),
+        f"{count} labels for {kind} of logits {tuple(logits.shape)}: "
+        + ("[batch] " if count == batch else "[batch, num_labels] ")
+        + ("class indices" if kind == "single_label_classification" else "targets"),
+    )
     if kind == "single_label_classification":
-        return cross_entropy(logits, labels, num_items_in_batch)
+        return cross_entropy(logits, integer_labels("labels", labels), num_items_in_batch)
     if kind == "regression":
         if config.num_labels == 1:
             logits, labels = logits.squeeze(-1), labels.reshape(logits.shape[0])

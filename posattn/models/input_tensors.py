@@ -24,11 +24,12 @@ def require_index_dtype(name: str, indices: Tensor) -> None:
 
 
 def integer_labels(name: str, labels: Tensor) -> Tensor:
-    """Class indices as int64, what cross-entropy takes (-100: no label); an integer tensor of
-    another width (int32 from numpy, say) is widened, a float or bool one refused."""
+    """Class indices (token ids, classes) as int64, what cross-entropy takes (-100: no label);
+    an integer tensor of another width (int32 from numpy, say) is widened, a float or bool
+    one refused."""
     dtype = labels.dtype
     integer = not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
-    require(integer, f"{name}.dtype", dtype, "an integer tensor of token ids (-100: ignored)")
+    require(integer, f"{name}.dtype", dtype, "an integer tensor of class indices (-100: ignored)")
     return labels.long()
 
 
