@@ -288,6 +288,15 @@ def test_segment_ids_outside_the_configured_number():
         model(torch.zeros(1, 5, dtype=torch.long), segment_ids=torch.tensor([[0, 1, 2, 0, 0]]))
 
 
+def test_a_model_without_segments_refuses_segment_ids_it_would_ignore():
+    """segments='none' reads no segment ids: a pair's 1s were ignored silently."""
+    model = tiny_encoder(segments="none").eval()
+    ids = torch.randint(5, 20, (1, 5))
+    with raises("segment_ids", "[0, 1]", "0 only", "segments='none'"):
+        model(ids, segment_ids=torch.tensor([[0, 0, 1, 1, 1]]))
+    torch.testing.assert_close(model(ids, segment_ids=torch.zeros(1, 5).long()), model(ids))
+
+
 def test_cls_index_outside_the_sequence():
     model = tiny_encoder("tupe-r", encoding_options={"cls_index": 6})
     with raises("cls_index=6", "length 5"):

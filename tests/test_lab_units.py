@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import word_level_tokenizer
+from conftest import tiny_config, word_level_tokenizer
 
 from posattn import PosAttnConfigError
 from posattn.lab.pretraining.runconfig import PRESETS, load_run_config
@@ -108,3 +108,29 @@ def test_finetuning_reports_macro_f1_and_matthews_beside_accuracy():
     assert metrics["f1_macro"] == pytest.approx((0.5 + 0.8 + 0.0) / 3)
     # Gorodkin's multiclass MCC: (c s - sum p_k t_k) / sqrt((s^2 - sum p_k^2)(s^2 - sum t_k^2))
     assert metrics["matthews"] == pytest.approx((3 * 5 - (2 * 2 + 3 * 2)) / (12 * 16) ** 0.5)
+
+
+@pytest.mark.parametrize("segments", ["input", "none"])
+def test_a_pair_tasks_segment_ids_reach_only_a_model_that_reads_them(segments):
+    """A model without segments refuses ids other than 0 (it would ignore them): fine-tuning
+    and the probes leave a pair's segment ids out of its batches, and only of its."""
+    from posattn import PosAttnForSequenceClassification
+    from posattn.lab.pretraining.finetune import collator_for, encode
+    from posattn.lab.probe.cell import logits_of
+
+    tokenizer = word_level_tokenizer(["a", "b", "c"])
+    records = [
+        {"text": "a b", "text_pair": "c a", "label": 1},
+        {"text": "b", "text_pair": "c", "label": 0},
+    ]
+    config = tiny_config(vocab_size=tokenizer.vocab_size, segments=segments, num_labels=2)
+    model = PosAttnForSequenceClassification(config).eval()
+    batch = collator_for(model, tokenizer)(list(encode(tokenizer, records, 16, None)))
+    assert ("token_type_ids" in batch) == (segments == "input")
+    pair_segments = torch.tensor([[0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 0, 0]])
+    if segments == "input":
+        assert torch.equal(batch["token_type_ids"], pair_segments)
+    with torch.no_grad():
+        logits = model(**batch).logits
+        probe_batch = {**batch, "token_type_ids": pair_segments}
+        torch.testing.assert_close(logits_of(model, probe_batch), logits)

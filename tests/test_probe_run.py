@@ -99,6 +99,8 @@ class ScriptedModel:
     """Returns logits that pick the target everywhere, except a wrong answer at the first
     scored position of the examples listed in `wrong`."""
 
+    config = SimpleNamespace(segments="input")  # a model that reads segment ids
+
     def __init__(self, wrong: set[int]) -> None:
         self.wrong, self.seen = wrong, 0
 

@@ -265,22 +265,23 @@ class Encoder(nn.Module):
             require_index_dtype("segment_ids", segment_ids)
         if segment_ids is None or not segment_ids.numel():
             return
-        in_range = ((segment_ids >= 0) & (segment_ids < self.config.num_segments)).all()
+        # A model without segments reads none: ids other than 0 would be ignored silently.
+        count = 1 if self.config.segments == "none" else self.config.num_segments
+        in_range = ((segment_ids >= 0) & (segment_ids < count)).all()
         if torch.compiler.is_compiling():
             # Reading the values out would break the graph: the check runs inside it.
-            torch._assert_async(
-                in_range, f"segment_ids must be in [0, {self.config.num_segments - 1}]"
-            )
+            torch._assert_async(in_range, f"segment_ids must be in [0, {count - 1}]")
         elif not bool(in_range):
             # One read on the host a forward (on a GPU, a wait for its queued work) for a
             # clear error; the bounds are read only to name them.
             low, high = int(segment_ids.min()), int(segment_ids.max())
-            raise invalid(
-                "segment_ids",
-                f"values in [{low}, {high}]",
-                f"ids in [0, {self.config.num_segments - 1}] (num_segments="
-                f"{self.config.num_segments})",
+            allowed = (
+                "0 only: the model has no segments (segments='none'), and other ids would be "
+                "ignored; use segments='input' or 'attention' for sentence pairs"
+                if self.config.segments == "none"
+                else f"ids in [0, {count - 1}] (num_segments={count})"
             )
+            raise invalid("segment_ids", f"values in [{low}, {high}]", allowed)
 
     def token_positions(self, tokens: tuple[int, int], position_ids, cache, past_length: int):
         """Positions [B, past + n] of the cached and new tokens (`token_shape` [B, n]), or None

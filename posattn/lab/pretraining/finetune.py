@@ -55,6 +55,21 @@ def encode(tokenizer, records: list[dict], max_len: int, limit: int | None) -> L
     return ListDataset(features)
 
 
+def collator_for(model, tokenizer):
+    """Pads a batch. A model without segments (segments='none') reads none and refuses ids
+    other than 0: a pair task's segment ids are left out of its batches."""
+    pad = DataCollatorWithPadding(tokenizer)
+    if model.config.segments != "none":
+        return pad
+
+    def collate(features):
+        batch = pad(features)
+        batch.pop("token_type_ids", None)
+        return batch
+
+    return collate
+
+
 class EvaluationRecord:
     """compute_metrics that also keeps each evaluation's per-example correctness, in the order
     the Trainer evaluates: every set of `names` in turn (dev first), at the end of every epoch.
@@ -144,7 +159,7 @@ def finetune_once(
                 args=args,
                 train_dataset=splits["train"],
                 eval_dataset=evaluated,
-                data_collator=DataCollatorWithPadding(tokenizer),
+                data_collator=collator_for(model, tokenizer),
                 compute_metrics=record,
             )
         trainer.train()

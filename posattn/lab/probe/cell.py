@@ -55,10 +55,10 @@ def encoding_of(model) -> PositionalEncoding:
 
 
 def logits_of(model, batch: dict) -> torch.Tensor:
+    # A model without segments refuses a pair's segment ids other than 0: it reads none.
+    segments = None if model.config.segments == "none" else batch["token_type_ids"]
     return model(
-        batch["input_ids"],
-        attention_mask=batch["attention_mask"],
-        token_type_ids=batch["token_type_ids"],
+        batch["input_ids"], attention_mask=batch["attention_mask"], token_type_ids=segments
     ).logits
 
 
