@@ -23,7 +23,7 @@ from .positions import (
     check_position_range,
     packed_documents,
 )
-from .segments import SegmentAttentionBias
+from .segments import SegmentAttentionBias, reads_segments
 
 logger = logging.get_logger(__name__)
 
@@ -258,15 +258,16 @@ class Encoder(nn.Module):
         check_padding_mask(
             "attention_mask", attention_mask, (tokens[0], seq_len), "cached + new tokens"
         )
-        if segment_ids is not None and tuple(segment_ids.shape) != tokens:
+        if segment_ids is None:
+            return
+        if tuple(segment_ids.shape) != tokens:
             shape = tuple(segment_ids.shape)
             raise invalid("segment_ids.shape", shape, f"must be {tokens} (input_ids.shape)")
-        if segment_ids is not None:
-            require_index_dtype("segment_ids", segment_ids)
-        if segment_ids is None or not segment_ids.numel():
+        require_index_dtype("segment_ids", segment_ids)
+        if not segment_ids.numel():
             return
-        # A model without segments reads none: ids other than 0 would be ignored silently.
-        count = 1 if self.config.segments == "none" else self.config.num_segments
+        reads = reads_segments(self.config)
+        count = self.config.num_segments if reads else 1
         in_range = ((segment_ids >= 0) & (segment_ids < count)).all()
         if torch.compiler.is_compiling():
             # Reading the values out would break the graph: the check runs inside it.
@@ -276,10 +277,10 @@ class Encoder(nn.Module):
             # clear error; the bounds are read only to name them.
             low, high = int(segment_ids.min()), int(segment_ids.max())
             allowed = (
-                "0 only: the model has no segments (segments='none'), and other ids would be "
-                "ignored; use segments='input' or 'attention' for sentence pairs"
-                if self.config.segments == "none"
-                else f"ids in [0, {count - 1}] (num_segments={count})"
+                f"ids in [0, {count - 1}] (num_segments={count})"
+                if reads
+                else "0 only: the model has no segments (segments='none'), and other ids would "
+                "be ignored; use segments='input' or 'attention' for sentence pairs"
             )
             raise invalid("segment_ids", f"values in [{low}, {high}]", allowed)
 

@@ -11,6 +11,12 @@ from ..kernels.table_bias import SegmentPairs
 SEGMENT_MODES = ("none", "input", "attention")
 
 
+def reads_segments(config) -> bool:
+    """Whether a model reads segment ids: one without segments (segments='none') ignores
+    them, so it takes 0 only (what a tokenizer gives a single text) and refuses a pair's 1s."""
+    return config.segments != "none"
+
+
 class SegmentAttentionBias(OwnsParameters, nn.Module):
     """DIET Eq. 2: E_S(S(i), S(j)) = s^{l,h}_{S(i), S(j)}, a learned scalar per (query segment,
     key segment) pair per head, added to the logits of every layer.

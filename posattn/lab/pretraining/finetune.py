@@ -14,6 +14,7 @@ from transformers import DataCollatorWithPadding, TrainingArguments
 
 from ...errors import invalid, require
 from ...models import PosAttnForSequenceClassification
+from ...models.segments import reads_segments
 from ..runs.datasets import ListDataset
 from ..runs.fingerprint import run_settings, trainer_settings
 from ..runs.ranks import alone, gather, join_process_group, place_on_device, share
@@ -59,7 +60,7 @@ def collator_for(model, tokenizer):
     """Pads a batch. A model without segments (segments='none') reads none and refuses ids
     other than 0: a pair task's segment ids are left out of its batches."""
     pad = DataCollatorWithPadding(tokenizer)
-    if model.config.segments != "none":
+    if reads_segments(model.config):
         return pad
 
     def collate(features):

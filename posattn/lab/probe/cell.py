@@ -15,6 +15,7 @@ from ...errors import PosAttnConfigError
 from ...models import PosAttnForMaskedLM
 from ...models.causal_lm import PosAttnForCausalLM
 from ...models.config import PosAttnConfig
+from ...models.segments import reads_segments
 from ..runs.device import model_device, synchronize, to_device
 from .settings import PROBE_OPTIONS, ProbeSettings
 from .tasks import CAUSAL_LM, IGNORE, PAD, VOCAB_SIZE, ProbeTask
@@ -55,8 +56,7 @@ def encoding_of(model) -> PositionalEncoding:
 
 
 def logits_of(model, batch: dict) -> torch.Tensor:
-    # A model without segments refuses a pair's segment ids other than 0: it reads none.
-    segments = None if model.config.segments == "none" else batch["token_type_ids"]
+    segments = batch["token_type_ids"] if reads_segments(model.config) else None
     return model(
         batch["input_ids"], attention_mask=batch["attention_mask"], token_type_ids=segments
     ).logits
