@@ -297,6 +297,21 @@ def test_a_model_without_segments_refuses_segment_ids_it_would_ignore():
     torch.testing.assert_close(model(ids, segment_ids=torch.zeros(1, 5).long()), model(ids))
 
 
+def test_token_ids_outside_the_vocabulary_are_named():
+    """torch's "index out of range in self" named neither the ids nor the vocabulary; the
+    encoder-decoder's target ids go through the same embedding."""
+    model = tiny_encoder()
+    vocab = model.config.vocab_size
+    with raises("input_ids=", f"[3, {vocab}]", f"[0, {vocab - 1}] (vocab_size={vocab})"):
+        model(torch.tensor([[3, vocab, 4]]))
+    with raises("input_ids=", "[-1, 4]"):
+        model(torch.tensor([[-1, 4]]))
+    seq2seq = PosAttnForSeq2SeqLM(tiny_seq2seq_config())
+    target = torch.full((1, 3), seq2seq.config.vocab_size + 5)
+    with raises("input_ids=", f"vocab_size={seq2seq.config.vocab_size}"):
+        seq2seq(torch.ones(1, 4, dtype=torch.long), decoder_input_ids=target)
+
+
 def test_cls_index_outside_the_sequence():
     model = tiny_encoder("tupe-r", encoding_options={"cls_index": 6})
     with raises("cls_index=6", "length 5"):

@@ -47,8 +47,23 @@ class WordEmbedding(nn.Embedding):
         return embedding
 
     def forward(self, input_ids: Tensor) -> Tensor:
-        vectors = super().forward(input_ids)
+        try:
+            vectors = super().forward(input_ids)
+        except IndexError:
+            # Read only once the lookup has failed, so a good batch costs no host read (on a
+            # GPU an id out of range is a device-side assert, which cannot be caught here).
+            raise out_of_vocabulary(input_ids, self.num_embeddings) from None
         return vectors if self.scale == 1.0 else vectors * self.scale
+
+
+def out_of_vocabulary(input_ids: Tensor, vocab_size: int) -> Exception:
+    """torch's "index out of range in self" named neither the ids nor the vocabulary."""
+    low, high = int(input_ids.min()), int(input_ids.max())
+    allowed = (
+        f"ids in [0, {vocab_size - 1}] (vocab_size={vocab_size}); the tokenizer and the "
+        "model's vocabulary must match"
+    )
+    return invalid("input_ids", f"values in [{low}, {high}]", allowed)
 
 
 class Embeddings(nn.Module):
