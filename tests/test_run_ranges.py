@@ -38,9 +38,13 @@ PRETRAINING = [
     ("finetune.epochs=0", "finetune.epochs=0", ">= 1"),
     ("pretrain.seed=-1", "pretrain.seed=-1", ">= 0"),
     ("finetune.seeds=[]", r"finetune.seeds=\[\]", "non-empty list"),
-    ("finetune.seeds=[0,-2]", r"finetune.seeds=\[0, -2\]", "non-empty list of integers >= 0"),
+    ("finetune.seeds=[0,-2]", r"finetune.seeds=\[0, -2\]", "list of distinct integers >= 0"),
+    # a seed twice is one run counted twice: its interval shrank to nothing
+    ("finetune.seeds=[0,0]", r"finetune.seeds=\[0, 0\]", "list of distinct integers"),
+    ("compare.pretrain_seeds=[1,2,1]", r"compare.pretrain_seeds=\[1, 2, 1\]", "distinct"),
     ("finetune.learning_rates=[]", r"finetune.learning_rates=\[\]", "non-empty list"),
     ("finetune.learning_rates=[1e-3,0]", "finetune.learning_rates=", "numbers > 0"),
+    ("finetune.learning_rates=[1e-3,1e-3]", "finetune.learning_rates=", "distinct numbers"),
     ("finetune.max_train_examples=0", "finetune.max_train_examples=0", ">= 1 or null"),
     ("data.max_train_paragraphs=-3", "data.max_train_paragraphs=-3", ">= 1 or null"),
     ("model.d_model=0", "model.d_model=0", ">= 1"),
@@ -109,6 +113,7 @@ TRANSLATION = [
     ("data.max_eval_pairs=0", "data.max_eval_pairs=0", ">= 1 or null"),
     ("model.num_decoder_layers=0", "model.num_decoder_layers=0", ">= 1"),
     ("seeds=[]", r"seeds=\[\]", "non-empty list"),
+    ("seeds=[3,3]", r"seeds=\[3, 3\]", "list of distinct integers"),
     ("decode.length_penalty=-1", "decode.length_penalty=-1", ">= 0"),  # was refused after training
 ]
 

@@ -17,7 +17,8 @@ from ...errors import invalid, is_real
 class Range:
     """A number in [low, high] (either end open, either end absent); `integer` asks for an
     int, `optional` also admits None; `items` applies the rule to each element of a list,
-    which must not be empty."""
+    which must not be empty; `distinct` also refuses a repeated element (a seed twice is one
+    run counted twice: an interval over identical runs shrinks to nothing)."""
 
     low: float | None = None
     high: float | None = None
@@ -26,6 +27,7 @@ class Range:
     integer: bool = False
     optional: bool = False
     items: bool = False
+    distinct: bool = False
 
     def describe(self) -> str:
         kind = "an integer" if self.integer else "a number"
@@ -43,6 +45,8 @@ class Range:
         if self.items:
             text = f"a non-empty list of {text.replace('an integer', 'integers')}"
             text = text.replace("a number", "numbers")
+        if self.distinct:
+            text = text.replace("a non-empty list of", "a non-empty list of distinct")
         return text
 
     def admits_number(self, value: Any) -> bool:
@@ -60,6 +64,7 @@ class Range:
                 isinstance(value, list | tuple)
                 and len(value) > 0
                 and all(self.admits_number(v) for v in value)
+                and not (self.distinct and len(set(value)) < len(value))
             )
         return self.admits_number(value)
 
@@ -76,8 +81,8 @@ FRACTION = Range(low=0, high=1)  # warmup_ratio
 PROBABILITY = Range(low=0, high=1, high_open=True)  # dropout, label smoothing
 OPEN_PROBABILITY = Range(low=0, high=1, low_open=True, high_open=True)  # something must happen
 POSITIVE_OR_NULL = _with(AT_LEAST_1, optional=True)  # max_* example caps: None means all
-SEEDS = _with(SEED, items=True)
-LEARNING_RATES = _with(POSITIVE, items=True)
+SEEDS = _with(SEED, items=True, distinct=True)
+LEARNING_RATES = _with(POSITIVE, items=True, distinct=True)
 
 
 def section_rules(section_type: type) -> dict[str, Range]:
