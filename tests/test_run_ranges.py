@@ -105,6 +105,25 @@ def test_a_names_option_with_no_name_is_refused(command, tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    ("command", "option", "value"),
+    [
+        (["probe"], "--tasks", "sort,reverse,sort"),
+        (["probe"], "--test-lens", "32,64,32"),
+        (["bench"], "--kernels", "sdpa,sdpa"),
+        (["bench", "--kernels", "sdpa"], "--lengths", "16,16"),
+        (["compare", "--task", "translation"], "--encodings", "t5,t5"),
+    ],
+)
+def test_a_list_option_with_a_repeated_item_is_refused(command, option, value, tmp_path):
+    """A repeated task, length or kernel was measured twice and reported as two rows."""
+    refused_before_writing(
+        [*command, option, value],
+        rf"^{option}='{value}' is not allowed: comma-separated .*, none repeated",
+        tmp_path / "run",
+    )
+
+
 TRANSLATION = [
     ("train.steps=-5", "train.steps=-5", ">= 1"),
     ("train.label_smoothing=1", "train.label_smoothing=1.0", r"\[0, 1\)"),

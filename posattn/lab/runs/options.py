@@ -13,11 +13,13 @@ import torch.distributed as dist
 
 def names_of(option: str, value: str) -> list[str]:
     """The names of a comma-separated option, stripped, empty items (a trailing comma)
-    dropped; refused when none is left."""
+    dropped; refused when none is left or one is repeated (a repeated arm, task or kernel
+    was measured twice and reported as two)."""
     from ...errors import require
 
     names = [part.strip() for part in value.split(",") if part.strip()]
     require(bool(names), option, value, "comma-separated names, at least one")
+    require(len(set(names)) == len(names), option, value, "comma-separated names, none repeated")
     return names
 
 
@@ -34,7 +36,9 @@ def positive_integers_of(option: str, value: str, *, none_allowed: bool = False)
         value,
         allowed,
     )
-    return [int(part) for part in parts]
+    numbers = [int(part) for part in parts]
+    require(len(set(numbers)) == len(numbers), option, value, allowed + ", none repeated")
+    return numbers
 
 
 def require_distinct_names(option: str, names: list[str]) -> None:
