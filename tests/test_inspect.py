@@ -331,7 +331,12 @@ def test_inspect_on_corpus_blocks_of_an_input_additive_model(tmp_path):
 
 @pytest.mark.parametrize(
     ("flag", "value", "message"),
-    [("--head", "4", "head=4"), ("--layer", "3", "layer=3"), ("--length", "40", "length=40")],
+    [
+        ("--head", "4", "head=4"),
+        ("--layer", "3", "layer=3"),
+        ("--length", "40", "length=40"),
+        ("--length", "1", r"length=1 .*\[CLS\] and at least one token"),  # was ZeroDivisionError
+    ],
 )
 def test_inspect_rejects_a_focus_outside_the_model(tmp_path, flag, value, message):
     _, path = saved_model(tmp_path, "learned")

@@ -44,6 +44,8 @@ class InspectSettings:
         for name in ("length", "layer", "head"):
             if getattr(self, name) is not None:
                 require_positive_int(name, getattr(self, name))
+        if self.length is not None:  # 1 cut the corpus into blocks of [CLS] alone
+            require(self.length >= 2, "length", self.length, "[CLS] and at least one token: >= 2")
 
 
 def input_ids(model: InspectedModel, settings: InspectSettings):
