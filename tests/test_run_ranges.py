@@ -48,6 +48,10 @@ PRETRAINING = [
     ("finetune.max_train_examples=0", "finetune.max_train_examples=0", ">= 1 or null"),
     ("data.max_train_paragraphs=-3", "data.max_train_paragraphs=-3", ">= 1 or null"),
     ("model.d_model=0", "model.d_model=0", ">= 1"),
+    # a ZeroDivisionError in packing the corpus
+    ("model.max_len=1", "model.max_len=1", r">= 2 \(\[CLS\] and at least one corpus token"),
+    # the tokenizer cut nothing: examples of 54 tokens reached a model of max_len 32
+    ("finetune.max_len=2", "finetune.max_len=2", r">= 5 \(\[CLS\] A \[SEP\] B \[SEP\]"),
     ("model.num_heads=-4", "model.num_heads=-4", ">= 1"),
     ("model.dropout=1.0", "model.dropout=1.0", r"\[0, 1\)"),
     ("model.attention_dropout=-0.1", "model.attention_dropout=-0.1", r"\[0, 1\)"),

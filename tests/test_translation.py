@@ -163,6 +163,9 @@ def test_too_long_sources_and_pairs_fail_or_are_truncated_and_counted(toy):
     with pytest.raises(PosAttnConfigError, match=r"train pair 2 \(target\)"):
         encode_pairs(tokenizer, pairs, 8, "error", "train pair")
     assert encode_pairs(tokenizer, pairs, 8, "drop").dropped == 1
+    # every pair dropped: the Trainer had failed on an empty dataset (an IndexError)
+    with pytest.raises(PosAttnConfigError, match=r"model.max_len=2 .*every train pair of the 2"):
+        encode_pairs(tokenizer, pairs, 2, "drop", "train pair")
     truncated = encode_pairs(tokenizer, pairs, 8, "truncate")
     assert truncated.truncated == 1 and len(truncated.dataset[1]["labels"]) == 8
 

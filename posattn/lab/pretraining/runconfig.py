@@ -21,6 +21,7 @@ class PretrainModelSection(ModelSection):
 
     tie_word_embeddings: bool = True
 
+    RANGES: ClassVar[dict[str, r.Range]] = {"max_len": r.BLOCK_LENGTH}
     # Added after results existed: left out of stage fingerprints while at this default, so
     # finished cells stay reusable (runs/fingerprint.py).
     ADDED_DEFAULTS: ClassVar[dict] = {"tie_word_embeddings": True}
@@ -69,7 +70,8 @@ class FinetuneSection:
     max_eval_examples: int | None = 1000
 
     RANGES: ClassVar[dict[str, r.Range]] = {
-        **dict.fromkeys(("epochs", "batch_size", "max_len"), r.AT_LEAST_1),
+        **dict.fromkeys(("epochs", "batch_size"), r.AT_LEAST_1),
+        "max_len": r.PAIR_LENGTH,
         "seeds": r.SEEDS,
         "learning_rates": r.LEARNING_RATES,
         "warmup_ratio": r.FRACTION,

@@ -18,7 +18,8 @@ class Range:
     """A number in [low, high] (either end open, either end absent); `integer` asks for an
     int, `optional` also admits None; `items` applies the rule to each element of a list,
     which must not be empty; `distinct` also refuses a repeated element (a seed twice is one
-    run counted twice: an interval over identical runs shrinks to nothing)."""
+    run counted twice: an interval over identical runs shrinks to nothing); `why` is said
+    with the range."""
 
     low: float | None = None
     high: float | None = None
@@ -28,6 +29,7 @@ class Range:
     optional: bool = False
     items: bool = False
     distinct: bool = False
+    why: str = ""
 
     def describe(self) -> str:
         kind = "an integer" if self.integer else "a number"
@@ -47,7 +49,7 @@ class Range:
             text = text.replace("a number", "numbers")
         if self.distinct:
             text = text.replace("a non-empty list of", "a non-empty list of distinct")
-        return text
+        return f"{text} ({self.why})" if self.why else text
 
     def admits_number(self, value: Any) -> bool:
         if value is None:
@@ -82,6 +84,11 @@ PROBABILITY = Range(low=0, high=1, high_open=True)  # dropout, label smoothing
 OPEN_PROBABILITY = Range(low=0, high=1, low_open=True, high_open=True)  # something must happen
 POSITIVE_OR_NULL = _with(AT_LEAST_1, optional=True)  # max_* example caps: None means all
 SEEDS = _with(SEED, items=True, distinct=True)
+# A tokenizer asked for fewer tokens than its special tokens returns the text uncut (it only
+# logs), so a smaller limit let every example through at full length.
+PAIR_LENGTH = Range(low=5, integer=True, why="[CLS] A [SEP] B [SEP] with a token of each text")
+# Pretraining packs [CLS] + max_len - 1 corpus tokens a block; 1 left none.
+BLOCK_LENGTH = Range(low=2, integer=True, why="[CLS] and at least one corpus token a block")
 LEARNING_RATES = _with(POSITIVE, items=True, distinct=True)
 
 

@@ -53,4 +53,12 @@ def encode_pairs(
             source = [*source[: max_len - 1], eos] if len(source) > max_len else source
             target = [*target[: max_len - 1], eos] if len(target) > max_len else target
         features.append({"input_ids": source, "labels": target})
+    if pairs and not features:  # every pair dropped: the Trainer failed on an empty dataset
+        shortest = min(max(len(s), len(t)) for s, t in zip(sources, targets, strict=True))
+        raise invalid(
+            "model.max_len",
+            max_len,
+            f"every {where} of the {len(pairs)} is longer (data.too_long=drop left none); the "
+            f"shortest needs {shortest} tokens (</s> included)",
+        )
     return EncodedPairs(ListDataset(features), truncated, dropped)

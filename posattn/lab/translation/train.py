@@ -152,9 +152,9 @@ def train_translation(
     output = Path(output)
     tokenizer = load_tokenizer(config)
     model_config = seq2seq_config(config, tokenizer)
-    checkpoint = start_stage(translation_stage(config, output), resume)
     max_len, too_long = config.model.max_len, config.data.too_long
     train = encode_pairs(tokenizer, load_pairs(config, "train"), max_len, too_long, "train pair")
+    checkpoint = start_stage(translation_stage(config, output), resume)
     dev_pairs = load_pairs(config, "dev")
     eval_size = config.train.eval_batches * config.train.batch_size
     dev = encode_pairs(tokenizer, dev_pairs[:eval_size], max_len, "truncate", "dev pair")
