@@ -138,6 +138,17 @@ def test_compare_scores_each_pretrained_model_on_word_order_and_reuses_the_cells
     paired = summary["zero_shot_paired_with_learned"]["word-order"]["none"]
     assert paired["difference"] == pytest.approx(50.0 - learned["score"])
     assert "## `word-order` without fine-tuning" in (output / "results.md").read_text()
+    # Every arm against the model without positions, the control, as against BERT-A.
+    control = summary["paired_with_none"]["learned"]
+    losses = [
+        summary["results"][arm]["pretrain"]["0"]["final_eval_loss"] for arm in ("learned", "none")
+    ]
+    assert control["mlm_loss"]["difference"] == pytest.approx(losses[0] - losses[1])
+    means = [summary["downstream"]["word-order"][arm]["mean"] for arm in ("learned", "none")]
+    assert control["tasks"]["word-order"]["difference"] == pytest.approx(means[0] - means[1])
+    against = summary["paired_with_learned"]["none"]["tasks"]["word-order"]["difference"]
+    assert against == pytest.approx(-control["tasks"]["word-order"]["difference"])
+    assert "| arm - `none` | MLM val loss | word-order |" in (output / "results.md").read_text()
     # A rerun reuses the zero-shot cell as it is.
     before = (cell / "zero_shot.json").stat().st_mtime_ns
     assert main(args) == 0

@@ -174,6 +174,8 @@ def percent_or_none(fraction: float | None) -> float | None:
 
 
 BASELINE_ARM = "learned"
+# The same model without positions: an arm that ties it has not used positions measurably.
+CONTROL_ARM = "none"
 
 
 def difference_text(comparison: dict | None, digits: int = 1) -> str:
@@ -187,31 +189,32 @@ def difference_text(comparison: dict | None, digits: int = 1) -> str:
     return text
 
 
-def paired_with_baseline_arm(results: dict, measurements: Measurements) -> dict:
-    """Per arm other than BERT-A (`learned`): its final MLM validation loss minus BERT-A's,
-    paired by pretraining seed (t-interval, exact sign-flip p-value), and its score on each
-    task minus BERT-A's, paired by run (bootstrap over runs and test examples)."""
-    if BASELINE_ARM not in results:
+def paired_with_arm(results: dict, measurements: Measurements, base: str = BASELINE_ARM) -> dict:
+    """Per arm other than `base` (BERT-A, `learned`, unless given): its final MLM validation
+    loss minus the base's, paired by pretraining seed (t-interval, exact sign-flip p-value),
+    and its score on each task minus the base's, paired by run (bootstrap over runs and test
+    examples). Empty when the run has no `base` arm."""
+    if base not in results:
         return {}
     paired = {}
-    base_losses = [m["final_eval_loss"] for m in results[BASELINE_ARM]["pretrain"].values()]
+    base_losses = [m["final_eval_loss"] for m in results[base]["pretrain"].values()]
     for arm, result in results.items():
-        if arm == BASELINE_ARM:
+        if arm == base:
             continue
         losses = [m["final_eval_loss"] for m in result["pretrain"].values()]
         loss = None
-        if None not in losses and len(losses) == len(base_losses):
+        if None not in losses + base_losses and len(losses) == len(base_losses):
             loss = paired_permutation(losses, base_losses).to_dict()
         tasks = {}
         for task in measurements.downstream:
-            _, comparison = paired_downstream(measurements, arm, BASELINE_ARM, [task])
+            _, comparison = paired_downstream(measurements, arm, base, [task])
             tasks[task] = None if comparison is None else comparison.to_dict()
         paired[arm] = {"mlm_loss": loss, "tasks": tasks}
     return paired
 
 
-def paired_table(paired: dict, tasks: list[str]) -> str:
-    header = ["arm - `learned`", "MLM val loss", *tasks]
+def paired_table(paired: dict, tasks: list[str], base: str = BASELINE_ARM) -> str:
+    header = [f"arm - `{base}`", "MLM val loss", *tasks]
     rows = [
         [
             f"`{arm}`",
@@ -247,8 +250,25 @@ def rate_sentence(config) -> str:
     return text + "."
 
 
+def control_section(control: dict, tasks: list[str]) -> list[str]:
+    """The arms against the model without positions, when the run has one."""
+    if not control:
+        return []
+    return [
+        "## Paired against the model without positions",
+        "",
+        "Each arm minus `none`, the same model with no positional information, paired the same "
+        "way: an arm whose intervals contain 0 has not measurably used positions at this "
+        "budget, and its lead over `learned` is then the cost of BERT-A's input table, not a "
+        "gain from its own method.",
+        "",
+        paired_table(control, tasks, CONTROL_ARM),
+        "",
+    ]
+
+
 def results_markdown(
-    config, results, downstream, table, claims, context, paired, zero_shot_section=""
+    config, results, downstream, table, claims, context, paired, zero_shot_section="", control=None
 ) -> str:
     tasks = list(config.finetune.tasks)
     runs = len(context["pretrain_seeds"]) * len(context["finetune_seeds"])
@@ -274,6 +294,7 @@ def results_markdown(
         "",
         paired_table(paired, tasks) if paired else "(no `learned` arm in this run)",
         "",
+        *control_section(control, tasks),
         "## Baselines (same training and test examples)",
         "",
         baselines_table(table, tasks) if tasks else "(no fine-tuning tasks in this run)",
@@ -302,7 +323,8 @@ def write_summary(config: RunConfig, output: Path, results: dict, context: dict,
         bounds=ACCURACY_PERCENT,
     )
     claims = evaluate_claims(measurements)
-    paired = paired_with_baseline_arm(results, measurements)
+    paired = paired_with_arm(results, measurements)
+    control = paired_with_arm(results, measurements, CONTROL_ARM)
     zero_shot, zero_shot_paired = zero_shot_summary(zero_shot_runs(results))
     markdown = results_markdown(
         config,
@@ -313,6 +335,7 @@ def write_summary(config: RunConfig, output: Path, results: dict, context: dict,
         context,
         paired,
         zero_shot_markdown(zero_shot, zero_shot_paired),
+        control,
     )
     summary = {
         "context": context,
@@ -320,6 +343,7 @@ def write_summary(config: RunConfig, output: Path, results: dict, context: dict,
         "downstream": downstream,
         "baselines": table,
         "paired_with_learned": paired,
+        "paired_with_none": control,
         "zero_shot": zero_shot,
         "zero_shot_paired_with_learned": zero_shot_paired,
         "results": results,
