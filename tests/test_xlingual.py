@@ -171,7 +171,7 @@ def test_task_labels_read_back_from_the_block_ids(data_dir):
 def test_compare_xlingual_writes_every_output_and_reuses_its_cells(data_dir, tmp_path):
     output = tmp_path / "xlingual"
     args = ["compare", "--task", "xlingual", "--preset", "smoke", "--data-dir", str(data_dir),
-            "--output", str(output), "--encodings", "learned,diet-abs",
+            "--output", str(output), "--encodings", "learned,diet-abs,none",
             "finetune.max_eval_examples=null"]  # fmt: skip
     assert main(args) == 0
     summary = json.loads((output / "results.json").read_text())
@@ -200,11 +200,17 @@ def test_compare_xlingual_writes_every_output_and_reuses_its_cells(data_dir, tmp
             summary["transfer"][task][arm]["zero_shot"]["mean"] for arm in ("diet-abs", "learned")
         ]
         assert paired["difference"] == pytest.approx(means[0] - means[1])
+        # every arm against the model without positions, the control, the same way
+        for language_set in ("zero_shot", "english"):
+            control = summary["paired_with_none"]["learned"][task][language_set]["difference"]
+            against = summary["paired_with_learned"]["none"][task][language_set]["difference"]
+            assert control == pytest.approx(-against)
     claims = {c["id"]: c for c in summary["claims"]}
     assert claims["xnli-shaw>learned"]["verdict"] == "inconclusive"
     assert claims["xnli-diet-abs>learned"]["values"]["b"] == "learned"
     table = (output / "results.md").read_text()
     assert "| `diet-abs` |" in table and "## next-block" in table and "majority" in table
+    assert "| arm - `none` | next-block zero-shot |" in table
     assert (output / "xlingual.png").stat().st_size > 1000
     assert (output / "validation_loss.png").stat().st_size > 1000
     marker = output / "learned" / "seed0" / "finetune" / "chapter" / "xlingual.json"
@@ -213,8 +219,8 @@ def test_compare_xlingual_writes_every_output_and_reuses_its_cells(data_dir, tmp
     assert main(args) == 0  # the same settings: every cell is read back, nothing trains
     assert [marker.stat().st_mtime_ns, model.stat().st_mtime_ns] == stamps
     cells = json.loads((output / "results.json").read_text())["context"]["cells"]
-    assert cells == {"total": 6, "reused": 6}  # 2 arms x (pretraining + 2 tasks)
-    assert "0 of 6 cells this invocation computed" in (output / "results.md").read_text()
+    assert cells == {"total": 9, "reused": 9}  # 3 arms x (pretraining + 2 tasks)
+    assert "0 of 9 cells this invocation computed" in (output / "results.md").read_text()
     with pytest.raises(PosAttnConfigError, match=r"finetune\.epochs: 1 -> 2"):
         main([*args, "finetune.epochs=2"])
     assert main(["report", str(output)]) == 0

@@ -40,6 +40,7 @@ from .runconfig import RunConfig
 from .subset import fixed_subset
 from .summary import (
     BASELINE_ARM,
+    CONTROL_ARM,
     difference_text,
     loss_cell,
     mlm_curves,
@@ -182,27 +183,30 @@ def baselines_table(table: dict, languages: list[str]) -> str:
     return markdown_table(["baseline (fitted on English)", *languages], rows)
 
 
-def paired_with_learned(measurements: Measurements, tasks: list[str], targets: list[str]) -> dict:
-    """Per arm other than `learned`, per task: the zero-shot and the English accuracy minus
-    `learned`'s, paired by run (bootstrap over runs and test examples)."""
+def paired_with_arm(
+    measurements: Measurements, tasks: list[str], targets: list[str], base: str = BASELINE_ARM
+) -> dict:
+    """Per arm other than `base` (`learned` unless given), per task: the zero-shot and the
+    English accuracy minus the base's, paired by run (bootstrap over runs and test examples).
+    Empty when the run has no `base` arm."""
     arms = {arm for runs in measurements.downstream.values() for arm in runs}
-    if BASELINE_ARM not in arms:
+    if base not in arms:
         return {}
     paired: dict = {}
-    for arm in sorted(arms - {BASELINE_ARM}):
+    for arm in sorted(arms - {base}):
         paired[arm] = {}
         for task in tasks:
             entry = {}
             for label, languages in (("zero_shot", targets), ("english", [ENGLISH])):
                 names = [f"{task}/{x}" for x in languages]
-                _, comparison = paired_average(measurements, arm, BASELINE_ARM, names)
+                _, comparison = paired_average(measurements, arm, base, names)
                 entry[label] = None if comparison is None else comparison.to_dict()
             paired[arm][task] = entry
     return paired
 
 
-def paired_table(paired: dict, tasks: list[str]) -> str:
-    header = ["arm - `learned`", *(f"{t} {w}" for t in tasks for w in ("zero-shot", "English"))]
+def paired_table(paired: dict, tasks: list[str], base: str = BASELINE_ARM) -> str:
+    header = [f"arm - `{base}`", *(f"{t} {w}" for t in tasks for w in ("zero-shot", "English"))]
     rows = [
         [
             f"`{arm}`",
@@ -243,7 +247,25 @@ def plot_languages(downstream: dict, tasks: list[str], languages: list[str], pat
     return save_figure(figure, Path(path))
 
 
-def results_markdown(config, results, runs, summary, tables, claims, paired, context) -> str:
+def control_section(control: dict, tasks: list[str]) -> list[str]:
+    """The arms against the model without positions, when the run has one."""
+    if not control:
+        return []
+    return [
+        "## Paired against the model without positions",
+        "",
+        "Each arm minus `none`, the same model with no positional information, paired the "
+        "same way: where an interval contains 0, these seeds cannot tell the arm's positions "
+        "from none at all.",
+        "",
+        paired_table(control, tasks, CONTROL_ARM),
+        "",
+    ]
+
+
+def results_markdown(
+    config, results, runs, summary, tables, claims, paired, context, control=None
+) -> str:
     tasks = list(config.finetune.tasks)
     languages = context["languages"]
     count = len(context["pretrain_seeds"]) * len(context["finetune_seeds"])
@@ -276,6 +298,7 @@ def results_markdown(config, results, runs, summary, tables, claims, paired, con
         "",
         paired_table(paired, tasks) if paired else "(no `learned` arm in this run)",
         "",
+        *control_section(control, tasks),
         claims_markdown(claims),
         "",
         wall_time_line(context),
@@ -310,9 +333,12 @@ def write_xlingual_summary(config: RunConfig, output: Path, results: dict, conte
         bounds=ACCURACY_PERCENT,
     )
     claims = evaluate_claims(zero_shot, xlingual_claims())
-    paired = paired_with_learned(everything, tasks, targets)
+    paired = paired_with_arm(everything, tasks, targets)
+    control = paired_with_arm(everything, tasks, targets, CONTROL_ARM)
     tables = {task: baselines(config, data, task, runs[task]) for task in tasks}
-    markdown = results_markdown(config, results, runs, summary, tables, claims, paired, context)
+    markdown = results_markdown(
+        config, results, runs, summary, tables, claims, paired, context, control
+    )
     output_json = {
         "context": context,
         "claims": claims,
@@ -320,6 +346,7 @@ def write_xlingual_summary(config: RunConfig, output: Path, results: dict, conte
         "transfer": summary,
         "baselines": {f"{t}/{x}": tables[t][x] for t in tasks for x in languages},
         "paired_with_learned": paired,
+        "paired_with_none": control,
         "results": results,
     }
     save_run(output, {"results.json": output_json, "results.md": markdown})
