@@ -397,6 +397,24 @@ def test_cli_builds_every_parallel_and_cross_lingual_set_unless_told_otherwise()
     assert chosen.translation == ["en-es"] and chosen.xlingual == []
 
 
+@pytest.mark.parametrize("option", ["--tasks", "--translation", "--xlingual"])
+def test_cli_refuses_a_repeated_name(option, capsys):
+    """A repeated task or language was built once and not said."""
+    with pytest.raises(SystemExit):
+        parse_cli(option, "en-US,topic,topic")
+    assert f"{option}='en-US,topic,topic' is not allowed: comma-separated names, none rep" in (
+        capsys.readouterr().err
+    )
+
+
+def test_cli_refuses_two_files_for_one_task(tmp_path, user_files, capsys):
+    """dict() kept the last file of a name: the first was dropped without a word."""
+    sentiment = f"sentiment={user_files['sentiment']}"
+    assert run_cli("--data-dir", str(tmp_path / "d"), "--task", sentiment, "--task", sentiment) == 2
+    assert "--task='sentiment' is not allowed: one file a task name" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
+
+
 def test_cli_prepare(tmp_path, user_files, capsys, monkeypatch):
     # No parallel or cross-lingual set: their real sources (a 35 MB package among them) are
     # built in test_data_real and the main job, not by each check of the command line.

@@ -52,13 +52,33 @@ def task_argument(value: str) -> tuple[str, str]:
     return name, path
 
 
-def task_list(value: str) -> list[str]:
-    return [name.strip() for name in value.split(",") if name.strip()]
+def name_list(option: str):
+    """The argparse type of a comma-separated option ('' for none): its names, none
+    repeated."""
+
+    def parse(value: str) -> list[str]:
+        names = [name.strip() for name in value.split(",") if name.strip()]
+        if len(set(names)) < len(names):
+            allowed = "comma-separated names, none repeated"
+            raise argparse.ArgumentTypeError(str(invalid(option, value, allowed)))
+        return names
+
+    return parse
 
 
 def run_prepare(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     task_files = dict(args.task or [])
+    if len(task_files) < len(args.task or []):  # dict() kept the last file of a name
+        names = [name for name, _ in args.task]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        console.print(
+            f"posattn: error: {invalid('--task', ', '.join(repeated), 'one file a task name')}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+        return 2
     try:
         layout = prepare(
             args.data_dir,
@@ -147,19 +167,19 @@ def register(commands) -> None:
     )
     build.add_argument(
         "--tasks",
-        type=task_list,
+        type=name_list("--tasks"),
         default=None,
         help=f"built-in tasks to build, comma-separated, '' for none (default: {','.join(TASKS)})",
     )
     build.add_argument(
         "--translation",
-        type=task_list,
+        type=name_list("--translation"),
         default=list(PARALLEL),
         help=f"parallel sets, comma-separated, '' for none (default: {','.join(PARALLEL)})",
     )
     build.add_argument(
         "--xlingual",
-        type=task_list,
+        type=name_list("--xlingual"),
         default=list(DEFAULT_LANGUAGES),
         help="handbook languages of the cross-lingual set, comma-separated, '' for none "
         f"(default: {','.join(DEFAULT_LANGUAGES)})",
