@@ -250,19 +250,18 @@ def rate_sentence(config) -> str:
     return text + "."
 
 
-def control_section(control: dict, tasks: list[str]) -> list[str]:
-    """The arms against the model without positions, when the run has one."""
-    if not control:
+def control_section(table: str, reading: str) -> list[str]:
+    """The arms against the model without positions (`table`, '' when the run has none) and
+    how to read them."""
+    if not table:
         return []
     return [
         "## Paired against the model without positions",
         "",
         "Each arm minus `none`, the same model with no positional information, paired the same "
-        "way: an arm whose intervals contain 0 has not measurably used positions at this "
-        "budget, and its lead over `learned` is then the cost of BERT-A's input table, not a "
-        "gain from its own method.",
+        f"way: {reading}",
         "",
-        paired_table(control, tasks, CONTROL_ARM),
+        table,
         "",
     ]
 
@@ -294,7 +293,12 @@ def results_markdown(
         "",
         paired_table(paired, tasks) if paired else "(no `learned` arm in this run)",
         "",
-        *control_section(control, tasks),
+        *control_section(
+            paired_table(control, tasks, CONTROL_ARM) if control else "",
+            "an arm whose intervals contain 0 has not measurably used positions at this budget, "
+            "and its lead over `learned` is then the cost of BERT-A's input table, not a gain "
+            "from its own method.",
+        ),
         "## Baselines (same training and test examples)",
         "",
         baselines_table(table, tasks) if tasks else "(no fine-tuning tasks in this run)",

@@ -41,6 +41,7 @@ from .subset import fixed_subset
 from .summary import (
     BASELINE_ARM,
     CONTROL_ARM,
+    control_section,
     difference_text,
     loss_cell,
     mlm_curves,
@@ -247,22 +248,6 @@ def plot_languages(downstream: dict, tasks: list[str], languages: list[str], pat
     return save_figure(figure, Path(path))
 
 
-def control_section(control: dict, tasks: list[str]) -> list[str]:
-    """The arms against the model without positions, when the run has one."""
-    if not control:
-        return []
-    return [
-        "## Paired against the model without positions",
-        "",
-        "Each arm minus `none`, the same model with no positional information, paired the "
-        "same way: where an interval contains 0, these seeds cannot tell the arm's positions "
-        "from none at all.",
-        "",
-        paired_table(control, tasks, CONTROL_ARM),
-        "",
-    ]
-
-
 def results_markdown(
     config, results, runs, summary, tables, claims, paired, context, control=None
 ) -> str:
@@ -298,7 +283,11 @@ def results_markdown(
         "",
         paired_table(paired, tasks) if paired else "(no `learned` arm in this run)",
         "",
-        *control_section(control, tasks),
+        *control_section(
+            paired_table(control, tasks, CONTROL_ARM) if control else "",
+            "where an interval contains 0, these seeds cannot tell the arm's positions from none "
+            "at all.",
+        ),
         claims_markdown(claims),
         "",
         wall_time_line(context),
