@@ -116,6 +116,7 @@ def test_a_names_option_with_no_name_is_refused(command, tmp_path):
         (["probe"], "--test-lens", "32,64,32"),
         (["bench"], "--kernels", "sdpa,sdpa"),
         (["bench", "--kernels", "sdpa"], "--lengths", "16,16"),
+        (["bench", "--kernels", "sdpa"], "--floor-backends", "flash,flash"),
         (["compare", "--task", "translation"], "--encodings", "t5,t5"),
     ],
 )

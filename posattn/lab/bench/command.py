@@ -24,7 +24,9 @@ def run_bench(args: argparse.Namespace) -> int:
             option = "--" + name.replace("_", "-")
             setattr(settings, name, positive_integers_of(option, value, none_allowed=True))
     if args.floor_backends is not None:  # "" pins none
-        settings.floor_backends = [b.strip() for b in args.floor_backends.split(",") if b.strip()]
+        settings.floor_backends = names_of(
+            "--floor-backends", args.floor_backends, none_allowed=True
+        )
     settings.dtype = args.dtype
     if args.attention_dropout is not None:
         from ...errors import require

@@ -11,14 +11,14 @@ from pathlib import Path
 import torch.distributed as dist
 
 
-def names_of(option: str, value: str) -> list[str]:
+def names_of(option: str, value: str, *, none_allowed: bool = False) -> list[str]:
     """The names of a comma-separated option, stripped, empty items (a trailing comma)
-    dropped; refused when none is left or one is repeated (a repeated arm, task or kernel
-    was measured twice and reported as two)."""
+    dropped; refused when one is repeated (a repeated arm, task or kernel was measured twice
+    and reported as two) or when none is left, unless `none_allowed` ('' for none)."""
     from ...errors import require
 
     names = [part.strip() for part in value.split(",") if part.strip()]
-    require(bool(names), option, value, "comma-separated names, at least one")
+    require(bool(names) or none_allowed, option, value, "comma-separated names, at least one")
     require(len(set(names)) == len(names), option, value, "comma-separated names, none repeated")
     return names
 
