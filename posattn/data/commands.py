@@ -66,25 +66,24 @@ def name_list(option: str):
     return parse
 
 
+def task_files_of(pairs: list[tuple[str, str]] | None) -> dict[str, str]:
+    """--task NAME=FILE pairs as a dict; a name given twice is refused (dict() would keep its
+    last file and drop the first without a word)."""
+    names = [name for name, _ in pairs or []]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise invalid("--task", ", ".join(repeated), "one file a task name")
+    return dict(pairs or [])
+
+
 def run_prepare(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
-    task_files = dict(args.task or [])
-    if len(task_files) < len(args.task or []):  # dict() kept the last file of a name
-        names = [name for name, _ in args.task]
-        repeated = sorted({name for name in names if names.count(name) > 1})
-        console.print(
-            f"posattn: error: {invalid('--task', ', '.join(repeated), 'one file a task name')}",
-            highlight=False,
-            markup=False,
-            soft_wrap=True,
-        )
-        return 2
     try:
         layout = prepare(
             args.data_dir,
             tasks=args.tasks,
             corpus=args.corpus,
-            task_files=task_files,
+            task_files=task_files_of(args.task),
             vocab_size=args.vocab_size,
             quiet=args.quiet,
             translations=args.translation,
