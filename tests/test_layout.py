@@ -1,7 +1,7 @@
 """The package's two wings, read from its imports (every `import`, module-level or inside a
 function): no import cycle; the library (encodings, kernels, models, attention, execution,
-errors, directory_lock, data) never imports the lab; a lab peer imports only the run kit
-(lab/runs) and the library, never another peer."""
+errors, directory_lock, option_lists, data) never imports the lab; a lab peer imports only
+the run kit (lab/runs) and the library, never another peer."""
 
 import ast
 from pathlib import Path
@@ -15,6 +15,7 @@ LIBRARY_MODULES = (
     "posattn.directory_lock",
     "posattn.execution",
     "posattn.errors",
+    "posattn.option_lists",
     "posattn.toeplitz",
 )
 

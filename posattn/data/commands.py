@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import PosAttnConfigError, invalid
+from ..option_lists import names_of
 from .archive import pack, unpack
 from .build import MissingSources, prepare
 from .corpora import BUILTIN_CORPORA, DEFAULT_CORPUS
@@ -57,11 +58,10 @@ def name_list(option: str):
     repeated."""
 
     def parse(value: str) -> list[str]:
-        names = [name.strip() for name in value.split(",") if name.strip()]
-        if len(set(names)) < len(names):
-            allowed = "comma-separated names, none repeated"
-            raise argparse.ArgumentTypeError(str(invalid(option, value, allowed)))
-        return names
+        try:
+            return names_of(option, value, none_allowed=True)
+        except PosAttnConfigError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
 
     return parse
 

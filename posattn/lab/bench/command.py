@@ -8,7 +8,7 @@ from pathlib import Path
 
 def run_bench(args: argparse.Namespace) -> int:
     from ... import execution
-    from ..runs.options import names_of, positive_integers_of
+    from ...option_lists import names_of, positive_integers_of
     from .bench import BenchSettings, bench
 
     settings = BenchSettings.quick() if args.quick else BenchSettings()

@@ -6,8 +6,9 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
+from ...option_lists import names_of
 from ..runs.lock import run_lock
-from ..runs.options import add_run_options, finish_distributed, model_directory, names_of
+from ..runs.options import add_run_options, finish_distributed, model_directory
 from ..runs.trainer_section import check_machine
 from .runconfig import RunConfig, load_run_config
 

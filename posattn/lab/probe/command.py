@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..runs.options import names_of, positive_integers_of
+from ...option_lists import names_of, positive_integers_of
 
 
 def settings_from(args: argparse.Namespace):

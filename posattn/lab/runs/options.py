@@ -1,5 +1,5 @@
 """The options every run command shares (preset, config file, output, data, KEY=VALUE
-overrides, lists of names, the model directory a command reads) and the end of a distributed
+overrides, the model directory a command reads) and the end of a distributed
 run."""
 
 from __future__ import annotations
@@ -9,36 +9,6 @@ import json
 from pathlib import Path
 
 import torch.distributed as dist
-
-
-def names_of(option: str, value: str, *, none_allowed: bool = False) -> list[str]:
-    """The names of a comma-separated option, stripped, empty items (a trailing comma)
-    dropped; refused when one is repeated (a repeated arm, task or kernel was measured twice
-    and reported as two) or when none is left, unless `none_allowed` ('' for none)."""
-    from ...errors import require
-
-    names = [part.strip() for part in value.split(",") if part.strip()]
-    require(bool(names) or none_allowed, option, value, "comma-separated names, at least one")
-    require(len(set(names)) == len(names), option, value, "comma-separated names, none repeated")
-    return names
-
-
-def positive_integers_of(option: str, value: str, *, none_allowed: bool = False) -> list[int]:
-    """The positive integers of a comma-separated option (lengths, sizes), empty items
-    dropped; '' for none only where `none_allowed`."""
-    from ...errors import require
-
-    parts = [part.strip() for part in value.split(",") if part.strip()]
-    allowed = "comma-separated positive integers" + (", or '' for none" if none_allowed else "")
-    require(
-        all(part.isdigit() and int(part) > 0 for part in parts) and (parts or none_allowed),
-        option,
-        value,
-        allowed,
-    )
-    numbers = [int(part) for part in parts]
-    require(len(set(numbers)) == len(numbers), option, value, allowed + ", none repeated")
-    return numbers
 
 
 def require_distinct_names(option: str, names: list[str]) -> None:

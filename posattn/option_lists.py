@@ -1,0 +1,32 @@
+"""Comma-separated command-line lists (arms, tasks, kernels, lengths), parsed one way by every
+command: items stripped, empty ones (a trailing comma) dropped, a repeated item refused - a
+repeated arm, task or length was measured twice and reported as two."""
+
+from __future__ import annotations
+
+from .errors import require
+
+
+def names_of(option: str, value: str, *, none_allowed: bool = False) -> list[str]:
+    """The names of a comma-separated option; refused when one is repeated or when none is
+    left, unless `none_allowed` ('' for none)."""
+    names = [part.strip() for part in value.split(",") if part.strip()]
+    require(bool(names) or none_allowed, option, value, "comma-separated names, at least one")
+    require(len(set(names)) == len(names), option, value, "comma-separated names, none repeated")
+    return names
+
+
+def positive_integers_of(option: str, value: str, *, none_allowed: bool = False) -> list[int]:
+    """The positive integers of a comma-separated option (lengths, sizes); '' for none only
+    where `none_allowed`."""
+    parts = [part.strip() for part in value.split(",") if part.strip()]
+    allowed = "comma-separated positive integers" + (", or '' for none" if none_allowed else "")
+    require(
+        all(part.isdigit() and int(part) > 0 for part in parts) and (parts or none_allowed),
+        option,
+        value,
+        allowed,
+    )
+    numbers = [int(part) for part in parts]
+    require(len(set(numbers)) == len(numbers), option, value, allowed + ", none repeated")
+    return numbers
