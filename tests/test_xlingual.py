@@ -208,9 +208,19 @@ def test_compare_xlingual_writes_every_output_and_reuses_its_cells(data_dir, tmp
     claims = {c["id"]: c for c in summary["claims"]}
     assert claims["xnli-shaw>learned"]["verdict"] == "inconclusive"
     assert claims["xnli-diet-abs>learned"]["values"]["b"] == "learned"
+    # over both tasks the pairing is the claim's own comparison: the same difference and
+    # interval, and the average of the two tasks' differences (each over the same runs)
+    everything = summary["paired_with_learned"]["diet-abs"]["all_tasks"]["zero_shot"]
+    claim = claims["xnli-diet-abs>learned"]["values"]["difference"]
+    assert everything["difference"] == pytest.approx(claim["difference"])
+    assert everything["interval"] == pytest.approx(claim["interval"])
+    per_task = summary["paired_with_learned"]["diet-abs"]
+    halves = [per_task[t]["zero_shot"]["difference"] for t in ("next-block", "chapter")]
+    assert everything["difference"] == pytest.approx(sum(halves) / 2)
     table = (output / "results.md").read_text()
     assert "| `diet-abs` |" in table and "## next-block" in table and "majority" in table
     assert "| arm - `none` | next-block zero-shot |" in table
+    assert "all tasks zero-shot | all tasks English |" in table
     assert (output / "xlingual.png").stat().st_size > 1000
     assert (output / "validation_loss.png").stat().st_size > 1000
     marker = output / "learned" / "seed0" / "finetune" / "chapter" / "xlingual.json"

@@ -184,34 +184,52 @@ def baselines_table(table: dict, languages: list[str]) -> str:
     return markdown_table(["baseline (fitted on English)", *languages], rows)
 
 
+# The key of the average over every task, the measure of the xlingual claims.
+ALL_TASKS = "all_tasks"
+
+
+def task_groups(tasks: list[str]) -> dict[str, list[str]]:
+    """Each task alone and, with more than one, all of them averaged (`ALL_TASKS`)."""
+    groups = {task: [task] for task in tasks}
+    if len(tasks) > 1:
+        groups[ALL_TASKS] = list(tasks)
+    return groups
+
+
 def paired_with_arm(
     measurements: Measurements, tasks: list[str], targets: list[str], base: str = BASELINE_ARM
 ) -> dict:
-    """Per arm other than `base` (`learned` unless given), per task: the zero-shot and the
-    English accuracy minus the base's, paired by run (bootstrap over runs and test examples).
-    Empty when the run has no `base` arm."""
+    """Per arm other than `base` (`learned` unless given), per task and over all tasks
+    (`ALL_TASKS`, what the claims compare): the zero-shot and the English accuracy minus the
+    base's, paired by run (bootstrap over runs and test examples). Empty when the run has no
+    `base` arm."""
     arms = {arm for runs in measurements.downstream.values() for arm in runs}
     if base not in arms:
         return {}
     paired: dict = {}
     for arm in sorted(arms - {base}):
         paired[arm] = {}
-        for task in tasks:
+        for key, group in task_groups(tasks).items():
             entry = {}
             for label, languages in (("zero_shot", targets), ("english", [ENGLISH])):
-                names = [f"{task}/{x}" for x in languages]
+                names = [f"{task}/{x}" for task in group for x in languages]
                 _, comparison = paired_average(measurements, arm, base, names)
                 entry[label] = None if comparison is None else comparison.to_dict()
-            paired[arm][task] = entry
+            paired[arm][key] = entry
     return paired
 
 
 def paired_table(paired: dict, tasks: list[str], base: str = BASELINE_ARM) -> str:
-    header = [f"arm - `{base}`", *(f"{t} {w}" for t in tasks for w in ("zero-shot", "English"))]
+    groups = list(task_groups(tasks))
+    titles = {ALL_TASKS: "all tasks"}
+    header = [
+        f"arm - `{base}`",
+        *(f"{titles.get(g, g)} {w}" for g in groups for w in ("zero-shot", "English")),
+    ]
     rows = [
         [
             f"`{arm}`",
-            *(difference_text(values[t][w]) for t in tasks for w in ("zero_shot", "english")),
+            *(difference_text(values[g][w]) for g in groups for w in ("zero_shot", "english")),
         ]
         for arm, values in paired.items()
     ]
@@ -278,8 +296,8 @@ def results_markdown(
         "## Paired against BERT-A",
         "",
         "Each arm minus `learned` in accuracy points, paired by run, with a bootstrap interval "
-        "over runs and test examples. An interval that excludes 0 is a difference these seeds "
-        "support.",
+        "over runs and test examples; `all tasks`: the average over the tasks, what the claims "
+        "below compare. An interval that excludes 0 is a difference these seeds support.",
         "",
         paired_table(paired, tasks) if paired else "(no `learned` arm in this run)",
         "",
