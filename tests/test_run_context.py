@@ -1,7 +1,7 @@
-"""The wall-time line of a comparison's report: this invocation's time and workers, and how
-many cells an earlier invocation had finished."""
+"""The closing lines of a comparison's report: this invocation's time and workers, how many
+cells an earlier invocation had finished, and the data the results were computed from."""
 
-from posattn.lab.runs.context import wall_time_line
+from posattn.lab.runs.context import data_line, wall_time_line
 
 
 def test_the_line_names_this_invocations_workers_and_the_reused_cells():
@@ -13,3 +13,12 @@ def test_the_line_names_this_invocations_workers_and_the_reused_cells():
     context = {"wall_seconds": 90.0, "workers": 2, "cells": {"total": 4, "reused": 0}}
     assert wall_time_line(context) == "Wall time: 1.5 min on 2 workers."
     assert wall_time_line({"wall_seconds": 30.0}) == "Wall time: 0.5 min."
+
+
+def test_the_data_line_gives_each_folders_digest_shortened_or_says_it_is_not_recorded():
+    data = {"corpus": "0123456789abcdef" * 4, "tasks/sentiment": "f" * 64}
+    assert data_line({"data": data}) == (
+        "Data (sha256 of each prepared folder read, first digits): corpus 0123456789ab, "
+        "tasks/sentiment ffffffffffff."
+    )
+    assert data_line({}) == "Data: not recorded."  # a report of runs combined from elsewhere

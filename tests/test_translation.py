@@ -14,6 +14,7 @@ from test_lab_runs import tensorboard_scalars
 from test_seq2seq import TABLE4, seq2seq
 from translation_fixtures import build_toy_translation
 
+from posattn.data.identity import folder_digest
 from posattn.data.translation_tokenizer import load_translation_tokenizer
 from posattn.errors import PosAttnConfigError
 from posattn.lab.translation.data import encode_pairs
@@ -333,6 +334,8 @@ def test_translation_compare_reuses_only_runs_of_the_same_settings(toy, tmp_path
     with torch.random.fork_rng():
         assert main(base) == 0
         first = metrics.stat().st_mtime_ns
+        stage = json.loads((metrics.parent / "stage.json").read_text())
+        assert stage["data"] == {"translation/toy": folder_digest(toy / "translation" / "toy")}
         assert main(base) == 0  # read back, not retrained
         assert metrics.stat().st_mtime_ns == first
         assert (

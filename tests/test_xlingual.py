@@ -14,6 +14,7 @@ from posattn import PosAttnConfig, PosAttnConfigError
 from posattn.cli import main
 from posattn.data.build import make_plan
 from posattn.data.handbook import HTML_DIR
+from posattn.data.identity import folder_digest
 from posattn.data.multilingual import MIN_SCRIPT_SHARE, page_splits, translated_blocks, untranslated
 from posattn.data.xlingual import XlingualData, read_handbook
 from posattn.lab.pretraining.arms import arm_config, check_arms
@@ -176,6 +177,13 @@ def test_compare_xlingual_writes_every_output_and_reuses_its_cells(data_dir, tmp
     assert main(args) == 0
     summary = json.loads((output / "results.json").read_text())
     assert summary["context"]["languages"] == list(LANGUAGES)
+    # every stage read the one cross-lingual folder, and the report names its digest
+    digest = folder_digest(data_dir / "xlingual")
+    assert summary["context"]["data"] == {"xlingual": digest}
+    for cell in ("pretrain", "finetune/chapter"):
+        stage = json.loads((output / "none" / "seed0" / cell / "stage.json").read_text())
+        assert stage["data"] == {"xlingual": digest}
+    assert f"first digits): xlingual {digest[:12]}." in (output / "results.md").read_text()
     for task in ("next-block", "chapter"):
         for arm in ("learned", "diet-abs"):
             tuned = json.loads(

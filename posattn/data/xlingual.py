@@ -20,6 +20,7 @@ from typing import Any
 
 from ..errors import invalid, require, require_choice
 from . import handbook
+from .identity import DataFolders, xlingual_folders
 from .layout import paths
 from .manifest import write_atomic
 from .multilingual import (
@@ -158,6 +159,10 @@ class XlingualData:
     @property
     def languages(self) -> list[str]:
         return list(self.info["languages"])
+
+    def folders(self, tasks=()) -> DataFolders:
+        """The folder every stage of the set reads (its corpus, tokenizer and `tasks`)."""
+        return xlingual_folders(self.data_dir)
 
     def tokenizer(self):
         from transformers import PreTrainedTokenizerFast

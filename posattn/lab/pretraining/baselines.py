@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from ...data.identity import DataFolders
 from ...models import PosAttnForMaskedLM
 from ..runs.model_card import write_model_card
 from ..runs.stages import save_run, start_stage
@@ -196,12 +197,13 @@ def random_init_model_dir(config: RunConfig, tokenizer, output: Path, seed: int 
     return output
 
 
-def save_initial_model(config: RunConfig, output: Path, tokenizer) -> dict:
+def save_initial_model(config: RunConfig, output: Path, tokenizer, data: DataFolders) -> dict:
     """The "random initialisation" arm: the run's model built with pretrain.seed and not
     trained, saved where a pretraining saves its model (output/model) with its metrics.json,
-    so that fine-tuning starts from it exactly as from a pretrained one."""
+    so that fine-tuning starts from it exactly as from a pretrained one. data: the folders
+    of the run's data (its tokenizer's), recorded as a pretraining's are."""
     output = Path(output)
-    start_stage(pretrain_stage(config, output))
+    start_stage(pretrain_stage(config, output, data))
     model_dir = random_init_model_dir(config, tokenizer, output / "model", config.pretrain.seed)
     parameters = sum(t.numel() for t in load_file(model_dir / "model.safetensors").values())
     metrics = {

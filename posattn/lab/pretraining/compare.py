@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
+from ...data.identity import DataFolders, english_folders
 from ...data.manifest import write_atomic
 from ...encodings import build_encoding
 from ...errors import invalid
@@ -90,11 +91,12 @@ class Cell:
             return cell_config
         return replace(cell_config, finetune=replace(cell_config.finetune, tasks=[self.task]))
 
-    def stage(self, config: RunConfig, output: Path) -> Stage:
+    def stage(self, config: RunConfig, output: Path, data: DataFolders | None = None) -> Stage:
+        """The cell's stage; data: the folders it reads (default: the English data's)."""
         if self.zero_shot:
             return zero_shot_stage(self.config(config), self.task, self.directory(output))
         build = pretrain_stage if self.task is None else finetune_stage
-        return build(self.config(config), self.directory(output))
+        return build(self.config(config), self.directory(output), data)
 
 
 def cells_of(config: RunConfig) -> tuple[list[Cell], list[Cell]]:
@@ -138,7 +140,7 @@ def run_cell(config: RunConfig, cell: Cell, output: Path, overwrite: bool = Fals
         else:
             finetune(model_dir, cell_config, directory, tokenizer, data)
     elif cell.arm == RANDOM_INIT:
-        save_initial_model(cell_config, directory, tokenizer)
+        save_initial_model(cell_config, directory, tokenizer, data.folders())
     else:
         pretrain(cell_config, directory, tokenizer, data, resume=state == RESUME)
     return cell.name
@@ -280,5 +282,6 @@ def compare(
         pretrain_seeds=list(config.compare.pretrain_seeds),
         finetune_seeds=list(config.finetune.seeds),
         cells=reuse_counts(states),
+        data=english_folders(config.data.data_dir, config.finetune.tasks).digests(),
     )
     return write_summary(config, output, results, context, tasks)

@@ -12,6 +12,7 @@ import torch
 from sklearn.metrics import f1_score, matthews_corrcoef
 from transformers import DataCollatorWithPadding, TrainingArguments
 
+from ...data.identity import DataFolders, english_folders
 from ...errors import invalid, require
 from ...models import PosAttnForSequenceClassification
 from ...models.segments import reads_segments
@@ -195,9 +196,10 @@ def summarise(runs: dict[float, list[dict]]) -> dict:
     }
 
 
-def finetune_stage(config: RunConfig, output: Path) -> Stage:
+def finetune_stage(config: RunConfig, output: Path, data: DataFolders | None = None) -> Stage:
     """The fine-tuning of one pretrained encoding: fixed by the pretraining's sections (the
-    model it starts from) and the finetune section."""
+    model it starts from), the finetune section and the data folders both read (`data`;
+    default: the English corpus, tokenizer and the finetune section's tasks)."""
     settings = run_settings(
         model=config.model,
         data=config.data,
@@ -205,7 +207,8 @@ def finetune_stage(config: RunConfig, output: Path) -> Stage:
         finetune=config.finetune,
         **trainer_settings(config.trainer),
     )
-    return Stage(Path(output), settings, marker="finetune.json")
+    data = data or english_folders(config.data.data_dir, config.finetune.tasks)
+    return Stage(Path(output), settings, marker="finetune.json", data=data)
 
 
 def check_vocabulary(pretrained: Path, tokenizer) -> None:
@@ -242,7 +245,7 @@ def finetune(pretrained: Path, config: RunConfig, output: Path, tokenizer, tasks
     )
     specs = {task: tasks_source.spec(task) for task in f.tasks}
     join_process_group()
-    start_stage(finetune_stage(config, output))
+    start_stage(finetune_stage(config, output, tasks_source.folders(f.tasks)))
     runs = [(task, lr, seed) for task in f.tasks for lr in f.learning_rates for seed in f.seeds]
     splits = {}
     mine = []

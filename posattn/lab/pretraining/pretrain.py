@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 from transformers import TrainingArguments
 
+from ...data.identity import DataFolders, english_folders
 from ...models.config import PosAttnConfig
 from ..runs.fingerprint import run_settings, trainer_settings
 from ..runs.mlm_data import MaskedBlocks, pack_paragraphs
@@ -67,27 +68,30 @@ def training_arguments(config: RunConfig, output: Path) -> TrainingArguments:
     )
 
 
-def pretrain_stage(config: RunConfig, output: Path) -> Stage:
-    """The pretraining of one encoding: fixed by the model, data and pretrain sections."""
+def pretrain_stage(config: RunConfig, output: Path, data: DataFolders | None = None) -> Stage:
+    """The pretraining of one encoding: fixed by the model, data and pretrain sections and by
+    the data folders it reads (`data`; default: the English corpus and tokenizer)."""
     settings = run_settings(
         model=config.model,
         data=config.data,
         pretrain=config.pretrain,
         **trainer_settings(config.trainer),
     )
-    return Stage(Path(output), settings, marker="metrics.json")
+    data = data or english_folders(config.data.data_dir)
+    return Stage(Path(output), settings, marker="metrics.json", data=data)
 
 
 def pretrain(config: RunConfig, output: Path, tokenizer, corpus, resume: bool = False) -> dict:
     """Train, evaluate and save one masked-LM model; returns (and writes) its metrics.
 
-    corpus: an object with .paragraphs(split) for "train" and "validation". resume: continue
-    from the last checkpoint in `output`, which must come from the same settings.
+    corpus: a prepared data source (.paragraphs(split) for "train" and "validation", .folders()
+    it reads). resume: continue from the last checkpoint in `output`, which must come from the
+    same settings and data.
     """
     output = Path(output)
     model_cfg = model_config(config, tokenizer)
     check_start(config.pretrain.init_from, config.pretrain.init_positions, model_cfg)
-    checkpoint = start_stage(pretrain_stage(config, output), resume)
+    checkpoint = start_stage(pretrain_stage(config, output, corpus.folders()), resume)
     seq_len = config.model.max_len
     train_blocks = packed_blocks(
         tokenizer, corpus, "train", config.data.max_train_paragraphs, seq_len

@@ -16,7 +16,7 @@ from ..runs.claims import (
     evaluate_claims,
     paired_downstream,
 )
-from ..runs.context import wall_time_line
+from ..runs.context import data_line, wall_time_line
 from ..runs.results import claims_markdown, downstream_summary, plot_downstream
 from ..runs.stages import save_run
 from ..runs.statistics import mean_interval, paired_permutation
@@ -307,6 +307,7 @@ def results_markdown(
         claims_markdown(claims),
         "",
         wall_time_line(context),
+        data_line(context),
     ]
     return "\n".join(parts) + "\n"
 

@@ -18,6 +18,7 @@ import statistics
 import time
 from pathlib import Path
 
+from ...data.identity import xlingual_folders
 from ...data.manifest import write_atomic
 from ...data.multilingual import ENGLISH
 from ...data.xlingual import XlingualData
@@ -66,13 +67,14 @@ def xlingual_data(data_dir: str | None) -> tuple[XlingualData, object]:
 
 def stage_of(cell: Cell, config: RunConfig, output: Path, languages: list[str]) -> Stage:
     """Pretraining: compare's stage. Fine-tuning: its settings plus the languages scored."""
+    data = xlingual_folders(config.data.data_dir)
     if cell.task is None:
-        return cell.stage(config, output)
+        return cell.stage(config, output, data)
     c = cell.config(config)
     settings = run_settings(
         model=c.model, data=c.data, pretrain=c.pretrain, finetune=c.finetune, languages=languages
     )
-    return Stage(cell.directory(output), settings, marker=MARKER)
+    return Stage(cell.directory(output), settings, marker=MARKER, data=data)
 
 
 def run_xlingual_cell(config: RunConfig, cell: Cell, output: Path, overwrite: bool = False) -> str:
@@ -89,7 +91,7 @@ def run_xlingual_cell(config: RunConfig, cell: Cell, output: Path, overwrite: bo
         model_dir = cell.pretraining().directory(output) / "model"
         finetune_xlingual(model_dir, cell_config, directory, tokenizer, data, stage)
     elif cell.arm == RANDOM_INIT:
-        save_initial_model(cell_config, directory, tokenizer)
+        save_initial_model(cell_config, directory, tokenizer, data.folders())
     else:
         pretrain(cell_config, directory, tokenizer, data, resume=state == RESUME)
     return cell.name
@@ -180,5 +182,6 @@ def compare_xlingual(config: RunConfig, output: Path, preset: str, overwrite: bo
         languages=data.languages,
         source=ENGLISH,
         cells=reuse_counts(states),
+        data=data.folders().digests(),
     )
     return write_xlingual_summary(config, output, results, context, data)

@@ -27,7 +27,7 @@ from ..runs.claims import (
     evaluate_claims,
 )
 from ..runs.claims import paired_downstream as paired_average
-from ..runs.context import wall_time_line
+from ..runs.context import data_line, wall_time_line
 from ..runs.figures import plt, save_figure
 from ..runs.results import claims_markdown
 from ..runs.stages import save_run
@@ -309,6 +309,7 @@ def results_markdown(
         claims_markdown(claims),
         "",
         wall_time_line(context),
+        data_line(context),
     ]
     return "\n".join(parts) + "\n"
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from ...data.identity import english_folders
 from ...data.order_tasks import reorder
 from ...errors import invalid
 from ...models import PosAttnForMaskedLM
@@ -97,7 +98,8 @@ def score_pairs(model, tokenizer, pairs: list[dict], max_len: int) -> dict:
 
 
 def zero_shot_stage(config: RunConfig, task: str, output: Path) -> Stage:
-    """Fixed by the pretraining it scores and by the test examples and length it reads."""
+    """Fixed by the pretraining it scores and by the test examples and length it reads (the
+    English data: zero-shot tasks are English)."""
     settings = {
         "pretraining": pretrain_stage(config, output).settings,
         "zero_shot": {
@@ -108,7 +110,8 @@ def zero_shot_stage(config: RunConfig, task: str, output: Path) -> Stage:
             "tie_tolerance": TIE_TOLERANCE,
         },
     }
-    return Stage(Path(output), settings, marker=MARKER)
+    data = english_folders(config.data.data_dir, (task,))
+    return Stage(Path(output), settings, marker=MARKER, data=data)
 
 
 def score_model(model_dir: Path, task: str, tokenizer, tasks, finetune: FinetuneSection):

@@ -1,17 +1,33 @@
-"""What a result was measured on: the machine and the library versions, for every report."""
+"""What a result was measured on: the machine, the library versions and the prepared data,
+for every report."""
 
 from __future__ import annotations
 
 import os
 import platform
+from pathlib import Path
 
 import torch
+
+from ...data.identity import digest_line
+
+
+def cpu_model() -> str:
+    """The processor's name (Linux's /proc/cpuinfo), else what `platform` knows: two machines
+    of one architecture can round training differently, so a report names the model."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and ":" in line:
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def machine() -> str:
     if torch.cuda.is_available():
         return f"GPU {torch.cuda.get_device_name()}"
-    return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+    return f"CPU ({cpu_model()}, {os.cpu_count()} cores)"
 
 
 def run_context(preset: str, wall_seconds: float, **extra) -> dict:
@@ -23,6 +39,14 @@ def run_context(preset: str, wall_seconds: float, **extra) -> dict:
         "torch": torch.__version__,
         **extra,
     }
+
+
+def data_line(context: dict) -> str:
+    """The prepared data folders the run read, by digest (data/identity.py), where recorded."""
+    data = context.get("data")
+    if not data:
+        return "Data: not recorded."
+    return f"Data (sha256 of each prepared folder read, first digits): {digest_line(data)}."
 
 
 def wall_time_line(context: dict) -> str:

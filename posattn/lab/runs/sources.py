@@ -7,6 +7,7 @@ from itertools import islice
 from pathlib import Path
 
 from ...data import load_task, load_tokenizer, paths, task_spec
+from ...data.identity import DataFolders, english_folders
 from ...data.tasks import TaskSpec
 from ...errors import invalid
 
@@ -22,6 +23,10 @@ class PreparedData:
                 "a prepared data directory: run `posattn data prepare` first "
                 "(or set data.data_dir / POSATTN_DATA_DIR)",
             )
+
+    def folders(self, tasks=()) -> DataFolders:
+        """The folders a stage reading the corpus, tokenizer and `tasks` reads."""
+        return english_folders(self.data_dir, tasks)
 
     def tokenizer(self):
         return load_tokenizer(self.data_dir)

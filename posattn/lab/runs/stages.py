@@ -3,15 +3,21 @@ the same settings.
 
 A stage (a model's pretraining, its fine-tuning, one translation run) is a directory whose
 result is fixed by some config sections. Its fingerprint is a stable hash of those sections as
-canonical JSON plus the posattn version; `start_stage` records it in the directory's stage.json
-({fingerprint, settings}) before the first step, and `save_run` writes the stage's outputs,
-its marker file last. On a rerun `stage_state` decides:
+canonical JSON plus the posattn version. The settings name the data directory by path, so a
+stage also records a digest of each prepared data folder it reads (data/identity.py): the same
+settings on rebuilt data are other inputs. `start_stage` records both in the directory's
+stage.json ({fingerprint, settings, data}) before the first step, and `save_run` writes the
+stage's outputs, its marker file last. On a rerun `stage_state` decides:
 
-    same fingerprint, marker written      -> "finished": the outputs are reused, nothing trains
-    same fingerprint, checkpoints, no marker -> "resume": training continues from the last one
-    outputs of other (or unknown) settings -> refused with a PosAttnConfigError that names the
-                                              differing keys (old -> new), unless overwrite,
-                                              which deletes the stage so it is computed afresh
+    same fingerprint and data, marker written -> "finished": the outputs are reused
+    same fingerprint and data, checkpoints, no marker -> "resume": training continues
+    outputs of other (or unknown) settings or data -> refused with a PosAttnConfigError that
+                                              names the differing keys (old -> new), unless
+                                              overwrite, which deletes the stage so it is
+                                              computed afresh
+
+A stage.json written before stages recorded their data has settings but no digests: it is
+reused on its settings alone, with a warning that its data cannot be checked.
 
 Refusing (rather than quietly recomputing) keeps a comparison's directory from holding results
 of two settings and never throws away hours of training without being asked to.
@@ -22,10 +28,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...data.identity import SHORT, DataFolders
 from ...data.manifest import write_atomic
 from ...errors import PosAttnConfigError
 from .config import to_yaml
@@ -36,6 +44,8 @@ from .trainer import checkpoints, last_intact_checkpoint
 
 STAGE_FILE = "stage.json"
 FRESH, RESUME, FINISHED = "fresh", "resume", "finished"
+DATA_KEY = "data"
+_warned_undigested: list[Path] = []  # one warning per process, not one per old stage
 
 
 def is_main_process() -> bool:
@@ -45,22 +55,48 @@ def is_main_process() -> bool:
 
 @dataclass(frozen=True)
 class Stage:
-    """A stage's directory, its settings and the file it writes last (its marker)."""
+    """A stage's directory, its settings, the file it writes last (its marker) and the
+    prepared data folders it reads (None: a stage of no data directory, or one built only for
+    its settings)."""
 
     directory: Path
     settings: dict
     marker: str
+    data: DataFolders | None = None
 
     @property
     def fingerprint(self) -> str:
         return fingerprint(self.settings)
+
+    def data_digests(self) -> dict[str, str] | None:
+        return None if self.data is None else self.data.digests()
 
     def record(self) -> dict | None:
         """The stage.json found in the directory; None where missing or damaged."""
         return stage_record(self.directory)
 
     def matches(self, record: dict | None) -> bool:
-        return record is not None and record.get("fingerprint") == self.fingerprint
+        """Whether `record` (a stage.json) is of this stage's settings and data."""
+        if record is None or record.get("fingerprint") != self.fingerprint:
+            return False
+        recorded = record.get(DATA_KEY)
+        if self.data is None:
+            return True
+        if recorded is None:
+            warn_undigested(self.directory)
+            return True
+        return recorded == self.data_digests()
+
+
+def warn_undigested(directory: Path) -> None:
+    if not _warned_undigested:
+        warnings.warn(
+            f"{directory / STAGE_FILE} records no data digests (written before posattn "
+            "recorded them): the data it was computed from cannot be checked, it is reused on "
+            "its settings alone (so is any other such stage, without a further warning)",
+            stacklevel=4,
+        )
+    _warned_undigested.append(directory)
 
 
 def stage_record(directory: Path) -> dict | None:
@@ -81,6 +117,11 @@ def mismatch_error(stage: Stage, record: dict | None, remedy: str) -> PosAttnCon
             f"damaged): their settings are unknown. {remedy}"
         )
     changed = differences(record.get("settings", {}), stage.settings)
+    recorded = record.get(DATA_KEY)
+    if recorded is not None and stage.data is not None:
+        short = lambda digests: {k: v[:SHORT] for k, v in digests.items()}  # noqa: E731
+        data = differences({DATA_KEY: short(recorded)}, {DATA_KEY: short(stage.data_digests())})
+        changed += [f"{line} (the prepared data was rebuilt or changed)" for line in data]
     listed = "; ".join(changed) or "fingerprint differs"
     return PosAttnConfigError(f"{where} holds results of other settings ({listed}). {remedy}")
 
@@ -138,6 +179,8 @@ def start_stage(stage: Stage, resume: bool = False) -> str | None:
             )
     if is_main_process():
         record = {"fingerprint": stage.fingerprint, "settings": stage.settings}
+        if stage.data is not None:
+            record[DATA_KEY] = stage.data_digests()
         write_atomic(stage.directory / STAGE_FILE, json.dumps(record, indent=2) + "\n")
     return checkpoint
 

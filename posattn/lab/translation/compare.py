@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from ...data.identity import translation_folders
 from ...data.manifest import write_atomic
 from ...errors import require
 from ..runs.config import to_yaml
@@ -91,6 +92,7 @@ def compare_translation(
         beam_size=config.decode.beam_size,
         length_penalty=config.decode.length_penalty,
         cells=reuse_counts(states),
+        data=translation_folders(config.data.data_dir, config.data.pairs).digests(),
     )
     tests = significance(results) if len(results) > 1 else {}
     # The main report first: decoding every run again takes minutes, and a stopped or failed

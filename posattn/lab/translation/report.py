@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 
-from ..runs.context import wall_time_line
+from ..runs.context import data_line, wall_time_line
 from ..runs.tables import markdown_table as table
 from ..runs.verdicts import Spread, verdict_lines
 from .scoring import paired_significance
@@ -221,5 +221,5 @@ def translation_markdown(
         parts += pairwise_lines(extra["pairwise"])
     if extra.get("length_tuned"):
         parts += ["", *length_tuned_lines(extra["length_tuned"])]
-    parts += ["", time_line(context)]
+    parts += ["", time_line(context), data_line(context)]
     return "\n".join(parts) + "\n"

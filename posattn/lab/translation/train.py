@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 from transformers import DataCollatorForSeq2Seq, TrainerCallback, TrainingArguments
 
+from ...data.identity import translation_folders
 from ...data.parallel import load_parallel, parallel_dir
 from ...data.translation_tokenizer import load_translation_tokenizer
 from ...models.seq2seq import PosAttnForSeq2SeqLM, PosAttnSeq2SeqConfig
@@ -120,7 +121,8 @@ def translation_stage(config: TranslationRunConfig, output: Path) -> Stage:
         decode=config.decode,
         **trainer_settings(config.trainer),
     )
-    return Stage(Path(output), settings, marker="metrics.json")
+    data = translation_folders(config.data.data_dir, config.data.pairs)
+    return Stage(Path(output), settings, marker="metrics.json", data=data)
 
 
 def learning_curve(tokenizer, config: TranslationRunConfig) -> tuple[LearningCurve, dict]:
