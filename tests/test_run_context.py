@@ -21,4 +21,5 @@ def test_the_data_line_gives_each_folders_digest_shortened_or_says_it_is_not_rec
         "Data (sha256 of each prepared folder read, first digits): corpus 0123456789ab, "
         "tasks/sentiment ffffffffffff."
     )
-    assert data_line({}) == "Data: not recorded."  # a report of runs combined from elsewhere
+    assert data_line({}) == "Data: not recorded."
+    assert data_line({"data": "differs between runs"}) == "Data: differs between runs."

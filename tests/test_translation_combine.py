@@ -21,8 +21,12 @@ SETTINGS = {
 }
 
 
-def write_run(root, encoding, seed, hypotheses, references=REFERENCES, **changes):
-    """A finished run as `compare --task translation` leaves it: metrics.json, stage.json."""
+DIGESTS = {"translation/toy": "0123456789ab" + "c" * 52}
+
+
+def write_run(root, encoding, seed, hypotheses, references=REFERENCES, data=DIGESTS, **changes):
+    """A finished run as `compare --task translation` leaves it: metrics.json, stage.json
+    (with the digests of the data it read; data=None: a run from before they were recorded)."""
     folder = root / encoding / f"seed{seed}"
     folder.mkdir(parents=True)
     scores = corpus_scores(hypotheses, references)
@@ -41,7 +45,10 @@ def write_run(root, encoding, seed, hypotheses, references=REFERENCES, **changes
     settings["model"]["encoding"], settings["train"]["seed"] = encoding, seed
     for section, values in changes.items():
         settings.setdefault(section, {}).update(values)
-    (folder / "stage.json").write_text(json.dumps({"fingerprint": "x", "settings": settings}))
+    record = {"fingerprint": "x", "settings": settings}
+    if data is not None:
+        record["data"] = data
+    (folder / "stage.json").write_text(json.dumps(record))
     return root
 
 
@@ -90,6 +97,7 @@ def test_arms_trained_apart_are_compared_pair_by_pair_with_their_setting_differe
     assert '- `rel-x10`: trainer: (absent) -> {"positional_lr_scale": 10.0}' in markdown
     assert "| `rel-x10` - `rel` | 0 |" in markdown
     assert "One seed for some encoding" in markdown
+    assert "first digits): translation/toy 0123456789ab." in markdown  # every run's data
     assert summary["context"]["sources"]["sinusoidal"] == [
         str(tmp_path / "a"),
         str(tmp_path / "a1"),
@@ -125,3 +133,21 @@ def test_runs_that_cannot_be_paired_are_refused(tmp_path):
     with pytest.raises(PosAttnConfigError, match="an existing run directory"):
         combine_runs([str(tmp_path / "missing")], tmp_path / "out")
     assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_runs_on_other_data_show_it_among_the_setting_differences(tmp_path):
+    write_run(tmp_path / "a", "sinusoidal", 0, POOR)
+    rebuilt = {"translation/toy": "fedcba987654" + "0" * 52}
+    write_run(tmp_path / "b", "t5", 0, HALF, data=rebuilt)
+    write_run(tmp_path / "c", "alibi", 0, GOOD, data=None)
+    summary = combine_runs([str(tmp_path / p) for p in "abc"], tmp_path / "out")
+    assert summary["setting_differences"] == {
+        "t5": ['data_digests.translation/toy: "0123456789ab" -> "fedcba987654"'],
+        "alibi": ['data_digests: {"translation/toy": "0123456789ab"} -> (absent)'],
+    }
+    # no one data line for runs of other data, and the report says why
+    assert summary["context"]["data"] == "not recorded by every run"
+    summary = combine_runs([str(tmp_path / p) for p in "ab"], tmp_path / "out")
+    assert summary["context"]["data"] == "differs between runs (see the settings that differ)"
+    markdown = (tmp_path / "out" / "results.md").read_text()
+    assert "Data: differs between runs (see the settings that differ)." in markdown

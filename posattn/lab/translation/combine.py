@@ -15,14 +15,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ...data.identity import SHORT
 from ...errors import PosAttnConfigError, invalid, require
 from ..runs.context import run_context
 from ..runs.fingerprint import differences
-from ..runs.stages import STAGE_FILE
+from ..runs.stages import DATA_KEY, STAGE_FILE
 from .report import significance
 from .report_files import write_report
 
 RESULT = "metrics.json"
+# A run's data digests (stage.json's "data") join its settings under this key: arms trained
+# on other prepared data then show as a setting difference.
+DIGESTS = "data_digests"
 # What names an arm's runs apart from each other: not a setting difference between arms.
 PER_RUN_KEYS = ("model.encoding", "train.seed")
 
@@ -56,7 +60,8 @@ def seed_directories(directory: Path) -> list[Path]:
 
 
 def read_run(directory: Path) -> tuple[dict, dict]:
-    """(metrics, settings) of one finished run; settings from its stage.json."""
+    """(metrics, settings) of one finished run; settings from its stage.json, with the data
+    digests it recorded (DIGESTS)."""
     metrics = json.loads((directory / RESULT).read_text(encoding="utf-8"))
     stage = directory / STAGE_FILE
     if not stage.is_file():
@@ -67,7 +72,11 @@ def read_run(directory: Path) -> tuple[dict, dict]:
         str(directory),
         "a run scored on the test pairs (decode.splits with 'test'), as compare scores them",
     )
-    return metrics, json.loads(stage.read_text(encoding="utf-8")).get("settings", {})
+    record = json.loads(stage.read_text(encoding="utf-8"))
+    settings = record.get("settings", {})
+    if DATA_KEY in record:  # shortened as a report shows them
+        settings = {**settings, DIGESTS: {k: v[:SHORT] for k, v in record[DATA_KEY].items()}}
+    return metrics, settings
 
 
 def without_run_keys(settings: dict) -> dict:
@@ -181,7 +190,19 @@ def combined_context(results: dict, settings: dict, sources: dict) -> dict:
         train_seconds=sum(m.get("train_seconds", 0.0) for m in runs),
         sources=sources,
         command="posattn translate combine",
+        data=combined_data(settings),
     )
+
+
+def combined_data(settings: dict) -> dict | str:
+    """The runs' data digests where every run read the same data; else why there is no one
+    (the settings that differ name the runs)."""
+    digests = [s.get(DIGESTS) for by_seed in settings.values() for s in by_seed.values()]
+    if any(d is None for d in digests):
+        return "not recorded by every run"
+    if any(d != digests[0] for d in digests):
+        return "differs between runs (see the settings that differ)"
+    return digests[0]
 
 
 def combine_runs(specs: list[str], output: Path, all_pairs: bool = False) -> dict:
