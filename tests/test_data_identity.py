@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import warnings
 
@@ -117,6 +118,27 @@ def test_a_stage_recorded_before_digests_is_reused_on_its_settings_with_a_warnin
         warnings.simplefilter("error")
         assert stage_state(bare) == FINISHED
     assert DataFolders(tiny_data_dir, ()).digests() == {}
+
+
+def test_a_stage_recorded_before_digests_is_refused_where_its_data_was_written_after_it(
+    tiny_data_dir, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(stages, "_warned_undigested", [])
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data_dir, data)
+    stage = stage_on(data, tmp_path / "old")
+    stage.directory.mkdir()
+    record = {"fingerprint": stage.fingerprint, "settings": stage.settings}
+    (stage.directory / "stage.json").write_text(json.dumps(record))
+    (stage.directory / "metrics.json").write_text("{}")
+    written = (stage.directory / "stage.json").stat().st_mtime
+    os.utime(data / "tasks" / "paraphrase" / "dev.jsonl", (written + 60, written + 60))
+    with pytest.warns(UserWarning, match="records no data digests"):
+        assert stage_state(stage) == FINISHED  # a folder it does not read
+    os.utime(data / "corpus" / "train.txt", (written + 60, written + 60))  # prepared again
+    with pytest.raises(PosAttnConfigError, match=r"data: prepared again after this stage\.json"):
+        stage_state(stage)
+    assert "_written" not in json.loads((stage.directory / "stage.json").read_text())
 
 
 def test_compare_refuses_only_the_cells_whose_data_changed(tiny_data_dir, tmp_path):

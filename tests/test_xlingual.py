@@ -245,6 +245,12 @@ def test_compare_xlingual_writes_every_output_and_reuses_its_cells(data_dir, tmp
     assert 'src="xlingual.png"' in (output / "report.html").read_text()
 
 
+def test_preparing_the_set_again_writes_every_file_the_same(data_dir, tmp_path):
+    """The tokenizer included: its trainer alone drew one of several vocabularies per run."""
+    again = build_xlingual_data(tmp_path / "again")
+    assert folder_digest(again / "xlingual") == folder_digest(data_dir / "xlingual")
+
+
 def test_the_multilingual_tokenizer_keeps_accents_and_kana(data_dir):
     tokenizer = XlingualData(data_dir).tokenizer()
     normalise = tokenizer.backend_tokenizer.normalizer.normalize_str

@@ -66,6 +66,17 @@ class DataFolders:
         """{folder name: digest} of each folder."""
         return {name: folder_digest(self.root / name) for name in self.names}
 
+    def last_written(self) -> float:
+        """The newest modification time (seconds) of any file in the folders; 0 for none."""
+        times = [
+            (Path(directory) / name).stat().st_mtime
+            for folder in self.names
+            for directory, _, files in os.walk(self.root / folder)
+            for name in files
+            if not name.startswith(".")
+        ]
+        return max(times, default=0.0)
+
 
 def english_folders(data_dir: str | os.PathLike | None, tasks=()) -> DataFolders:
     """What the English lab reads: the corpus and tokenizer, and the named tasks."""

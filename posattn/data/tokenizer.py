@@ -19,8 +19,37 @@ from .layout import paths
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # ids 0-4, [PAD] = 0 as in BERT
+CONTINUATION = "##"  # WordPiece's mark of a piece inside a word
 DEFAULT_VOCAB_SIZE = 16000
 MODEL_MAX_LENGTH = 512
+
+
+def bert_pipeline(model: models.Model, keep_accents: bool) -> Tokenizer:
+    """A tokenizer of `model` with BERT's normalisation (lowercase; accents stripped unless
+    keep_accents), pre-tokenisation and WordPiece decoding."""
+    tokenizer = Tokenizer(model)
+    strip = False if keep_accents else None  # None: BERT's rule, stripped when lowercasing
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=strip)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece(prefix=CONTINUATION)
+    return tokenizer
+
+
+def symbols_in_order(tokenizer: Tokenizer, files: Sequence[Path]) -> list[str]:
+    """The trainer's first symbols, in the order of their ids when given as special tokens:
+    every character of the files' words (once normalised and pre-tokenised as `tokenizer`
+    does) by code point, as the trainer orders its alphabet, then '##c' for every character
+    found inside a word (after its first), sorted."""
+    alphabet: set[str] = set()
+    inside: set[str] = set()
+    for file in files:
+        with open(file, encoding="utf-8") as lines:
+            for line in lines:
+                normalised = tokenizer.normalizer.normalize_str(line)
+                for word, _ in tokenizer.pre_tokenizer.pre_tokenize_str(normalised):
+                    alphabet.update(word)
+                    inside.update(word[1:])
+    return sorted(alphabet) + sorted(CONTINUATION + c for c in inside)
 
 
 def train_wordpiece(
@@ -31,28 +60,31 @@ def train_wordpiece(
 ) -> Tokenizer:
     """Train on text files (one paragraph per line): BERT normalisation (lowercase, accents
     stripped unless keep_accents: stripping also turns Japanese パ into ハ), BERT
-    pre-tokenisation, [CLS] A [SEP] (B [SEP]) templates."""
+    pre-tokenisation, [CLS] A [SEP] (B [SEP]) templates. The same files give the same
+    tokenizer on every run."""
     require_positive_int("vocab_size", vocab_size)
     require(vocab_size > len(SPECIAL_TOKENS), "vocab_size", vocab_size, "more than 5")
-    tokenizer = Tokenizer(models.WordPiece(unk_token=UNK))
-    strip = False if keep_accents else None  # None: BERT's rule, stripped when lowercasing
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=strip)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.decoder = decoders.WordPiece(prefix="##")
+    learner = bert_pipeline(models.WordPiece(unk_token=UNK), keep_accents)
+    # The trainer numbers its alphabet by code point but each '##c' piece when it first meets
+    # it, walking its word counts in hash order, so the pieces got other ids on each run;
+    # ties between equally frequent pairs are broken by id, so a run could learn other tokens
+    # (the 12,000-token multilingual vocabulary differed by a dozen tokens between two
+    # prepares of one corpus). Given as special tokens - the alphabet first, as the trainer
+    # numbers it, then the pieces sorted - every symbol has its id before training starts.
+    symbols = symbols_in_order(learner, files)
     trainer = WordPieceTrainer(
         vocab_size=vocab_size,
         min_frequency=2,
-        special_tokens=list(SPECIAL_TOKENS),
+        special_tokens=[*SPECIAL_TOKENS, *symbols],
         show_progress=show_progress,
     )
-    tokenizer.train([str(f) for f in files], trainer)
-    # The trainer numbers tokens in hash order, different on each run; renumber them so that
-    # the same tokens always get the same ids: special tokens first, then the rest sorted.
-    # (Ties between equally frequent pairs are also broken in hash order, so a tiny corpus
-    # can learn slightly different tokens from run to run; the real corpus has not.)
-    learned = sorted(set(tokenizer.get_vocab()) - set(SPECIAL_TOKENS))
+    learner.train([str(f) for f in files], trainer)
+    # Renumbered: special tokens first, then the rest sorted, so the same tokens always get
+    # the same ids. A new tokenizer: the learner holds the symbols as special tokens too.
+    learned = sorted(set(learner.get_vocab()) - set(SPECIAL_TOKENS))
     vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *learned])}
-    tokenizer.model = models.WordPiece(vocab, unk_token=UNK)
+    tokenizer = bert_pipeline(models.WordPiece(vocab, unk_token=UNK), keep_accents)
+    tokenizer.add_special_tokens(list(SPECIAL_TOKENS))
     cls, sep = tokenizer.token_to_id(CLS), tokenizer.token_to_id(SEP)
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"{CLS}:0 $A:0 {SEP}:0",

@@ -17,7 +17,8 @@ stage's outputs, its marker file last. On a rerun `stage_state` decides:
                                               computed afresh
 
 A stage.json written before stages recorded their data has settings but no digests: it is
-reused on its settings alone, with a warning that its data cannot be checked.
+reused on its settings alone, with a warning that its data cannot be checked - unless a file
+of the folders it reads was written after it (the data was prepared again since): refused.
 
 Refusing (rather than quietly recomputing) keeps a comparison's directory from holding results
 of two settings and never throws away hours of training without being asked to.
@@ -45,6 +46,7 @@ from .trainer import checkpoints, last_intact_checkpoint
 STAGE_FILE = "stage.json"
 FRESH, RESUME, FINISHED = "fresh", "resume", "finished"
 DATA_KEY = "data"
+WRITTEN_KEY = "_written"  # stage.json's modification time, added when read, never stored
 _warned_undigested: list[Path] = []  # one warning per process, not one per old stage
 
 
@@ -83,9 +85,17 @@ class Stage:
         if self.data is None:
             return True
         if recorded is None:
+            if data_written_since(self, record):
+                return False
             warn_undigested(self.directory)
             return True
         return recorded == self.data_digests()
+
+
+def data_written_since(stage: Stage, record: dict) -> bool:
+    """Whether a file of the stage's data folders is newer than `record` (a stage.json)."""
+    written = record.get(WRITTEN_KEY)
+    return stage.data is not None and written is not None and stage.data.last_written() > written
 
 
 def warn_undigested(directory: Path) -> None:
@@ -102,8 +112,11 @@ def warn_undigested(directory: Path) -> None:
 def stage_record(directory: Path) -> dict | None:
     """The stage.json of a stage directory ({fingerprint, settings}); None where missing or
     damaged."""
+    path = Path(directory) / STAGE_FILE
     try:
-        record = json.loads((Path(directory) / STAGE_FILE).read_text(encoding="utf-8"))
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(record, dict):
+            record[WRITTEN_KEY] = path.stat().st_mtime
     except (OSError, json.JSONDecodeError):
         return None
     return record if isinstance(record, dict) else None
@@ -118,6 +131,11 @@ def mismatch_error(stage: Stage, record: dict | None, remedy: str) -> PosAttnCon
         )
     changed = differences(record.get("settings", {}), stage.settings)
     recorded = record.get(DATA_KEY)
+    if recorded is None and data_written_since(stage, record):
+        changed.append(
+            f"data: prepared again after this {STAGE_FILE} was written, which records no "
+            "digests (an older posattn): the data it read cannot be shown to be the same"
+        )
     if recorded is not None and stage.data is not None:
         short = lambda digests: {k: v[:SHORT] for k, v in digests.items()}  # noqa: E731
         data = differences({DATA_KEY: short(recorded)}, {DATA_KEY: short(stage.data_digests())})
