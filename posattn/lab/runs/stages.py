@@ -103,7 +103,8 @@ def warn_undigested(directory: Path) -> None:
         warnings.warn(
             f"{directory / STAGE_FILE} records no data digests (written before posattn "
             "recorded them): the data it was computed from cannot be checked, it is reused on "
-            "its settings alone (so is any other such stage, without a further warning)",
+            "its settings alone (so is any other such stage, without a further warning from "
+            "this process)",
             stacklevel=4,
         )
     _warned_undigested.append(directory)
