@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,16 +38,22 @@ def file_digest(path: Path) -> str:
     return _file_digest(str(path), stat.st_size, stat.st_mtime_ns, stat.st_ino)
 
 
+def data_files(folder: Path) -> Iterator[Path]:
+    """Every file under `folder` that is data: hidden files and folders (a write under way)
+    left out."""
+    for directory, subfolders, files in os.walk(folder):
+        subfolders[:] = [d for d in subfolders if not d.startswith(".")]
+        yield from (Path(directory) / name for name in files if not name.startswith("."))
+
+
 def folder_digest(folder: Path) -> str:
     """The digest of every file under `folder` (see the module docstring)."""
     if not folder.is_dir():
         return MISSING
-    lines = []
-    for directory, subfolders, files in os.walk(folder):
-        subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
-        for name in sorted(f for f in files if not f.startswith(".")):
-            path = Path(directory) / name
-            lines.append(f"{path.relative_to(folder).as_posix()}\0{file_digest(path)}\n")
+    lines = [
+        f"{path.relative_to(folder).as_posix()}\0{file_digest(path)}\n"
+        for path in data_files(folder)
+    ]
     return hashlib.sha256("".join(sorted(lines)).encode("utf-8")).hexdigest()
 
 
@@ -68,13 +75,7 @@ class DataFolders:
 
     def last_written(self) -> float:
         """The newest modification time (seconds) of any file in the folders; 0 for none."""
-        times = [
-            (Path(directory) / name).stat().st_mtime
-            for folder in self.names
-            for directory, _, files in os.walk(self.root / folder)
-            for name in files
-            if not name.startswith(".")
-        ]
+        times = [path.stat().st_mtime for n in self.names for path in data_files(self.root / n)]
         return max(times, default=0.0)
 
 
@@ -96,6 +97,11 @@ def translation_folders(data_dir: str | os.PathLike | None, name: str) -> DataFo
     return DataFolders.under(where.root, where.translation_dir(name))
 
 
+def shortened(digests: dict[str, str]) -> dict[str, str]:
+    """The digests cut to their first SHORT hex digits, as reports and messages show them."""
+    return {name: digest[:SHORT] for name, digest in digests.items()}
+
+
 def digest_line(digests: dict[str, str]) -> str:
     """'corpus 1a2b3c4d5e6f, tokenizer ...': the folders' digests shortened for a report."""
-    return ", ".join(f"{name} {digest[:SHORT]}" for name, digest in digests.items())
+    return ", ".join(f"{name} {digest}" for name, digest in shortened(digests).items())

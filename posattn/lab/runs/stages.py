@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...data.identity import SHORT, DataFolders
+from ...data.identity import DataFolders, shortened
 from ...data.manifest import write_atomic
 from ...errors import PosAttnConfigError
 from .config import to_yaml
@@ -138,8 +138,8 @@ def mismatch_error(stage: Stage, record: dict | None, remedy: str) -> PosAttnCon
             "digests (an older posattn): the data it read cannot be shown to be the same"
         )
     if recorded is not None and stage.data is not None:
-        short = lambda digests: {k: v[:SHORT] for k, v in digests.items()}  # noqa: E731
-        data = differences({DATA_KEY: short(recorded)}, {DATA_KEY: short(stage.data_digests())})
+        now = shortened(stage.data_digests())
+        data = differences({DATA_KEY: shortened(recorded)}, {DATA_KEY: now})
         changed += [f"{line} (the prepared data was rebuilt or changed)" for line in data]
     listed = "; ".join(changed) or "fingerprint differs"
     return PosAttnConfigError(f"{where} holds results of other settings ({listed}). {remedy}")

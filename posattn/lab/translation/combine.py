@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ...data.identity import SHORT
+from ...data.identity import shortened
 from ...errors import PosAttnConfigError, invalid, require
 from ..runs.context import run_context
 from ..runs.fingerprint import differences
@@ -75,7 +75,7 @@ def read_run(directory: Path) -> tuple[dict, dict]:
     record = json.loads(stage.read_text(encoding="utf-8"))
     settings = record.get("settings", {})
     if DATA_KEY in record:  # shortened as a report shows them
-        settings = {**settings, DIGESTS: {k: v[:SHORT] for k, v in record[DATA_KEY].items()}}
+        settings = {**settings, DIGESTS: shortened(record[DATA_KEY])}
     return metrics, settings
 
 
