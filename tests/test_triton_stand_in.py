@@ -386,18 +386,6 @@ def test_cached_decoding_in_bf16_launches_through_the_stand_in_gpu(aot, encoding
     assert steps == [[("_forward", arguments)] * layers] * 4
 
 
-def test_extra_peak_counts_what_a_call_holds_at_once(aot):
-    """`extra_peak_mib`: 4 MiB held while 8 more are made, then both released: 12 at the
-    peak."""
-
-    def call():
-        held = torch.empty(2**20, dtype=torch.float32)
-        more = torch.empty(2 * 2**20, dtype=torch.float32)
-        del held, more
-
-    assert aot.extra_peak_mib(call) == 12
-
-
 def test_tupe_r_keeps_no_folded_copy_of_q_and_k(aot, monkeypatch):
     """TUPE-R's training call through the stand-in GPU (bf16, B=H=8, n=1024, d_h=64): with its
     absolute part's factors read beside q and k and their gradients summed in the kernels
@@ -405,6 +393,7 @@ def test_tupe_r_keeps_no_folded_copy_of_q_and_k(aot, monkeypatch):
     n, 128] copies (53 MiB against 93; with the gradients a row per batch element and head
     it took 65; at n = 8192: 425 MiB against 745)."""
     from posattn.lab.bench.bench import BenchSettings, attention_call
+    from posattn.lab.bench.memory import extra_peak_mib
 
     settings = BenchSettings(dtype="bfloat16")
     peaks = {}
@@ -413,7 +402,7 @@ def test_tupe_r_keeps_no_folded_copy_of_q_and_k(aot, monkeypatch):
             monkeypatch.setenv("POSATTN_TRITON_FACTORS", layout)
             call = attention_call("tupe-r", settings, 1024, True, "cpu", kernel="triton")
             call()
-            peaks[layout] = aot.extra_peak_mib(call) * 2**20
+            peaks[layout] = extra_peak_mib(call) * 2**20
     wide_copy = 8 * 8 * 1024 * 128 * 2
     assert peaks["beside"] <= peaks["folded"] - 2 * wide_copy
 

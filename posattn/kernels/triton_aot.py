@@ -420,27 +420,3 @@ def _forget_compiled(modules) -> None:
         for name in KERNEL_NAMES:
             getattr(module, name).device_caches.clear()
         getattr(module, "_DIRECT", {}).clear()
-
-
-def extra_peak_mib(call) -> float:
-    """The most memory `call` holds at once beyond what it started with (MiB), as torch's
-    CPU allocator counts it (torch.profiler's memory events; a release counted at its
-    event's end: a backward node frees what it saved after its outputs are made). Through
-    the stand-in GPU a call allocates what it would on a GPU and its kernels write nothing,
-    so this is `posattn bench`'s extra MiB (torch.cuda.max_memory_allocated over the call)
-    without a GPU: for one attention call at n = 8192, bf16, B = H = 8 it gave T5's 265 MiB
-    and TUPE-R's 745 with q and k folded, as an H200 measured them. Call it once first (what
-    a first call builds and keeps is not the call's)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiled:
-        call()
-    changes = sorted(
-        (e for e in profiled.events() if e.self_cpu_memory_usage),
-        key=lambda e: e.time_range.start if e.self_cpu_memory_usage > 0 else e.time_range.end,
-    )
-    held = peak = 0
-    for event in changes:
-        held += event.self_cpu_memory_usage
-        peak = max(peak, held)
-    return peak / 2**20
