@@ -18,7 +18,7 @@ def test_the_line_names_this_invocations_workers_and_the_reused_cells():
 def test_the_data_line_gives_each_folders_digest_shortened_or_says_it_is_not_recorded():
     data = {"corpus": "0123456789abcdef" * 4, "tasks/sentiment": "f" * 64}
     assert data_line({"data": data}) == (
-        "Data (sha256 of each prepared folder read, first digits): corpus 0123456789ab, "
+        "Data (sha256 of each folder read, first digits): corpus 0123456789ab, "
         "tasks/sentiment ffffffffffff."
     )
     assert data_line({}) == "Data: not recorded."

@@ -230,3 +230,46 @@ def test_fine_tuning_with_another_vocabulary_is_refused(tiny_checkpoint, tiny_da
     initial_masked_lm(cfg, str(tiny_checkpoint)).save_pretrained(model_dir)
     with pytest.raises(PosAttnConfigError, match=r"tokenizer='\d+ pieces'.*the 30522 of the model"):
         finetune(model_dir, RunConfig(), tmp_path / "finetune", data.tokenizer(), data)
+
+
+def test_a_stage_started_from_a_checkpoint_records_it_and_is_refused_when_it_changes(
+    tiny_checkpoint, tiny_data_dir, tmp_path
+):
+    """Pretraining, fine-tuning and zero-shot stages that start from a checkpoint read its
+    weights and tokenizer, not the prepared tokenizer: they record the checkpoint's digest
+    (`init_from`) in its place, are not refused when the prepared tokenizer changes, and are
+    refused, naming the checkpoint, when a file of it changes (another version of a package
+    under the same name)."""
+    from posattn.data.identity import folder_digest
+    from posattn.lab.pretraining.finetune import finetune_stage
+    from posattn.lab.pretraining.pretrain import pretrain_stage
+    from posattn.lab.pretraining.zero_shot import zero_shot_stage
+    from posattn.lab.runs.stages import FINISHED, stage_state, start_stage
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data_dir, data)
+    run = replace(tiny_run(tiny_checkpoint), data=replace(RunConfig().data, data_dir=str(data)))
+    built = {
+        "pretrain": pretrain_stage(run, tmp_path / "pretrain"),
+        "finetune": finetune_stage(run, tmp_path / "finetune"),
+        "zero_shot": zero_shot_stage(run, "sentiment", tmp_path / "zero_shot"),
+    }
+    for stage in built.values():
+        digests = stage.data_digests()
+        assert digests["init_from"] == folder_digest(tiny_checkpoint)
+        assert "tokenizer" not in digests and digests["corpus"] == folder_digest(data / "corpus")
+    stage = built["pretrain"]
+    start_stage(stage)
+    (stage.directory / "metrics.json").write_text("{}")
+    (data / "tokenizer" / "vocab.txt").write_text("[PAD]\n")  # not what this stage read
+    assert stage_state(stage) == FINISHED
+    old = folder_digest(tiny_checkpoint)[:12]
+    with open(tiny_checkpoint / "config.json", "a") as handle:
+        handle.write("\n")
+    new = folder_digest(tiny_checkpoint)[:12]
+    expected = rf'data\.init_from: "{old}" -> "{new}" \(the checkpoint the model starts from'
+    with pytest.raises(PosAttnConfigError, match=expected):
+        stage_state(pretrain_stage(run, tmp_path / "pretrain"))
+    # Without a checkpoint the prepared tokenizer is read and recorded, as before.
+    plain = pretrain_stage(replace(run, pretrain=PretrainSection()), tmp_path / "plain")
+    assert set(plain.data_digests()) == {"corpus", "tokenizer"}

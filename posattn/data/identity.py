@@ -57,26 +57,45 @@ def folder_digest(folder: Path) -> str:
     return hashlib.sha256("".join(sorted(lines)).encode("utf-8")).hexdigest()
 
 
+# The name under which a stage records the checkpoint its model starts from.
+CHECKPOINT = "init_from"
+
+
 @dataclass(frozen=True)
 class DataFolders:
     """Folders of one prepared data directory that a stage reads: `names` relative to `root`
-    (the data directory), so a record stays comparable wherever the directory is."""
+    (the data directory), so a record stays comparable wherever the directory is; and
+    `outside`, (name, folder) pairs read from elsewhere (the checkpoint a model starts from)."""
 
     root: Path
     names: tuple[str, ...]
+    outside: tuple[tuple[str, Path], ...] = ()
 
     @classmethod
     def under(cls, root: Path, *folders: Path) -> DataFolders:
         return cls(root, tuple(folder.relative_to(root).as_posix() for folder in folders))
 
+    def folders(self) -> dict[str, Path]:
+        """{name: folder} of everything the stage reads."""
+        return {**{name: self.root / name for name in self.names}, **dict(self.outside)}
+
     def digests(self) -> dict[str, str]:
         """{folder name: digest} of each folder."""
-        return {name: folder_digest(self.root / name) for name in self.names}
+        return {name: folder_digest(folder) for name, folder in self.folders().items()}
 
     def last_written(self) -> float:
         """The newest modification time (seconds) of any file in the folders; 0 for none."""
-        times = [path.stat().st_mtime for n in self.names for path in data_files(self.root / n)]
+        folders = self.folders().values()
+        times = [path.stat().st_mtime for folder in folders for path in data_files(folder)]
         return max(times, default=0.0)
+
+    def starting_from(self, checkpoint: Path) -> DataFolders:
+        """What a stage reads when its model starts from `checkpoint` (weights and their
+        tokenizer): the checkpoint, recorded as CHECKPOINT, instead of the prepared
+        tokenizer, which it does not read."""
+        tokenizer = paths(self.root).tokenizer.relative_to(self.root).as_posix()
+        names = tuple(name for name in self.names if name != tokenizer)
+        return DataFolders(self.root, names, (*self.outside, (CHECKPOINT, Path(checkpoint))))
 
 
 def english_folders(data_dir: str | os.PathLike | None, tasks=()) -> DataFolders:

@@ -48,7 +48,7 @@ from .finetune import finetune, finetune_stage
 from .pretrain import QUIET_PROGRESS, model_config, pretrain, pretrain_stage
 from .runconfig import RunConfig
 from .summary import write_summary
-from .warm_start import check_start, run_tokenizer
+from .warm_start import check_start, run_tokenizer, stage_inputs
 from .zero_shot import MARKER as ZERO_SHOT_MARKER
 from .zero_shot import ZERO_SHOT_TASKS, zero_shot, zero_shot_stage
 
@@ -282,6 +282,8 @@ def compare(
         pretrain_seeds=list(config.compare.pretrain_seeds),
         finetune_seeds=list(config.finetune.seeds),
         cells=reuse_counts(states),
-        data=english_folders(config.data.data_dir, config.finetune.tasks).digests(),
+        data=stage_inputs(
+            english_folders(config.data.data_dir, config.finetune.tasks), config.pretrain.init_from
+        ).digests(),
     )
     return write_summary(config, output, results, context, tasks)

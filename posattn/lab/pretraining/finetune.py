@@ -30,6 +30,7 @@ from ..runs.trainer import (
 from ..runs.trainer_section import trainer_arguments
 from .runconfig import RunConfig
 from .subset import fixed_subset
+from .warm_start import stage_inputs
 
 
 def encode(tokenizer, records: list[dict], max_len: int, limit: int | None) -> ListDataset:
@@ -208,6 +209,7 @@ def finetune_stage(config: RunConfig, output: Path, data: DataFolders | None = N
         **trainer_settings(config.trainer),
     )
     data = data or english_folders(config.data.data_dir, config.finetune.tasks)
+    data = stage_inputs(data, config.pretrain.init_from)
     return Stage(Path(output), settings, marker="finetune.json", data=data)
 
 

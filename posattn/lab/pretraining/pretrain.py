@@ -24,7 +24,7 @@ from ..runs.trainer import (
     tensorboard_logs,
 )
 from .runconfig import RunConfig
-from .warm_start import check_start, initial_masked_lm
+from .warm_start import check_start, initial_masked_lm, stage_inputs
 
 QUIET_PROGRESS = "POSATTN_QUIET_PROGRESS"
 
@@ -77,7 +77,7 @@ def pretrain_stage(config: RunConfig, output: Path, data: DataFolders | None = N
         pretrain=config.pretrain,
         **trainer_settings(config.trainer),
     )
-    data = data or english_folders(config.data.data_dir)
+    data = stage_inputs(data or english_folders(config.data.data_dir), config.pretrain.init_from)
     return Stage(Path(output), settings, marker="metrics.json", data=data)
 
 

@@ -30,6 +30,7 @@ from ..runs.trainer import quiet_transformers
 from .pretrain import pretrain_stage
 from .runconfig import FinetuneSection, RunConfig
 from .subset import fixed_subset
+from .warm_start import stage_inputs
 
 ZERO_SHOT_TASKS = ("word-order",)
 ORIGINAL = "original"
@@ -110,7 +111,7 @@ def zero_shot_stage(config: RunConfig, task: str, output: Path) -> Stage:
             "tie_tolerance": TIE_TOLERANCE,
         },
     }
-    data = english_folders(config.data.data_dir, (task,))
+    data = stage_inputs(english_folders(config.data.data_dir, (task,)), config.pretrain.init_from)
     return Stage(Path(output), settings, marker=MARKER, data=data)
 
 

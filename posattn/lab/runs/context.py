@@ -42,14 +42,15 @@ def run_context(preset: str, wall_seconds: float, **extra) -> dict:
 
 
 def data_line(context: dict) -> str:
-    """The prepared data folders the run read, by digest (data/identity.py); where there is
-    no one set of digests, why (a sentence in place of them), or that none was recorded."""
+    """The folders the run read (prepared data; a checkpoint as init_from), by digest
+    (data/identity.py); where there is no one set of digests, why (a sentence in place of
+    them), or that none was recorded."""
     data = context.get("data")
     if not data:
         return "Data: not recorded."
     if isinstance(data, str):
         return f"Data: {data}."
-    return f"Data (sha256 of each prepared folder read, first digits): {digest_line(data)}."
+    return f"Data (sha256 of each folder read, first digits): {digest_line(data)}."
 
 
 def wall_time_line(context: dict) -> str:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...data.identity import DataFolders, shortened
+from ...data.identity import CHECKPOINT, DataFolders, shortened
 from ...data.manifest import write_atomic
 from ...errors import PosAttnConfigError
 from .config import to_yaml
@@ -134,15 +134,23 @@ def mismatch_error(stage: Stage, record: dict | None, remedy: str) -> PosAttnCon
     recorded = record.get(DATA_KEY)
     if recorded is None and data_written_since(stage, record):
         changed.append(
-            f"data: prepared again after this {STAGE_FILE} was written, which records no "
-            "digests (an older posattn): the data it read cannot be shown to be the same"
+            f"data: written again after this {STAGE_FILE} (prepared again, or the checkpoint "
+            "it starts from replaced), which records no digests (an older posattn): what it "
+            "read cannot be shown to be the same"
         )
     if recorded is not None and stage.data is not None:
         now = shortened(stage.data_digests())
         data = differences({DATA_KEY: shortened(recorded)}, {DATA_KEY: now})
-        changed += [f"{line} (the prepared data was rebuilt or changed)" for line in data]
+        changed += [f"{line} ({changed_input(line)})" for line in data]
     listed = "; ".join(changed) or "fingerprint differs"
     return PosAttnConfigError(f"{where} holds results of other settings ({listed}). {remedy}")
+
+
+def changed_input(line: str) -> str:
+    """Why a line of a data difference (`data.NAME: old -> new`) matters, by its folder."""
+    if line.startswith(f"{DATA_KEY}.{CHECKPOINT}"):
+        return "the checkpoint the model starts from, pretrain.init_from, changed"
+    return "the prepared data was rebuilt or changed"
 
 
 def stage_state(stage: Stage, overwrite: bool = False) -> str:
