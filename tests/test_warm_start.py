@@ -273,3 +273,33 @@ def test_a_stage_started_from_a_checkpoint_records_it_and_is_refused_when_it_cha
     # Without a checkpoint the prepared tokenizer is read and recorded, as before.
     plain = pretrain_stage(replace(run, pretrain=PretrainSection()), tmp_path / "plain")
     assert set(plain.data_digests()) == {"corpus", "tokenizer"}
+
+
+def test_a_stage_recorded_before_digests_is_not_refused_for_a_reinstalled_checkpoint(
+    tiny_checkpoint, tiny_data_dir, tmp_path, monkeypatch
+):
+    """A stage.json of an older posattn (no digests) is refused where the prepared data was
+    written after it, but not where only the checkpoint's files are newer: they carry the
+    time their package was installed, not a change."""
+    import os
+
+    from posattn.lab.pretraining.pretrain import pretrain_stage
+    from posattn.lab.runs import stages
+    from posattn.lab.runs.stages import FINISHED, stage_state
+
+    monkeypatch.setattr(stages, "_warned_undigested", [])
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data_dir, data)
+    run = replace(tiny_run(tiny_checkpoint), data=replace(RunConfig().data, data_dir=str(data)))
+    stage = pretrain_stage(run, tmp_path / "old")
+    stage.directory.mkdir()
+    record = {"fingerprint": stage.fingerprint, "settings": stage.settings}
+    (stage.directory / "stage.json").write_text(json.dumps(record))
+    (stage.directory / "metrics.json").write_text("{}")
+    later = (stage.directory / "stage.json").stat().st_mtime + 60
+    os.utime(tiny_checkpoint / "model.safetensors", (later, later))  # installed again
+    with pytest.warns(UserWarning, match="records no data digests"):
+        assert stage_state(stage) == FINISHED
+    os.utime(data / "corpus" / "train.txt", (later, later))  # prepared again
+    with pytest.raises(PosAttnConfigError, match=r"data: prepared again after this stage\.json"):
+        stage_state(stage)

@@ -84,9 +84,10 @@ class DataFolders:
         return {name: folder_digest(folder) for name, folder in self.folders().items()}
 
     def last_written(self) -> float:
-        """The newest modification time (seconds) of any file in the folders; 0 for none."""
-        folders = self.folders().values()
-        times = [path.stat().st_mtime for folder in folders for path in data_files(folder)]
+        """The newest modification time (seconds) of any file in the prepared folders; 0 for
+        none. Not of `outside`: a checkpoint's files carry the time its package was
+        installed, which says nothing of whether they changed."""
+        times = [path.stat().st_mtime for n in self.names for path in data_files(self.root / n)]
         return max(times, default=0.0)
 
     def starting_from(self, checkpoint: Path) -> DataFolders:

@@ -134,9 +134,8 @@ def mismatch_error(stage: Stage, record: dict | None, remedy: str) -> PosAttnCon
     recorded = record.get(DATA_KEY)
     if recorded is None and data_written_since(stage, record):
         changed.append(
-            f"data: written again after this {STAGE_FILE} (prepared again, or the checkpoint "
-            "it starts from replaced), which records no digests (an older posattn): what it "
-            "read cannot be shown to be the same"
+            f"data: prepared again after this {STAGE_FILE} was written, which records no "
+            "digests (an older posattn): the data it read cannot be shown to be the same"
         )
     if recorded is not None and stage.data is not None:
         now = shortened(stage.data_digests())
