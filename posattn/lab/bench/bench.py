@@ -301,7 +301,7 @@ def pinned_floors(
 
 def scores_mib(s: BenchSettings, n: int, device) -> float:
     """MiB of one [B, H, n, n] tensor in the call's dtype: the unit of the CPU memory target."""
-    itemsize = torch.empty((), dtype=s.torch_dtype(torch.device(device))).element_size()
+    itemsize = s.torch_dtype(torch.device(device)).itemsize
     return s.batch * s.heads * n * n * itemsize / 2**20
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
-from ...data.identity import DataFolders, english_folders
+from ...data.identity import DataFolders
 from ...data.manifest import write_atomic
 from ...encodings import build_encoding
 from ...errors import invalid
@@ -282,8 +282,6 @@ def compare(
         pretrain_seeds=list(config.compare.pretrain_seeds),
         finetune_seeds=list(config.finetune.seeds),
         cells=reuse_counts(states),
-        data=stage_inputs(
-            english_folders(config.data.data_dir, config.finetune.tasks), config.pretrain.init_from
-        ).digests(),
+        data=stage_inputs(config, config.finetune.tasks).digests(),
     )
     return write_summary(config, output, results, context, tasks)

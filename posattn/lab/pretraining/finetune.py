@@ -12,7 +12,7 @@ import torch
 from sklearn.metrics import f1_score, matthews_corrcoef
 from transformers import DataCollatorWithPadding, TrainingArguments
 
-from ...data.identity import DataFolders, english_folders
+from ...data.identity import DataFolders
 from ...errors import invalid, require
 from ...models import PosAttnForSequenceClassification
 from ...models.segments import reads_segments
@@ -208,8 +208,7 @@ def finetune_stage(config: RunConfig, output: Path, data: DataFolders | None = N
         finetune=config.finetune,
         **trainer_settings(config.trainer),
     )
-    data = data or english_folders(config.data.data_dir, config.finetune.tasks)
-    data = stage_inputs(data, config.pretrain.init_from)
+    data = stage_inputs(config, config.finetune.tasks, data)
     return Stage(Path(output), settings, marker="finetune.json", data=data)
 
 

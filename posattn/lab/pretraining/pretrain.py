@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from transformers import TrainingArguments
 
-from ...data.identity import DataFolders, english_folders
+from ...data.identity import DataFolders
 from ...models.config import PosAttnConfig
 from ..runs.fingerprint import run_settings, trainer_settings
 from ..runs.mlm_data import MaskedBlocks, pack_paragraphs
@@ -77,8 +77,7 @@ def pretrain_stage(config: RunConfig, output: Path, data: DataFolders | None = N
         pretrain=config.pretrain,
         **trainer_settings(config.trainer),
     )
-    data = stage_inputs(data or english_folders(config.data.data_dir), config.pretrain.init_from)
-    return Stage(Path(output), settings, marker="metrics.json", data=data)
+    return Stage(Path(output), settings, marker="metrics.json", data=stage_inputs(config, (), data))
 
 
 def pretrain(config: RunConfig, output: Path, tokenizer, corpus, resume: bool = False) -> dict:

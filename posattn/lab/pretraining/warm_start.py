@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from ...data.identity import DataFolders
+from ...data.identity import DataFolders, english_folders
 from ...errors import invalid
 from ...models import PosAttnForMaskedLM
 from ...models.bert_import import load_bert_content, read_bert, read_bert_config
@@ -51,11 +51,14 @@ def checkpoint_dir(init_from: str) -> Path:
     return path
 
 
-def stage_inputs(data: DataFolders, init_from: str | None) -> DataFolders:
-    """What a stage reads: `data`, and where its model starts from a checkpoint
+def stage_inputs(config, tasks=(), data: DataFolders | None = None) -> DataFolders:
+    """What a stage of `config` (a RunConfig) reads: `data` (default: the English corpus and
+    tokenizer and `tasks`), and where its model starts from a checkpoint
     (`pretrain.init_from`), that checkpoint - its weights and its tokenizer - in place of the
     prepared tokenizer (`DataFolders.starting_from`): a checkpoint changed under the same
     name or path (another version of its package) refuses the stage like rebuilt data."""
+    data = data or english_folders(config.data.data_dir, tasks)
+    init_from = config.pretrain.init_from
     return data.starting_from(checkpoint_dir(init_from)) if init_from else data
 
 

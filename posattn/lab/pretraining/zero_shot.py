@@ -20,7 +20,6 @@ from pathlib import Path
 
 import torch
 
-from ...data.identity import english_folders
 from ...data.order_tasks import reorder
 from ...errors import invalid
 from ...models import PosAttnForMaskedLM
@@ -111,8 +110,7 @@ def zero_shot_stage(config: RunConfig, task: str, output: Path) -> Stage:
             "tie_tolerance": TIE_TOLERANCE,
         },
     }
-    data = stage_inputs(english_folders(config.data.data_dir, (task,)), config.pretrain.init_from)
-    return Stage(Path(output), settings, marker=MARKER, data=data)
+    return Stage(Path(output), settings, marker=MARKER, data=stage_inputs(config, (task,)))
 
 
 def score_model(model_dir: Path, task: str, tokenizer, tasks, finetune: FinetuneSection):
