@@ -68,6 +68,7 @@ class MultiHeadAttention(nn.Module):
         self.kernel_name, self.kernel = name, get_kernel(name)
         self.kernel_reads_tables = takes_keyword(self.kernel, "offset_bias")
         self.kernel_reads_untie = takes_keyword(self.kernel, "cls_untie")
+        self.kernel_reads_factors = takes_keyword(self.kernel, "bias_factors")
 
     @property
     def head_dim(self) -> int:
@@ -186,24 +187,26 @@ class MultiHeadAttention(nn.Module):
             if terms.value_term is not None:
                 out = out + terms.value_term(probs)
             return (out, probs) if return_probs else out
-        tables = {}
-        toeplitz = (
-            terms.offset_bias is not None
-            and terms.bias_factors is None
-            and bias is terms.bias
-            and not terms.project_kv
-            and (terms.cls_untie is None or self.kernel_reads_untie)
-        )
-        if self.kernel_reads_tables and toeplitz:
-            # The bias is exactly the Toeplitz matrix of the table (with the [CLS] untie for a
-            # kernel that reads one): the kernel may read that.
-            tables["offset_bias"] = terms.offset_bias
-            if terms.cls_untie is not None:
-                tables["cls_untie"] = terms.cls_untie
+        described = bias is terms.bias and terms.project_kv is None
+        tables = self.parts_read(terms) if described else {}
         out = self.kernel(
             q, k, v, mask=mask, bias=bias, scale=terms.scale, dropout_p=dropout_p, **tables
         )
         return out if out.shape[-1] == width else out[..., :width]
+
+    def parts_read(self, terms: LayerTerms) -> dict:
+        """The parts that describe `terms.bias` (the table of its Toeplitz matrix, the [CLS]
+        untie, the low-rank factors) as the kernel's keywords, where the kernel declares each
+        part present (`takes_keyword`); else none (it reads `bias`, which it also gets)."""
+        parts = {
+            "offset_bias": (terms.offset_bias, self.kernel_reads_tables),
+            "cls_untie": (terms.cls_untie, self.kernel_reads_untie),
+            "bias_factors": (terms.bias_factors, self.kernel_reads_factors),
+        }
+        present = {name: part for name, (part, _) in parts.items() if part is not None}
+        if terms.offset_bias is None and terms.bias_factors is None:
+            return {}  # an untie describes nothing alone
+        return present if all(reads for part, reads in parts.values() if part is not None) else {}
 
     def learned_rest(
         self, terms: LayerTerms, extra_bias: Tensor | None, q: Tensor, k: Tensor
@@ -335,7 +338,8 @@ class MultiHeadAttention(nn.Module):
 def takes_keyword(kernel, name: str) -> bool:
     """Whether a kernel declares the optional keyword `name` (`posattn.kernels`): with
     `offset_bias` it also receives a Toeplitz bias as its [H, 2n-1] table, with `cls_untie`
-    the [CLS] untie of TUPE-A and TUPE-R."""
+    the [CLS] untie of TUPE-A and TUPE-R, with `bias_factors` the low-rank factors of
+    TUPE's and DIET-ABS's biases."""
     try:
         return name in inspect.signature(kernel).parameters
     except (TypeError, ValueError):  # a callable without a signature: the plain contract

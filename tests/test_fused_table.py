@@ -18,6 +18,7 @@ from posattn.kernels import (
     build_attention_mask,
     eager_attention,
     fused_bias,
+    fused_parts,
     register_kernel,
 )
 from posattn.kernels.fused_bias import (
@@ -196,16 +197,21 @@ def test_models_train_through_the_table_with_eager_gradients(
             torch.testing.assert_close(ours, reference, rtol=1e-9, atol=1e-9)
 
 
-@pytest.mark.parametrize(("encoding", "fused_path"), [("t5", "table"), ("tupe-r", "bias")])
+@pytest.mark.parametrize(
+    ("encoding", "fused_path"),
+    [("t5", "table"), ("tupe-r", "parts"), ("tupe-a", "parts"), ("diet-abs", "parts")],
+)
 def test_auto_recomputes_above_its_threshold_with_eager_gradients(
     encoding, fused_path, monkeypatch
 ):
     """kernel="auto" on CPU: SDPA's math path for a learned bias below
     `recompute_threshold_bytes`, the recomputing backward above it (the table path for a
-    Toeplitz bias, the bias path for TUPE-R's), with eager's values and gradients."""
-    calls = {"table": [], "bias": []}
+    Toeplitz bias, the parts path for TUPE's and DIET-ABS's), with eager's values and
+    gradients."""
+    calls = {"table": [], "bias": [], "parts": []}
     for path, function in (("table", fused_bias.FusedTableAttention),
-                           ("bias", fused_bias.FusedBiasAttention)):  # fmt: skip
+                           ("bias", fused_bias.FusedBiasAttention),
+                           ("parts", fused_parts.FusedPartsAttention)):  # fmt: skip
         original = function.apply
         monkeypatch.setattr(function, "apply", lambda *a, c=calls[path], o=original: c.append(1)
                             or o(*a))  # fmt: skip
@@ -224,7 +230,7 @@ def test_auto_recomputes_above_its_threshold_with_eager_gradients(
         results.append((out.detach(), *[p.grad.clone() for p in model.parameters()
                                         if p.grad is not None]))  # fmt: skip
         if threshold == 2**30:
-            assert calls == {"table": [], "bias": []}
+            assert calls == {"table": [], "bias": [], "parts": []}
     assert len(calls[fused_path]) == 2 and sum(map(len, calls.values())) == 2  # two layers
     for ours in results[1:]:
         assert len(ours) == len(results[0])

@@ -171,17 +171,21 @@ def test_fused_bias_attention_gradcheck(bias_batch, padded):
     )
 
 
-def test_lowmem_kernel_takes_the_fused_path_for_learned_biases(monkeypatch):
-    from posattn.kernels import fused_bias
+@pytest.mark.parametrize(
+    ("encoding", "path"), [("fire", "FusedBiasAttention"), ("tupe-r", "FusedPartsAttention")]
+)
+def test_lowmem_kernel_takes_the_fused_path_for_learned_biases(encoding, path, monkeypatch):
+    """A learned bias tensor (FIRE's) through the bias path, one described by its parts
+    (TUPE-R's factors, table and untie) through the parts path."""
+    from posattn.kernels import fused_bias, fused_parts
 
+    function = getattr(fused_bias if path == "FusedBiasAttention" else fused_parts, path)
     calls = []
-    original = fused_bias.FusedBiasAttention.apply
-    monkeypatch.setattr(
-        fused_bias.FusedBiasAttention, "apply", lambda *a: calls.append(1) or original(*a)
-    )
-    tiny_encoder("tupe-r", kernel="sdpa")(torch.randint(0, 40, (2, 6))).sum().backward()
+    original = function.apply
+    monkeypatch.setattr(function, "apply", lambda *a: calls.append(1) or original(*a))
+    tiny_encoder(encoding, kernel="sdpa")(torch.randint(0, 40, (2, 6))).sum().backward()
     assert not calls  # plain sdpa leaves a learned bias to SDPA's math path
-    model = tiny_encoder("tupe-r", kernel="sdpa-lowmem")
+    model = tiny_encoder(encoding, kernel="sdpa-lowmem")
     model(torch.randint(0, 40, (2, 6))).sum().backward()
     assert len(calls) == 2  # one per layer
     with torch.no_grad():

@@ -12,6 +12,9 @@ a Toeplitz matrix (`LayerTerms.offset_bias`), it then receives that bias's [H, 2
 the table's gradient; `bias` is passed as well and stays the reference. A kernel that also
 declares `cls_untie` (`posattn.toeplitz.ClsUntie` | None) receives TUPE-R's table that way,
 with the untie of its matrix's [CLS] row and column (flex, auto); the others get its bias only.
+One that declares `bias_factors` too (sdpa, sdpa-lowmem, auto) receives the low-rank factors of
+TUPE's and DIET-ABS's biases beside them (`LayerTerms.bias_factors`), where every part present
+is declared: on CPU their recomputing backward returns each part's gradient (`fused_parts`).
 One whose `reads_tables_in_training(q, k, dropout_p)` says so (flex; auto where it hands the
 call to flex) reads the table on a GPU in training too, with no [B, H, n, n] gradient:
 low-rank factors beside such a table are then folded into q and k by default

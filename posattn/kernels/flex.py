@@ -217,6 +217,7 @@ def auto_attention(
     dropout_p: float = 0.0,
     offset_bias: Tensor | None = None,
     cls_untie: ClsUntie | None = None,
+    bias_factors: tuple[Tensor, Tensor] | None = None,
 ) -> Tensor:
     """The measured choice per call, by the size of a learned bias's [B, H, n, n] gradient:
     on GPU, SDPA (the fastest for these shapes) except above the execution choices
@@ -235,7 +236,9 @@ def auto_attention(
     here with its [CLS] untie (`cls_untie`), q, k and v come folded to one width and it stays
     with SDPA or flex, whose bias tensor holds the untie."""
     learned = bias is not None and bias.requires_grad and torch.is_grad_enabled() and not dropout_p
-    if cls_untie is None and auto_takes_triton(q, k, offset_bias, mask, learned):
+    # `bias` is the Toeplitz matrix of `offset_bias` (with the untie) unless factors add to it.
+    toeplitz = None if bias_factors is not None else offset_bias
+    if cls_untie is None and auto_takes_triton(q, k, toeplitz, mask, learned):
         return triton_attention(
             q, k, v, mask=mask, bias=None, scale=scale, tables=TableBias(offset=offset_bias)
         )
@@ -244,12 +247,13 @@ def auto_attention(
     recompute = not on_gpu and gradient_bytes > recompute_threshold_bytes()
     if learned and auto_takes_flex(q, k, dropout_p):
         return flex_attention_kernel(
-            q, k, v, mask=mask, bias=bias, scale=scale, offset_bias=offset_bias,
-            cls_untie=cls_untie,
+            q, k, v, mask=mask, bias=bias, scale=scale, offset_bias=toeplitz,
+            cls_untie=None if toeplitz is None else cls_untie,
         )  # fmt: skip
     return sdpa_attention(
         q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p,
-        recompute_bias=recompute, offset_bias=offset_bias if cls_untie is None else None,
+        recompute_bias=recompute, offset_bias=offset_bias, cls_untie=cls_untie,
+        bias_factors=bias_factors,
     )  # fmt: skip
 
 

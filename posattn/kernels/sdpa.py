@@ -6,7 +6,9 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
+from ..toeplitz import ClsUntie
 from .fused_bias import fused_bias_attention, fused_table_attention
+from .fused_parts import BiasParts, fused_parts_attention
 
 
 def uses_fused_bias(q: Tensor, bias: Tensor, dropout_p: float) -> bool:
@@ -29,6 +31,8 @@ def sdpa_attention(
     dropout_p: float = 0.0,
     recompute_bias: bool = False,
     offset_bias: Tensor | None = None,
+    cls_untie: ClsUntie | None = None,
+    bias_factors: tuple[Tensor, Tensor] | None = None,
 ) -> Tensor:
     """recompute_bias: for a learned bias on CPU, the fused forward and one backward that
     recomputes the probabilities in blocks (`fused_bias`): faster than SDPA's math path for
@@ -38,12 +42,16 @@ def sdpa_attention(
 
     offset_bias: the [H, 2n-1] table of a Toeplitz `bias` (`LayerTerms.offset_bias`). With
     recompute_bias, a learned table on CPU takes the fused path that reads the table and returns
-    its gradient (diagonal sums of dS, no [H, n, n] gradient)."""
-    table = recompute_bias and bias is not None and offset_bias is not None
-    if table and uses_fused_bias(q, offset_bias, dropout_p):
-        built = bias if bias.dim() == 4 else bias.unsqueeze(0)
-        built = built if built.shape[:2] == (1, q.shape[1]) else None  # else built again
-        return fused_table_attention(q, k, v, offset_bias, mask, scale, built)
+    its gradient (diagonal sums of dS, no [H, n, n] gradient).
+
+    cls_untie, bias_factors: with them (TUPE-R, TUPE-A, DIET-ABS), `bias` is described by
+    its parts (`fused_parts`); with recompute_bias, a learned one on CPU takes the fused path
+    that returns each part's gradient, again without an [H, n, n] gradient."""
+    if recompute_bias and bias is not None:
+        parts = BiasParts(offset_bias, bias_factors, cls_untie)
+        described = recomputed_by_parts(q, k, v, bias, mask, scale, dropout_p, parts)
+        if described is not None:
+            return described
     if bias is None:
         attn_mask = mask
     else:
@@ -60,3 +68,19 @@ def sdpa_attention(
     return F.scaled_dot_product_attention(
         q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale
     )
+
+
+def recomputed_by_parts(q, k, v, bias, mask, scale, dropout_p, parts: BiasParts):
+    """`sdpa_attention`'s recomputing paths for a bias described by its parts, where they
+    serve it, else None: a Toeplitz table alone reads its table (`fused_table_attention`),
+    any other description returns the parts' gradients (`fused_parts_attention`)."""
+    learned = [t for t in parts.inputs() if t is not None and t.requires_grad]
+    if not learned or not uses_fused_bias(q, learned[0], dropout_p):
+        return None
+    built = bias if bias.dim() == 4 else bias.unsqueeze(0)
+    if parts.factors is None and parts.untie is None:
+        built = built if built.shape[:2] == (1, q.shape[1]) else None  # else built again
+        return fused_table_attention(q, k, v, parts.table, mask, scale, built)
+    if not parts.served(built):
+        return None
+    return fused_parts_attention(q, k, v, built, mask, scale, parts)
