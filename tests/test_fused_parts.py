@@ -49,13 +49,14 @@ def chunk_elements(request, monkeypatch):
     return request.param
 
 
-# (table, factor heads or None, untie (row, column) or None): TUPE-R, DIET-ABS with per-head
-# and shared factors, TUPE-A (factors and an untie on zeros), a table with an untie alone,
-# an untie away from position 0.
+# (table, factor heads (query's and key's, or one for both) or None, untie (row, column) or
+# None): TUPE-R, DIET-ABS with per-head and shared factors, TUPE-A (factors and an untie on
+# zeros), a table with an untie alone, an untie away from position 0.
 DESCRIPTIONS = {
     "tupe-r": (True, HEADS, (0, 0)),
     "factors per head": (False, HEADS, None),
     "factors shared by the heads": (False, 1, None),
+    "a query factor shared, a key factor per head": (False, (1, HEADS), None),
     "tupe-a": (False, HEADS, (0, 0)),
     "table and untie": (True, None, (0, 0)),
     "untie inside": (True, HEADS, (2, 3)),
@@ -67,9 +68,10 @@ def parts_of(description: str, n_q: int, n_k: int, row_start: int = 0):
     table = torch.randn(HEADS, n_q + n_k - 1, dtype=torch.float64) if has_table else None
     factors = None
     if factor_heads is not None:
+        heads_q, heads_k = factor_heads if isinstance(factor_heads, tuple) else (factor_heads,) * 2
         factors = (
-            torch.randn(1, factor_heads, n_q, RANK, dtype=torch.float64),
-            torch.randn(1, factor_heads, n_k, RANK, dtype=torch.float64),
+            torch.randn(1, heads_q, n_q, RANK, dtype=torch.float64),
+            torch.randn(1, heads_k, n_k, RANK, dtype=torch.float64),
         )
     untie = None
     if untie_at is not None:

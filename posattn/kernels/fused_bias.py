@@ -12,7 +12,8 @@ the time on that second pass and on copies of the expanded bias; SDPA's math pat
 
 Two entry points: `fused_bias_attention` for any bias tensor, and `fused_table_attention` for a
 Toeplitz bias given by its [H, 2n-1] diagonal values (`LayerTerms.offset_bias`), whose gradient
-is reduced along the diagonals head group by head group: no [H, n, n] gradient exists.
+is reduced along the diagonals head group by head group: no [H, n, n] gradient exists. A bias
+described by factors, a table and TUPE's untie takes the same backward in `fused_parts`.
 """
 
 from __future__ import annotations

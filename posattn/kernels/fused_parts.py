@@ -95,20 +95,16 @@ class PartsGradient:
             add_factor_gradient(grad_fq, heads, group, f_k)
         if grad_fk is not None:
             add_factor_gradient(grad_fk, heads, group.mT, f_q)
-        if self.untie_at is None:
-            if grad_table is not None:
-                self.sums.restart(group.shape[0])
-                self.sums.add(group)
-                grad_table[heads] = self.sums.total()
-            return
-        row, column = self.untie_at
-        n_q = group.shape[1]
-        if 0 <= row < n_q:  # the untied row's entries come from neither part
-            group[:, row] = 0
-        if grad_column is not None:
-            grad_column[heads] = group[:, :, column].sum(-1)
-        if grad_table is not None:
+        if self.untie_at is not None:
+            # The untie replaces the table's matrix on its row (a constant there) and its
+            # column (a value per head): neither takes the table's gradient.
+            row, column = self.untie_at
+            if 0 <= row < group.shape[1]:  # a decoding step's rows may not hold it
+                group[:, row] = 0
+            if grad_column is not None:
+                grad_column[heads] = group[:, :, column].sum(-1)
             group[:, :, column] = 0
+        if grad_table is not None:
             self.sums.restart(group.shape[0])
             self.sums.add(group)
             grad_table[heads] = self.sums.total()
@@ -123,10 +119,12 @@ class PartsGradient:
 def add_factor_gradient(grad: Tensor, heads: slice, group: Tensor, other: Tensor) -> None:
     """grad [1, H or 1, n, r] += G [g, n, m] @ other [1, H or 1, m, r] for the group's heads
     (summed over them where the factor is shared by the heads)."""
+    other = pick(other, 0, heads).to(group.dtype)  # [g or 1, m, r]
+    product = torch.bmm(group, other.expand(group.shape[0], -1, -1))
     if grad.shape[1] > 1:
-        torch.bmm(group, other[0, heads].to(group.dtype), out=grad[0, heads])
+        grad[0, heads] = product
     else:
-        grad[0, 0] += group.sum(0) @ other[0, 0].to(group.dtype)
+        grad[0, 0] += product.sum(0)
 
 
 class FusedPartsAttention(torch.autograd.Function):
