@@ -25,6 +25,7 @@ from ...models import PosAttnForMaskedLM
 from ...models.config import PosAttnConfig
 from ..runs.context import machine
 from ..runs.tables import table_lines
+from .environment import process_settings, settings_line
 from .memory import call_peak_mib
 from .timing import step_functions
 
@@ -403,13 +404,16 @@ def chosen_line(context: dict) -> list[str]:
 
 
 def markdown(attention_rows: list[dict], model_rows: list[dict], context: dict) -> str:
-    lines = [
-        "# posattn bench",
-        "",
+    method = (
         f"{context['machine']}, torch {context['torch']}. Medians of {context['repeats']} runs "
         "after a warm-up; ratios to SDPA without a bias, alternated call by call in the same "
         "process. Memory: extra peak MiB of tensors one call holds (on GPU torch's allocator, "
-        "on CPU torch.profiler's allocation events).",
+        "on CPU torch.profiler's allocation events)."
+    )
+    lines = [
+        "# posattn bench",
+        "",
+        " ".join(filter(None, (method, settings_line(context)))),
         *chosen_line(context),
         "",
         "## Attention level (ratio to no-bias SDPA; extra peak MiB)",
@@ -485,6 +489,7 @@ def bench(settings: BenchSettings, output: Path) -> dict:
         # posattn.execution's choices in force (`--choose`), the defaults included.
         "execution": dataclasses.asdict(execution.current()),
         "attention_dropout": settings.attention_dropout,
+        **process_settings(),
     }
     attention_rows, skipped = attention_level(settings, device)
     model_rows = model_level(settings, device)
