@@ -234,7 +234,9 @@ def auto_attention(
     triton 3.42x, flex 4.08x (`posattn bench`, README "On a GPU"). TUPE-R reaches triton
     from `MultiHeadAttention.attend`, which folds its absolute part into q and k alone; handed
     here with its [CLS] untie (`cls_untie`), q, k and v come folded to one width and it stays
-    with SDPA or flex, whose bias tensor holds the untie."""
+    with SDPA or flex, whose bias tensor holds the untie. Handed unfolded with its parts
+    (`bias_factors` beside the table and the untie), it goes to SDPA, whose recomputing CPU
+    path returns the parts' gradients (`fused_parts`), or to flex with the bias alone."""
     learned = bias is not None and bias.requires_grad and torch.is_grad_enabled() and not dropout_p
     # `bias` is the Toeplitz matrix of `offset_bias` (with the untie) unless factors add to it.
     toeplitz = None if bias_factors is not None else offset_bias
