@@ -1,5 +1,6 @@
 """The process settings a CPU timing depends on beyond the code, recorded beside it: torch's
-thread count, and the environment variables that change threading and memory allocation.
+thread count, whether freed memory is kept for reuse, and the environment variables that
+change threading and memory allocation.
 
 Measured on the 2-core development CPU: several torch threads on a loaded machine ran 8x
 slower than one; and with glibc's malloc told to keep freed blocks
@@ -14,6 +15,8 @@ import os
 
 import torch
 
+from ..runs import freed_memory
+
 # Threading (OpenMP, MKL) and the allocator: glibc's tunables, or another malloc preloaded.
 ENVIRONMENT_NAMES = (
     "OMP_NUM_THREADS",
@@ -27,9 +30,12 @@ ENVIRONMENT_NAMES = (
 
 
 def process_settings() -> dict:
-    """{"threads": torch's intra-op threads, "environment": those of ENVIRONMENT_NAMES set}."""
+    """{"threads": torch's intra-op threads, "freed_memory": "kept" where posattn told glibc
+    to keep freed blocks (`posattn.lab.runs.freed_memory`, every command's default) else
+    "released", "environment": those of ENVIRONMENT_NAMES set}."""
     environment = {name: os.environ[name] for name in ENVIRONMENT_NAMES if name in os.environ}
-    return {"threads": torch.get_num_threads(), "environment": environment}
+    freed = "kept" if freed_memory.kept_here else "released"
+    return {"threads": torch.get_num_threads(), "freed_memory": freed, "environment": environment}
 
 
 def settings_line(context: dict) -> str:
@@ -39,6 +45,8 @@ def settings_line(context: dict) -> str:
         return ""
     threads = context["threads"]
     line = f"{threads} torch thread{'s' if threads != 1 else ''}"
+    if "freed_memory" in context:
+        line += f"; freed CPU memory {context['freed_memory']}"
     environment = context.get("environment") or {}
     if environment:
         line += "; " + ", ".join(f"{name}={value}" for name, value in environment.items())

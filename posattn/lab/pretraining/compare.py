@@ -39,6 +39,7 @@ from ...errors import invalid
 from ..runs.config import to_yaml
 from ..runs.context import run_context
 from ..runs.denormals import apply_denormal_choice
+from ..runs.freed_memory import apply_freed_memory_choice
 from ..runs.ranks import barrier, world_size
 from ..runs.sources import PreparedData
 from ..runs.stages import FINISHED, RESUME, Stage, is_main_process, reuse_counts, stage_state
@@ -151,6 +152,7 @@ def one_thread_worker() -> None:
     both) and no progress bars interleaving with the other workers'."""
     torch.set_num_threads(1)
     apply_denormal_choice()
+    apply_freed_memory_choice()
     os.environ[QUIET_PROGRESS] = "1"
 
 

@@ -19,6 +19,7 @@ from rich.console import Console
 from ...data.manifest import write_atomic
 from ..runs.denormals import apply_denormal_choice
 from ..runs.device import resolve_device
+from ..runs.freed_memory import apply_freed_memory_choice
 from .cell import run_cell
 from .settings import ProbeSettings
 from .tasks import probe_task
@@ -56,6 +57,7 @@ def one_thread() -> None:
     """Worker processes share the cores: one thread each."""
     torch.set_num_threads(1)
     apply_denormal_choice()
+    apply_freed_memory_choice()
 
 
 @contextmanager
