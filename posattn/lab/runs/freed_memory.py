@@ -28,7 +28,7 @@ RELEASE_FREED_MEMORY = "POSATTN_RELEASE_FREED_MEMORY"
 
 # mallopt's parameters (glibc's malloc.h) and the values posattn sets.
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-KEPT_THRESHOLDS = (1 << 30, 1 << 31)  # mmap, trim
+KEPT_THRESHOLDS = (1 << 30, (1 << 31) - 1)  # mmap, trim: 1 GiB, 2 GiB (mallopt takes an int)
 DEFAULT_THRESHOLD_BYTES = 128 * 1024  # both of glibc's, before it raises them
 
 # Whether this process's allocator was told to keep freed blocks (`apply_freed_memory_choice`).
