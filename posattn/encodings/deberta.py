@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from ..errors import require
 from ..initialization import normal_
+from ..transposed import contiguous_transpose
 from .base import LayerTerms, ModelDims, Once, Place, PositionalEncoding, empty_parameter
 from .relative import offsets, position_differences, skew, toeplitz, use_skew
 
@@ -174,7 +175,8 @@ class Deberta(PositionalEncoding):
             # row j (a key) reads offset bucket(j - i) = -bucket(i - j): the transposed index
             reverse = index.transpose(-1, -2)  # [.., n keys, m queries]
             reverse = reverse.expand(*k.shape[:2], *reverse.shape[-2:])
-            return torch.gather(per_offset, -1, reverse).transpose(-1, -2)
+            # Made contiguous: a transposed view left every later op reading it by columns.
+            return contiguous_transpose(torch.gather(per_offset, -1, reverse))
         pairs = index if index.dim() == 4 else index[None, None]
         embedded = table[:, pairs[:, 0]]  # [H, B or 1, m, n, d_h]
         embedded = embedded.expand(-1, k.shape[0], -1, -1, -1)
