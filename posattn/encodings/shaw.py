@@ -72,11 +72,8 @@ class ShawRelative(PositionalEncoding):
             # q a^K_o for every offset the rows see, then each row's window of them.
             table = self.keys[layer][seen]  # [m + n - 1, d_h]
             return skew((q @ table.to(q.dtype).T) * self.content_scale())
-        # Scaled before the gather: [B, H, m, 2t+1] products instead of [B, H, m, n] logits
-        # (the same values; on the CPU at n=1024 two passes over 256 MiB fewer per call).
-        per_offset = (q @ self.keys[layer].to(q.dtype).T) * self.content_scale()
         index = toeplitz(seen, n).expand(*q.shape[:2], -1, -1)
-        return torch.gather(per_offset, -1, index)
+        return torch.gather(self._scaled_products(layer, q), -1, index)
 
     def _value_term(self, layer: int, seen: Tensor, n: int, probs: Tensor) -> Tensor:
         # sum_j p_ij a_{o(i,j)} = sum_o (sum_{j: o(i,j)=o} p_ij) a_o
@@ -98,9 +95,14 @@ class ShawRelative(PositionalEncoding):
     def _key_logits_at(self, layer: int, index: Once, q: Tensor, k: Tensor, attention) -> Tensor:
         """q a^K_{clip(p_j - p_i)}: q against every table row, gathered by the row index of
         each (query, key) pair of q's rows (`table_rows_at`, made at the first call)."""
-        per_offset = (q @ self.keys[layer].to(q.dtype).T) * self.content_scale()  # [B, H, m, 2t+1]
         index = index().expand(*q.shape[:2], -1, -1)
-        return torch.gather(per_offset, -1, index)
+        return torch.gather(self._scaled_products(layer, q), -1, index)
+
+    def _scaled_products(self, layer: int, q: Tensor) -> Tensor:
+        """q a^K_r for every table row r, scaled, [B, H, m, 2t+1]: scaled before the gathers
+        rather than the [B, H, m, n] logits after (the same values; on the CPU at n=1024 two
+        passes over 256 MiB fewer per call)."""
+        return (q @ self.keys[layer].to(q.dtype).T) * self.content_scale()
 
     def _value_term_at(self, layer: int, index: Once, probs: Tensor) -> Tensor:
         index = index().expand(*probs.shape[:2], -1, -1)

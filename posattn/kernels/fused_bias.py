@@ -87,6 +87,17 @@ class DiagonalSums:
         return self.buffer.sum(-2)
 
 
+def blocks_of(bias: Tensor, mask: Tensor | None) -> Callable:
+    """`grad_logits`' additive(b, heads): the block of a [B or 1, H or 1, n_q, n_k] bias for
+    batch element b and those heads, with the mask's -inf written in."""
+
+    def additive(b: int, heads: slice) -> Tensor:
+        part = pick(bias, b, heads)
+        return part if mask is None else additive_mask(part, pick(mask, b, heads))
+
+    return additive
+
+
 def flash_forward(ctx, q, k, v, merged, scale) -> tuple[Tensor, Tensor]:
     """The fused CPU kernel's output and log-sum-exp [B, H, n_q] (what backward recomputes
     the probabilities from)."""
@@ -168,10 +179,7 @@ class FusedBiasAttention(torch.autograd.Function):
         detached = bias.detach().to(q.dtype)
         grad_bias = torch.zeros(bias.shape, dtype=q.dtype)
 
-        def additive(b, heads):
-            part = pick(detached, b, heads)
-            return part if mask is None else additive_mask(part, pick(mask, b, heads))
-
+        additive = blocks_of(detached, mask)
         chunks = grad_logits(q, k, v, out, lse, grad_out, ctx.scale, additive, grads)
         for heads, b, grad_s in chunks:
             target = pick(grad_bias, b, heads)

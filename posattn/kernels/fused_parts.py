@@ -31,6 +31,7 @@ from ..toeplitz import ClsUntie
 from .fused_bias import (
     DiagonalSums,
     additive_mask,
+    blocks_of,
     empty_grads,
     flash_forward,
     grad_logits,
@@ -145,11 +146,7 @@ class FusedPartsAttention(torch.autograd.Function):
         shape = (*q.shape[:3], k.shape[2])
         sink = PartsGradient(ctx, tuple(parts), ctx.untie_at, shape, q.dtype)
 
-        def additive(b, heads):
-            part = pick(bias, b, heads)
-            return part if mask is None else additive_mask(part, pick(mask, b, heads))
-
-        chunks = grad_logits(q, k, v, out, lse, grad_out, ctx.scale, additive, grads)
+        chunks = grad_logits(q, k, v, out, lse, grad_out, ctx.scale, blocks_of(bias, mask), grads)
         for heads, b, grad_s in chunks:
             sink.add(heads, b, grad_s)
         return *grads, None, None, None, None, *sink.results()
