@@ -203,10 +203,12 @@ class MultiHeadAttention(nn.Module):
             "cls_untie": (terms.cls_untie, self.kernel_reads_untie),
             "bias_factors": (terms.bias_factors, self.kernel_reads_factors),
         }
-        present = {name: part for name, (part, _) in parts.items() if part is not None}
         if terms.offset_bias is None and terms.bias_factors is None:
             return {}  # an untie describes nothing alone
-        return present if all(reads for part, reads in parts.values() if part is not None) else {}
+        present = {name: (part, reads) for name, (part, reads) in parts.items() if part is not None}
+        if not all(reads for _, reads in present.values()):
+            return {}
+        return {name: part for name, (part, _) in present.items()}
 
     def learned_rest(
         self, terms: LayerTerms, extra_bias: Tensor | None, q: Tensor, k: Tensor
