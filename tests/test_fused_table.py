@@ -86,7 +86,9 @@ def test_table_attention_gradcheck_over_uneven_head_groups(monkeypatch):
 
 
 @pytest.mark.parametrize("mask_name", ["none", "padded", "padded causal"])
-@pytest.mark.parametrize("bias_shape", [(1, 2, 5, 5), (3, 2, 5, 5), (1, 1, 5, 5), (3, 1, 1, 5)])
+@pytest.mark.parametrize(
+    "bias_shape", [(1, 2, 5, 5), (3, 2, 5, 5), (3, 2, 1, 5), (1, 1, 5, 5), (3, 1, 1, 5)]
+)
 def test_bias_attention_gradcheck_over_head_groups(mask_name, bias_shape, chunk_elements):
     torch.manual_seed(0)
     q, k, v = (torch.randn(3, 2, 5, 4, requires_grad=True) for _ in range(3))

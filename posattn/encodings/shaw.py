@@ -11,7 +11,8 @@ from torch import Tensor
 from ..errors import require_positive_int
 from ..initialization import normal_
 from .base import LayerTerms, ModelDims, Once, Place, PositionalEncoding, empty_parameter
-from .relative import offsets, position_differences, skew, toeplitz, use_skew
+from .relative import offsets, position_differences, skew, use_skew
+from .row_offsets import spread_by_offset, sums_by_offset_row
 
 
 @dataclass(frozen=True)
@@ -31,8 +32,9 @@ class ShawRelative(PositionalEncoding):
 
     a^K, a^V in R^{(2t+1) x d_h}: one table per layer, shared by the heads of the layer (as DIET
     describes it); t = max_distance (128, TUPE's footnote). Any length: distances are clipped.
-    The key term is computed as q a^K^T ([B,H,n,2t+1]) gathered by offset, or (GPU training)
-    as q against every offset's row ([B,H,n,2n-1]) read through `skew`, never as an
+    The key term is computed as q a^K^T ([B,H,n,2t+1]) spread over the keys by offset
+    (`row_offsets`: a gather whose backward sums by offset without an index scatter), or (GPU
+    training) as q against every offset's row ([B,H,n,2n-1]) read through `skew`, never as an
     [n, n, d_h] tensor. The value term needs the probabilities, so it runs the eager kernel.
     """
 
@@ -72,8 +74,7 @@ class ShawRelative(PositionalEncoding):
             # q a^K_o for every offset the rows see, then each row's window of them.
             table = self.keys[layer][seen]  # [m + n - 1, d_h]
             return skew((q @ table.to(q.dtype).T) * self.content_scale())
-        index = toeplitz(seen, n).expand(*q.shape[:2], -1, -1)
-        return torch.gather(self._scaled_products(layer, q), -1, index)
+        return spread_by_offset(self._scaled_products(layer, q), seen, n)
 
     def _value_term(self, layer: int, seen: Tensor, n: int, probs: Tensor) -> Tensor:
         # sum_j p_ij a_{o(i,j)} = sum_o (sum_{j: o(i,j)=o} p_ij) a_o
@@ -81,9 +82,7 @@ class ShawRelative(PositionalEncoding):
             per_offset = probs.new_zeros(*probs.shape[:-1], len(seen))
             skew(per_offset).copy_(probs)  # p_ij at offset j - i of row i
             return per_offset @ self.values[layer][seen].to(probs.dtype)
-        index = toeplitz(seen, n).expand(*probs.shape[:2], -1, -1)
-        per_offset = probs.new_zeros(*probs.shape[:-1], self.values.shape[1])
-        per_offset.scatter_add_(-1, index, probs)
+        per_offset = sums_by_offset_row(probs, seen, self.values.shape[1])
         return per_offset @ self.values[layer].to(probs.dtype)
 
     def table_rows_at(self, positions: Tensor, start: int) -> Tensor:
