@@ -157,16 +157,23 @@ DEBERTA_OPTIONS = {"position_buckets": 6, "max_relative_positions": 16}
 @pytest.mark.parametrize("share", [True, False])
 @pytest.mark.parametrize("terms", [("c2p", "p2c"), ("c2p",), ("p2c",)])
 @pytest.mark.parametrize("skew", [False, True])
-def test_deberta_matches_disentangled_eq(share, terms, skew, hidden, choose):
-    """By index gather (CPU) and by offset windows (GPU training)."""
+@pytest.mark.parametrize("span", [6, 4])
+def test_deberta_matches_disentangled_eq(share, terms, skew, span, hidden, choose):
+    """By index gather (CPU) and by offset windows (GPU training); with fewer keys (9) than
+    embedding rows (2s = 12) and more (2s = 8), where p2c gathers along the keys' rows or
+    along the embeddings'."""
     choose(skew=skew)
-    options = {**DEBERTA_OPTIONS, "share_att_key": share, "terms": terms}
+    options = {
+        "position_buckets": span,
+        "max_relative_positions": 16,
+        "share_att_key": share,
+        "terms": terms,
+    }
     model = tiny_encoder("deberta", encoding_options=options)
     layer = 1
     encoding = model.encoding
     attention = model.layers[layer].attention
     q, k = projections(model, hidden, layer)
-    span = 6
     rel = layer_norm(
         encoding.embeddings, encoding.norm.weight, encoding.norm.bias, encoding.norm.eps
     )
@@ -186,7 +193,7 @@ def test_deberta_matches_disentangled_eq(share, terms, skew, hidden, choose):
     )
 
     def index(r):
-        return max(0, min(2 * span - 1, deberta_bucket(r, 6, 16) + span))
+        return max(0, min(2 * span - 1, deberta_bucket(r, span, 16) + span))
 
     def logit(b, h, i, j):
         total = content(q, k, b, h, i, j)

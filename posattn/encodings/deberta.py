@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from ..errors import require
 from ..initialization import normal_
+from ..transposed import contiguous_transpose
 from .base import LayerTerms, ModelDims, Once, Place, PositionalEncoding, empty_parameter
 from .relative import offsets, position_differences, skew, toeplitz, use_skew
 
@@ -177,17 +178,26 @@ class Deberta(PositionalEncoding):
     @staticmethod
     def _p2c(table: Tensor, index: Tensor, k: Tensor) -> Tensor:
         """p2c logits [B, H, m, n]: key j against the query-projected embedding of row
-        index[.., i, j] ([m, n] or [B, 1, m, n]). Every embedding against every key
-        ([B, H, 2s, n]), then a gather along the embedding rows: the logits come out query-major
-        as they are read. (Keys against embeddings, [B, H, n, 2s], gathered along their rows
-        and transposed took 44 / 229 ms forward and 56 / 275 ms for the gradient on the 2-core
-        development CPU, one thread, [8, 8, n, n] at n = 512 / 1024; this gather 30 / 82 ms
-        and its scatter 42 / 117.) For a few rows (a decoding step: m d_h <= 2s), each pair's
-        embedding alone (m n d_h, where the first took 2s n d_h at every step)."""
+        index[.., i, j] ([m, n] or [B, 1, m, n]). With at least as many keys as embedding rows
+        (n >= 2s), every embedding against every key ([B, H, 2s, n]) and a gather along the
+        embedding rows: the logits come out query-major as they are read. With fewer keys,
+        every key against every embedding ([B, H, n, 2s]), a gather along the keys' rows and a
+        transposed copy. On the 2-core development CPU (one thread, [8, 8, n, n], 2s = 512) the
+        first took 30 / 82 ms forward and 42 / 117 ms for the gradient at n = 512 / 1024
+        against the second's 44 / 229 and 56 / 275, and 19 / 20 against 12 / 13 at n=256.
+        For a few rows (a decoding step: m d_h <= 2s), each pair's embedding alone (m n d_h,
+        where the first took 2s n d_h at every step)."""
         rows, width = index.shape[-2], table.shape[-1]
-        if rows * width > table.shape[-2]:
+        if rows * width > table.shape[-2] and k.shape[-2] >= table.shape[-2]:
             per_row = table @ k.transpose(-1, -2)  # [B, H, 2s, n]
             return torch.gather(per_row, -2, index.expand(*k.shape[:2], *index.shape[-2:]))
+        if rows * width > table.shape[-2]:
+            per_offset = k @ table.transpose(-1, -2)  # [B, H, n, 2s]
+            # row j (a key) reads offset bucket(j - i) = -bucket(i - j): the transposed index
+            reverse = index.transpose(-1, -2)  # [.., n keys, m queries]
+            reverse = reverse.expand(*k.shape[:2], *reverse.shape[-2:])
+            # Made contiguous: a transposed view left every later op reading it by columns.
+            return contiguous_transpose(torch.gather(per_offset, -1, reverse))
         pairs = index if index.dim() == 4 else index[None, None]
         embedded = table[:, pairs[:, 0]]  # [H, B or 1, m, n, d_h]
         embedded = embedded.expand(-1, k.shape[0], -1, -1, -1)
