@@ -178,17 +178,19 @@ class Deberta(PositionalEncoding):
     @staticmethod
     def _p2c(table: Tensor, index: Tensor, k: Tensor) -> Tensor:
         """p2c logits [B, H, m, n]: key j against the query-projected embedding of row
-        index[.., i, j] ([m, n] or [B, 1, m, n]). With at least as many keys as embedding rows
-        (n >= 2s), every embedding against every key ([B, H, 2s, n]) and a gather along the
-        embedding rows: the logits come out query-major as they are read. With fewer keys,
-        every key against every embedding ([B, H, n, 2s]), a gather along the keys' rows and a
-        transposed copy. On the 2-core development CPU (one thread, [8, 8, n, n], 2s = 512) the
-        first took 30 / 82 ms forward and 42 / 117 ms for the gradient at n = 512 / 1024
-        against the second's 44 / 229 and 56 / 275, and 19 / 20 against 12 / 13 at n=256.
-        For a few rows (a decoding step: m d_h <= 2s), each pair's embedding alone (m n d_h,
-        where the first took 2s n d_h at every step)."""
+        index[.., i, j] ([m, n] or [B, 1, m, n]). On the CPU with at least as many keys as
+        embedding rows (n >= 2s), every embedding against every key ([B, H, 2s, n]) and a
+        gather along the embedding rows: the logits come out query-major as they are read.
+        Otherwise every key against every embedding ([B, H, n, 2s]), a gather along the keys'
+        rows and a transposed copy (on a GPU the first gather's reads would step across rows;
+        neither is timed there). On the 2-core development CPU (one thread, [8, 8, n, n],
+        2s = 512) the first took 30 / 82 ms forward and 42 / 117 ms for the gradient at
+        n = 512 / 1024 against the second's 44 / 229 and 56 / 275, and 19 / 20 against 12 / 13
+        at n=256. For a few rows (a decoding step: m d_h <= 2s), each pair's embedding alone
+        (m n d_h, where the first took 2s n d_h at every step)."""
         rows, width = index.shape[-2], table.shape[-1]
-        if rows * width > table.shape[-2] and k.shape[-2] >= table.shape[-2]:
+        by_embedding_rows = k.device.type == "cpu" and k.shape[-2] >= table.shape[-2]
+        if rows * width > table.shape[-2] and by_embedding_rows:
             per_row = table @ k.transpose(-1, -2)  # [B, H, 2s, n]
             return torch.gather(per_row, -2, index.expand(*k.shape[:2], *index.shape[-2:]))
         if rows * width > table.shape[-2]:
