@@ -157,11 +157,12 @@ DEBERTA_OPTIONS = {"position_buckets": 6, "max_relative_positions": 16}
 @pytest.mark.parametrize("share", [True, False])
 @pytest.mark.parametrize("terms", [("c2p", "p2c"), ("c2p",), ("p2c",)])
 @pytest.mark.parametrize("skew", [False, True])
-@pytest.mark.parametrize("span", [6, 4])
+@pytest.mark.parametrize("span", [6, 4, 32])
 def test_deberta_matches_disentangled_eq(share, terms, skew, span, hidden, choose):
     """By index gather (CPU) and by offset windows (GPU training); with fewer keys (9) than
     embedding rows (2s = 12) and more (2s = 8), where p2c gathers along the keys' rows or
-    along the embeddings'."""
+    along the embeddings'; with 2s = 64 the 9 keys read rows 24-40 alone, the gathers a slice
+    of P."""
     choose(skew=skew)
     options = {
         "position_buckets": span,

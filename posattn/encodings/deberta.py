@@ -32,6 +32,23 @@ def deberta_log_bucket(relative: Tensor, bucket_size: int, max_position: int) ->
 
 
 @dataclass(frozen=True)
+class EmbeddingReads:
+    """What c2p's and p2c's gathers read: the embedding rows `rows` (a slice of P holding
+    every row some (query, key) pair reads), and the index of each pair into them - for p2c
+    d(i, j) - rows.start, for c2p counted from the last row, rows.stop - 1 - d(i, j) (c2p
+    reads the rows reversed: see `Deberta._gathered_logits`). Made once per forward and
+    read by every layer."""
+
+    rows: slice
+    p2c: Tensor
+    c2p: Tensor
+
+    @classmethod
+    def of(cls, index: Tensor, rows: slice) -> EmbeddingReads:
+        return cls(rows, index - rows.start if rows.start else index, (rows.stop - 1) - index)
+
+
+@dataclass(frozen=True)
 class DebertaOptions:
     position_buckets: int = 256
     max_relative_positions: int | None = None  # None means max_len
@@ -119,6 +136,19 @@ class Deberta(PositionalEncoding):
         """[n, n] clip(bucket(i - j) + s, 0, 2s - 1): `offset_index` spread over the matrix."""
         return toeplitz(self.offset_index(seq_len, device))
 
+    def rows_read(self, seq_len: int) -> slice:
+        """The embedding rows an n x n matrix reads, d(i, j) for |i - j| < n: P's 2s rows
+        only where n reaches past the buckets. (d grows with i - j.) At n=128 with DeBERTa's
+        256 buckets, 255 of 512: half the [B, H, n, 2s] products and their gradients. In a
+        compiled graph every row (the two ends are values a graph does not have)."""
+        if torch.compiler.is_compiling():
+            return slice(0, 2 * self.span)
+        rows = self.embedding_row(torch.arange(1 - seq_len, seq_len)).tolist()  # on the host
+        return slice(rows[0], rows[-1] + 1)
+
+    def relative_reads(self, seq_len: int, device) -> EmbeddingReads:
+        return EmbeddingReads.of(self.relative_index(seq_len, device), self.rows_read(seq_len))
+
     def offset_index(self, seq_len: int, device) -> Tensor:
         """[2n - 1] the embedding row clip(bucket(i - j) + s, 0, 2s - 1) of every offset
         o = j - i in `offsets` order."""
@@ -135,28 +165,32 @@ class Deberta(PositionalEncoding):
     def _heads(self, x: Tensor) -> Tensor:
         return x.unflatten(-1, (self.dims.num_heads, -1)).transpose(0, 1)  # [H, 2s, d_h]
 
-    def _logits(self, layer: int, index, embeddings: Tensor, q, k, attention) -> Tensor:
-        """index: the [n, n] index, made at the first gather and kept for every layer (the
-        skewed path reads none, and a decoding step reads rows of its own)."""
+    def _logits(self, layer: int, reads, embeddings: Tensor, q, k, attention) -> Tensor:
+        """reads: the gathers' `EmbeddingReads`, made at the first gather and kept for every
+        layer (the skewed path reads none, and a decoding step reads rows of its own)."""
         if use_skew(q.device):
             return self._logits_by_offset(layer, embeddings, q, k, attention)
-        return self._gathered_logits(layer, index(), embeddings, q, k, attention)
+        return self._gathered_logits(layer, reads(), embeddings, q, k, attention)
 
-    def _gathered_logits(self, layer: int, index: Tensor, embeddings: Tensor, q, k, attention):
-        """c2p and p2c by index gathers; index [m, n] or per row [B, 1, m, n] holds d(i, j)
-        for q's m query rows (all n, or a decoding step's last ones) and the n keys."""
+    def _gathered_logits(
+        self, layer: int, reads: EmbeddingReads, embeddings: Tensor, q, k, attention
+    ):
+        """c2p and p2c by index gathers over the embedding rows `reads.rows`; its indices
+        ([m, n] or per row [B, 1, m, n]) hold each pair's row for q's m query rows (all n, or
+        a decoding step's last ones) and the n keys."""
         q, k = self._scaled(q, k)
+        embeddings = embeddings[reads.rows]
         terms = []
         if "c2p" in self.options.terms:
             project = (
                 attention.k_proj if self.key_projections is None else self.key_projections[layer]
             )
-            # The embedding rows from the last: row d(i, j) falls as key j grows, 2s-1 - d(i, j)
-            # grows, and the gather and its scatter read forwards (on the 2-core development
-            # CPU, [8, 8, n, n], one thread: 21 -> 13 ms and 27 -> 17 ms at n=512, 57 -> 27
-            # and 72 -> 47 ms at n=1024).
+            # The embedding rows from the last: row d(i, j) falls as key j grows, the reversed
+            # row grows, and the gather and its scatter read forwards (on the 2-core
+            # development CPU, [8, 8, n, n], one thread: 21 -> 13 ms and 27 -> 17 ms at
+            # n=512, 57 -> 27 and 72 -> 47 ms at n=1024).
             table = self._heads(project(embeddings)).to(q.dtype).flip(-2)
-            rising = (2 * self.span - 1 - index).expand(*q.shape[:2], *index.shape[-2:])
+            rising = reads.c2p.expand(*q.shape[:2], *reads.c2p.shape[-2:])
             terms.append(torch.gather(q @ table.transpose(-1, -2), -1, rising))
         if "p2c" in self.options.terms:
             project = (
@@ -164,8 +198,8 @@ class Deberta(PositionalEncoding):
                 if self.query_projections is None
                 else self.query_projections[layer]
             )
-            table = self._heads(project(embeddings)).to(k.dtype)  # [H, 2s, d_h]
-            terms.append(self._p2c(table, index, k))
+            table = self._heads(project(embeddings)).to(k.dtype)  # [H, rows, d_h]
+            terms.append(self._p2c(table, reads.p2c, k))
         return sum(terms[1:], terms[0])
 
     def _scaled(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
@@ -232,8 +266,10 @@ class Deberta(PositionalEncoding):
         return sum(terms[1:], terms[0]).contiguous()  # one term alone is a window view
 
     def _logits_at(self, layer: int, index: Once, embeddings: Tensor, q, k, attention):
-        """`_gathered_logits` with the index of `index_at`, made at the first call."""
-        return self._gathered_logits(layer, index(), embeddings, q, k, attention)
+        """`_gathered_logits` with the index of `index_at`, made at the first call, over every
+        embedding row (given positions may read any)."""
+        reads = EmbeddingReads.of(index(), slice(0, 2 * self.span))
+        return self._gathered_logits(layer, reads, embeddings, q, k, attention)
 
     def index_at(self, positions: Tensor, start: int) -> Tensor:
         """[B, 1, n - start, n] row of P for (query i, key j) of the query rows [start, n) at
@@ -263,12 +299,12 @@ class Deberta(PositionalEncoding):
         )
 
     def layer_terms(self, seq_len, device, dtype):
-        index = Once(partial(self.relative_index, seq_len, device))
+        reads = Once(partial(self.relative_reads, seq_len, device))
         embeddings = self.embeddings if self.norm is None else self.norm(self.embeddings)
         return [
             LayerTerms(
                 scale=self.content_scale(),
-                qk_logits=partial(self._logits, layer, index, embeddings),
+                qk_logits=partial(self._logits, layer, reads, embeddings),
                 rows=partial(self.layer_rows, layer, seq_len, embeddings),
             )
             for layer in range(self.dims.num_layers)
@@ -279,8 +315,9 @@ class Deberta(PositionalEncoding):
         (`LayerTerms.rows`: a decoding step computed every row's logits to keep its own)."""
         offsets_seen = self.offset_index(seq_len, embeddings.device)[: 2 * seq_len - 1 - start]
         index = toeplitz(offsets_seen, seq_len)  # [n - start, n]
+        reads = EmbeddingReads.of(index, self.rows_read(seq_len))
         return LayerTerms(
             scale=self.content_scale(),
-            qk_logits=partial(self._gathered_logits, layer, index, embeddings),
+            qk_logits=partial(self._gathered_logits, layer, reads, embeddings),
             rows=lambda later: self.layer_rows(layer, seq_len, embeddings, start + later),
         )
