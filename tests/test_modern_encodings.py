@@ -161,8 +161,8 @@ DEBERTA_OPTIONS = {"position_buckets": 6, "max_relative_positions": 16}
 def test_deberta_matches_disentangled_eq(share, terms, skew, span, hidden, choose):
     """By index gather (CPU) and by offset windows (GPU training); with fewer keys (9) than
     embedding rows (2s = 12) and more (2s = 8), where p2c gathers along the keys' rows or
-    along the embeddings'; with 2s = 64 the 9 keys read rows 24-40 alone, the gathers a slice
-    of P."""
+    along the embeddings'; with 2s = 64 the 9 keys read rows 24-40, the gathers rows 24-55
+    (widened to 32) of P."""
     choose(skew=skew)
     options = {
         "position_buckets": span,
