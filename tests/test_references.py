@@ -69,11 +69,12 @@ def test_learned_input_is_word_plus_position_plus_segment_then_layernorm(encodin
 
 @pytest.mark.parametrize("values", [False, True])
 @pytest.mark.parametrize("skew", [False, True])
-def test_shaw_matches_eq4(values, skew, hidden, choose):
-    """TUPE Eq. 4: (x_i W^Q)(x_j W^K + a_{clip(j-i)})^T / sqrt(d_h), a per layer, t = 3 here;
-    by index gather (CPU) and by offset windows (GPU)."""
+@pytest.mark.parametrize("t", [3, 40])
+def test_shaw_matches_eq4(values, skew, t, hidden, choose):
+    """TUPE Eq. 4: (x_i W^Q)(x_j W^K + a_{clip(j-i)})^T / sqrt(d_h), a per layer, t = 3 (9
+    tokens reach the clipped rows) and t = 40 (they read rows 32-48 of 81, the gathers rows
+    32-63); by index gather (CPU) and by offset windows (GPU)."""
     choose(skew=skew)
-    t = 3
     model = tiny_encoder("shaw", encoding_options={"max_distance": t, "values": values})
     layer = 1
     q, k = projections(model, hidden, layer)

@@ -13,7 +13,7 @@ from ..errors import require
 from ..initialization import normal_
 from ..transposed import contiguous_transpose
 from .base import LayerTerms, ModelDims, Once, Place, PositionalEncoding, empty_parameter
-from .relative import offsets, position_differences, skew, toeplitz, use_skew
+from .relative import offsets, position_differences, rows_widened, skew, toeplitz, use_skew
 
 TERMS = ("c2p", "p2c")
 
@@ -138,19 +138,14 @@ class Deberta(PositionalEncoding):
 
     def rows_read(self, seq_len: int) -> slice:
         """The embedding rows an n x n matrix reads, d(i, j) for |i - j| < n (d grows with
-        i - j), widened to a multiple of 16 rows within P's 2s: all of P only where n reaches
+        i - j), widened to a multiple of 16 (`rows_widened`): all of P only where n reaches
         past the buckets. At n=128 with DeBERTa's 256 buckets, 256 of 512: half the
-        [B, H, n, 2s] products and their gradients. (Odd widths cost: q against 255 rows and
-        the gather took 9.3 ms against 8.6 for 256 on the 2-core development CPU, [8, 8, 256,
-        64], one thread.) In a compiled graph every row (the ends are values a graph does not
-        have)."""
-        rows = 2 * self.span
+        [B, H, n, 2s] products and their gradients. In a compiled graph every row (the ends
+        are values a graph does not have)."""
         if torch.compiler.is_compiling():
-            return slice(0, rows)
+            return slice(0, 2 * self.span)
         read = self.embedding_row(torch.arange(1 - seq_len, seq_len)).tolist()  # on the host
-        width = min(rows, -(-(read[-1] + 1 - read[0]) // 16) * 16)
-        first = min(read[0], rows - width)
-        return slice(first, first + width)
+        return rows_widened(read[0], read[-1], 2 * self.span)
 
     def relative_reads(self, seq_len: int, device) -> EmbeddingReads:
         return EmbeddingReads.of(self.relative_index(seq_len, device), self.rows_read(seq_len))

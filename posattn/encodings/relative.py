@@ -14,6 +14,7 @@ __all__ = [
     "offsets",
     "position_differences",
     "relative_positions",
+    "rows_widened",
     "skew",
     "toeplitz",
     "use_skew",
@@ -63,3 +64,13 @@ def skew(per_offset: Tensor) -> Tensor:
         (*lead_strides, width - 1, 1),
         per_offset.storage_offset() + m - 1,
     )
+
+
+def rows_widened(first: int, last: int, rows: int) -> slice:
+    """The rows [first, last] of a table of `rows`, widened to a multiple of 16 within it:
+    what a product against the rows some offset reads takes (Shaw's, DeBERTa's). Odd widths
+    cost: q [8, 8, 256, 64] against 255 rows and a gather took 9.3 ms against 8.6 for 256 on
+    the 2-core development CPU, one thread."""
+    width = min(rows, -(-(last + 1 - first) // 16) * 16)
+    first = min(first, rows - width)
+    return slice(first, first + width)

@@ -11,7 +11,7 @@ from torch import Tensor
 from ..errors import require_positive_int
 from ..initialization import normal_
 from .base import LayerTerms, ModelDims, Once, Place, PositionalEncoding, empty_parameter
-from .relative import offsets, position_differences, skew, use_skew
+from .relative import offsets, position_differences, rows_widened, skew, use_skew
 from .row_offsets import spread_by_offset, sums_by_offset_row
 
 
@@ -65,25 +65,34 @@ class ShawRelative(PositionalEncoding):
         t = self.options.max_distance
         return offsets(seq_len, device).clamp(-t, t) + t
 
+    def rows_read(self, seq_len: int) -> slice:
+        """The table rows an n x n matrix reads, clip(j - i) + t for |j - i| < n, widened to
+        a multiple of 16 (`rows_widened`): fewer than the 2t + 1 where n <= t (at n=64 with
+        t = 128, 128 of 257), and the products against them with it."""
+        t = self.options.max_distance
+        return rows_widened(max(t - seq_len + 1, 0), min(t + seq_len - 1, 2 * t), 2 * t + 1)
+
     def _key_logits(
-        self, layer: int, seen: Tensor, n: int, q: Tensor, k: Tensor, attention
+        self, layer: int, seen: Tensor, read: slice, n: int, q: Tensor, k: Tensor, attention
     ) -> Tensor:
         """q a^K_{clip(j - i)} for q's m query rows (the last m of n) and n keys; `seen`: the
-        table row of each offset those rows see, [m + n - 1] in `toeplitz` order."""
+        table row of each offset those rows see, [m + n - 1] in `toeplitz` order, all within
+        the rows `read` (`rows_read`)."""
         if use_skew(q.device):
             # q a^K_o for every offset the rows see, then each row's window of them.
             table = self.keys[layer][seen]  # [m + n - 1, d_h]
             return skew((q @ table.to(q.dtype).T) * self.content_scale())
-        return spread_by_offset(self._scaled_products(layer, q), seen, n)
+        return spread_by_offset(self._scaled_products(layer, q, read), seen - read.start, n)
 
-    def _value_term(self, layer: int, seen: Tensor, n: int, probs: Tensor) -> Tensor:
+    def _value_term(self, layer: int, seen: Tensor, read: slice, n: int, probs: Tensor) -> Tensor:
         # sum_j p_ij a_{o(i,j)} = sum_o (sum_{j: o(i,j)=o} p_ij) a_o
         if use_skew(probs.device):
             per_offset = probs.new_zeros(*probs.shape[:-1], len(seen))
             skew(per_offset).copy_(probs)  # p_ij at offset j - i of row i
             return per_offset @ self.values[layer][seen].to(probs.dtype)
-        per_offset = sums_by_offset_row(probs, seen, self.values.shape[1])
-        return per_offset @ self.values[layer].to(probs.dtype)
+        table = self.values[layer][read]
+        per_offset = sums_by_offset_row(probs, seen - read.start, table.shape[0])
+        return per_offset @ table.to(probs.dtype)
 
     def table_rows_at(self, positions: Tensor, start: int) -> Tensor:
         """[B, 1, n - start, n] table row clip(p_j - p_i) + t of each (query, key) pair of
@@ -97,11 +106,11 @@ class ShawRelative(PositionalEncoding):
         index = index().expand(*q.shape[:2], -1, -1)
         return torch.gather(self._scaled_products(layer, q), -1, index)
 
-    def _scaled_products(self, layer: int, q: Tensor) -> Tensor:
-        """q a^K_r for every table row r, scaled, [B, H, m, 2t+1]: scaled before the gathers
-        rather than the [B, H, m, n] logits after (the same values; on the CPU at n=1024 two
-        passes over 256 MiB fewer per call)."""
-        return (q @ self.keys[layer].to(q.dtype).T) * self.content_scale()
+    def _scaled_products(self, layer: int, q: Tensor, read: slice = slice(None)) -> Tensor:
+        """q a^K_r for the table rows r in `read` (all by default), scaled, [B, H, m, rows]:
+        scaled before the gathers rather than the [B, H, m, n] logits after (the same values;
+        on the CPU at n=1024 two passes over 256 MiB fewer per call)."""
+        return (q @ self.keys[layer][read].to(q.dtype).T) * self.content_scale()
 
     def _value_term_at(self, layer: int, index: Once, probs: Tensor) -> Tensor:
         index = index().expand(*probs.shape[:2], -1, -1)
@@ -132,12 +141,12 @@ class ShawRelative(PositionalEncoding):
     def layer_rows(self, layer: int, rows: Tensor, n: int, start: int) -> LayerTerms:
         """Layer `layer`'s terms for the query rows [start, n) of a length n (`rows`: the
         table row of every offset, `self.rows`): those rows see its first 2n - 1 - start."""
-        seen = rows[: 2 * n - 1 - start]
+        seen, read = rows[: 2 * n - 1 - start], self.rows_read(n)
         return LayerTerms(
             scale=self.content_scale(),
-            qk_logits=partial(self._key_logits, layer, seen, n),
+            qk_logits=partial(self._key_logits, layer, seen, read, n),
             value_term=(
-                partial(self._value_term, layer, seen, n) if self.values is not None else None
+                partial(self._value_term, layer, seen, read, n) if self.values is not None else None
             ),
             rows=lambda later: self.layer_rows(layer, rows, n, start + later),
         )
