@@ -81,7 +81,7 @@ class ShawRelative(PositionalEncoding):
         if use_skew(q.device):
             # q a^K_o for every offset the rows see, then each row's window of them.
             table = self.keys[layer][seen]  # [m + n - 1, d_h]
-            return skew((q @ table.to(q.dtype).T) * self.content_scale())
+            return skew((q * self.content_scale()) @ table.to(q.dtype).T)
         return spread_by_offset(self._scaled_products(layer, q, read), seen - read.start, n)
 
     def _value_term(self, layer: int, seen: Tensor, read: slice, n: int, probs: Tensor) -> Tensor:
@@ -108,9 +108,10 @@ class ShawRelative(PositionalEncoding):
 
     def _scaled_products(self, layer: int, q: Tensor, read: slice = slice(None)) -> Tensor:
         """q a^K_r for the table rows r in `read` (all by default), scaled, [B, H, m, rows]:
-        scaled before the gathers rather than the [B, H, m, n] logits after (the same values;
-        on the CPU at n=1024 two passes over 256 MiB fewer per call)."""
-        return (q @ self.keys[layer][read].to(q.dtype).T) * self.content_scale()
+        q scaled before the product rather than the [B, H, m, n] logits after the gather (on
+        the CPU at n=1024 two passes over 256 MiB fewer per call) or the [B, H, m, rows]
+        products (0.77 ms of a 9 ms forward at n=128, B = H = 8, one thread)."""
+        return (q * self.content_scale()) @ self.keys[layer][read].to(q.dtype).T
 
     def _value_term_at(self, layer: int, index: Once, probs: Tensor) -> Tensor:
         index = index().expand(*probs.shape[:2], -1, -1)
