@@ -92,34 +92,21 @@ def _sums_by_runs(values: Tensor, runs: OffsetRuns, rows: int) -> Tensor:
     return out.reshape(*lead, m, rows)
 
 
-class SpreadByOffset(torch.autograd.Function):
-    """`spread` whose backward is `sums_by_row`."""
+class ByOffset(torch.autograd.Function):
+    """`spread` (spreads=True) or `sums_by_row`, each the other's backward; `size`: the
+    result's last dimension (n keys, or the table's rows)."""
 
     @staticmethod
-    def forward(ctx, per_row, seen, n):
+    def forward(ctx, x, seen, size, spreads):
         ctx.save_for_backward(seen)
-        ctx.rows = per_row.shape[-1]
-        return spread(per_row, seen, n)
+        ctx.size, ctx.spreads = x.shape[-1], spreads
+        return spread(x, seen, size) if spreads else sums_by_row(x, seen, size)
 
     @staticmethod
     def backward(ctx, grad):
         (seen,) = ctx.saved_tensors
-        return sums_by_row(grad, seen, ctx.rows), None, None
-
-
-class SumsByRow(torch.autograd.Function):
-    """`sums_by_row` whose backward is `spread`."""
-
-    @staticmethod
-    def forward(ctx, values, seen, rows):
-        ctx.save_for_backward(seen)
-        ctx.n = values.shape[-1]
-        return sums_by_row(values, seen, rows)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (seen,) = ctx.saved_tensors
-        return spread(grad, seen, ctx.n), None, None
+        adjoint = sums_by_row if ctx.spreads else spread
+        return adjoint(grad, seen, ctx.size), None, None, None
 
 
 def spread_by_offset(per_row: Tensor, seen: Tensor, n: int) -> Tensor:
@@ -127,7 +114,7 @@ def spread_by_offset(per_row: Tensor, seen: Tensor, n: int) -> Tensor:
     runs are read from `seen`'s values, which a graph does not have)."""
     if torch.compiler.is_compiling():
         return spread(per_row, seen, n)
-    return SpreadByOffset.apply(per_row, seen, n)
+    return ByOffset.apply(per_row, seen, n, True)
 
 
 def sums_by_offset_row(values: Tensor, seen: Tensor, rows: int) -> Tensor:
@@ -135,4 +122,4 @@ def sums_by_offset_row(values: Tensor, seen: Tensor, rows: int) -> Tensor:
     if torch.compiler.is_compiling():
         index = toeplitz(seen, values.shape[-1]).expand_as(values)
         return values.new_zeros(*values.shape[:-1], rows).scatter_add(-1, index, values)
-    return SumsByRow.apply(values, seen, rows)
+    return ByOffset.apply(values, seen, rows, False)
