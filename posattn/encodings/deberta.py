@@ -148,6 +148,7 @@ class Deberta(PositionalEncoding):
         return rows_widened(read[0], read[-1], 2 * self.span)
 
     def relative_reads(self, seq_len: int, device) -> EmbeddingReads:
+        """What the gathers of an n x n matrix read (`relative_index` over `rows_read`)."""
         return EmbeddingReads.of(self.relative_index(seq_len, device), self.rows_read(seq_len))
 
     def offset_index(self, seq_len: int, device) -> Tensor:
@@ -212,24 +213,24 @@ class Deberta(PositionalEncoding):
 
     @staticmethod
     def _p2c(table: Tensor, index: Tensor, k: Tensor) -> Tensor:
-        """p2c logits [B, H, m, n]: key j against the query-projected embedding of row
-        index[.., i, j] ([m, n] or [B, 1, m, n]). On the CPU with at least as many keys as
-        embedding rows (n >= 2s), every embedding against every key ([B, H, 2s, n]) and a
-        gather along the embedding rows: the logits come out query-major as they are read.
-        Otherwise every key against every embedding ([B, H, n, 2s]), a gather along the keys'
+        """p2c logits [B, H, m, n]: key j against the query-projected embedding of row index[.., i,
+        j] ([m, n] or [B, 1, m, n]) of `table`'s rows (those read, at most 2s). On the CPU with
+        at least as many keys as table rows, every embedding against every key ([B, H, rows, n])
+        and a gather along the embedding rows: the logits come out query-major as they are read.
+        Otherwise every key against every embedding ([B, H, n, rows]), a gather along the keys'
         rows and a transposed copy (on a GPU the first gather's reads would step across rows;
-        neither is timed there). On the 2-core development CPU (one thread, [8, 8, n, n],
-        2s = 512) the first took 30 / 82 ms forward and 42 / 117 ms for the gradient at
-        n = 512 / 1024 against the second's 44 / 229 and 56 / 275, and 19 / 20 against 12 / 13
-        at n=256. For a few rows (a decoding step: m d_h <= 2s), each pair's embedding alone
-        (m n d_h, where the first took 2s n d_h at every step)."""
+        neither is timed there). On the 2-core development CPU (one thread, [8, 8, n, n], 512
+        rows) the first took 30 / 82 ms forward and 42 / 117 ms for the gradient at n = 512 /
+        1024 against the second's 44 / 229 and 56 / 275, and 19 / 20 against 12 / 13 at n=256.
+        For a few rows (a decoding step: m d_h <= rows), each pair's embedding alone (m n d_h,
+        where the first took rows n d_h at every step)."""
         rows, width = index.shape[-2], table.shape[-1]
         by_embedding_rows = k.device.type == "cpu" and k.shape[-2] >= table.shape[-2]
         if rows * width > table.shape[-2] and by_embedding_rows:
-            per_row = table @ k.transpose(-1, -2)  # [B, H, 2s, n]
+            per_row = table @ k.transpose(-1, -2)  # [B, H, rows, n]
             return torch.gather(per_row, -2, index.expand(*k.shape[:2], *index.shape[-2:]))
         if rows * width > table.shape[-2]:
-            per_offset = k @ table.transpose(-1, -2)  # [B, H, n, 2s]
+            per_offset = k @ table.transpose(-1, -2)  # [B, H, n, rows]
             # row j (a key) reads offset bucket(j - i) = -bucket(i - j): the transposed index
             reverse = index.transpose(-1, -2)  # [.., n keys, m queries]
             reverse = reverse.expand(*k.shape[:2], *reverse.shape[-2:])
