@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from posattn.encodings import row_offsets
-from posattn.encodings.relative import offsets
+from posattn.encodings.relative import offsets, rows_widened
 from posattn.encodings.row_offsets import (
     OffsetRuns,
     spread,
@@ -104,3 +104,20 @@ def test_what_is_not_a_clipped_ramp_is_summed_by_scatter(seen):
     n = 2
     values = torch.randn(2, len(seen) - n + 1, n, dtype=torch.float64)
     torch.testing.assert_close(sums_by_row(values, seen, 6), sums_loop(values, seen, 6))
+
+
+@pytest.mark.parametrize(
+    "first, last, rows, expected",
+    [
+        (24, 40, 64, slice(24, 56)),  # 17 rows -> 32, from the first
+        (60, 63, 64, slice(48, 64)),  # at the table's end: widened downwards
+        (129, 383, 512, slice(129, 385)),  # 255 -> 256
+        (1, 511, 512, slice(0, 512)),  # 511 -> the whole table
+        (1, 11, 12, slice(0, 12)),  # a table narrower than 16: all of it
+        (5, 5, 257, slice(5, 21)),
+    ],
+)
+def test_rows_widened_cover_the_rows_read_in_a_multiple_of_16(first, last, rows, expected):
+    widened = rows_widened(first, last, rows)
+    assert widened == expected
+    assert widened.start <= first and last < widened.stop <= rows
