@@ -1,7 +1,8 @@
 """`row_offsets`: per-row values spread over the keys by clipped offset and their sums back,
 against loops written from the definition (out[i, j] = per_row[i, r(j - i)] and its adjoint),
 for whole matrices and for the last query rows, clipped at one end, both or neither; the
-runs read from `seen`, and what is not a clipped ramp summed by scatter."""
+runs read from `seen`, and what is not a clipped ramp summed by scatter; the rows a product
+reads, widened to a multiple of 16 (`rows_widened`)."""
 
 from __future__ import annotations
 
