@@ -91,11 +91,16 @@ def test_gradients_are_each_others_adjoint():
         ([5, 6, 7], (3, 1, 2, 5, 7)),
         ([2, 2, 2], (3, 3, 3, 2, 2)),
         ([0, 0, 3, 3], (4, 2, 2, 0, 3)),  # two runs, nothing between
+        ([0, 1, 2, 5, 5], (5, 1, 3, 0, 5)),  # rows 3 and 4 read by no offset
+        ([4, 4, 0, 0], (4, 2, 2, 4, 0)),  # falling
     ],
 )
 def test_runs_read_from_seen(seen, runs):
     width, first, last, low, high = runs
-    assert OffsetRuns.of(torch.tensor(seen)) == OffsetRuns(width, first, last, low, high)
+    seen = torch.tensor(seen)
+    assert OffsetRuns.of(seen) == OffsetRuns(width, first, last, low, high)
+    values = torch.randn(3, width - 1, 2, dtype=torch.float64)  # m + n - 1 offsets, n = 2
+    torch.testing.assert_close(sums_by_row(values, seen, 9), sums_loop(values, seen, 9))
 
 
 @pytest.mark.parametrize("seen", [[0, 1, 0], [0, 1, 2, 1, 1], [0, 2, 3, 4], [0, 1, 3, 4, 4]])
