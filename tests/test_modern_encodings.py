@@ -208,43 +208,6 @@ def test_deberta_matches_disentangled_eq(share, terms, skew, span, hidden, choos
     torch.testing.assert_close(layer_logits(model, hidden, layer), expected, **TOL)
 
 
-@pytest.mark.parametrize("terms", [("c2p", "p2c"), ("c2p",), ("p2c",)])
-@pytest.mark.parametrize("start", [0, 3])
-def test_deberta_offsets_spread_equal_the_index_gathers_with_gradients(terms, start):
-    """Within the linear buckets (2s = 64, 9 keys) the gathers spread by offset and sum their
-    gradients by runs (`EmbeddingReads.c2p_seen`, `p2c_seen`); values and the gradients of q,
-    k and P equal the index gathers', for the whole matrix and the query rows from `start`."""
-    from posattn.encodings.deberta import EmbeddingReads
-    from posattn.toeplitz import toeplitz
-
-    options = {"position_buckets": 32, "max_relative_positions": 16, "terms": terms}
-    model = tiny_encoder("deberta", encoding_options=options)
-    encoding, attention = model.encoding, model.layers[0].attention
-    n = 9
-    seen = encoding.offset_index(n, "cpu")[: 2 * n - 1 - start]
-    rows = encoding.rows_read(n)
-    by_offset = EmbeddingReads.of(toeplitz(seen, n), rows, seen)
-    assert by_offset.c2p_seen is not None and by_offset.p2c_seen is not None
-    by_index = EmbeddingReads.of(toeplitz(seen, n), rows)
-    torch.manual_seed(5)
-    q = torch.randn(2, 3, n - start, 8, dtype=torch.float64, requires_grad=True)
-    k = torch.randn(2, 3, n, 8, dtype=torch.float64, requires_grad=True)
-    weight = torch.randn(2, 3, n - start, n, dtype=torch.float64)
-    results = []
-    for reads in (by_offset, by_index):
-        embeddings = encoding.embeddings.detach().double().requires_grad_()
-        with torch.enable_grad():  # the module's fixture holds gradients off
-            logits = encoding._gathered_logits(0, reads, embeddings, q, k, attention.double())
-            # c2p alone reads no k, p2c alone no q
-            grads = torch.autograd.grad(
-                (logits * weight).sum(), (q, k, embeddings), allow_unused=True
-            )
-        results.append([logits, *(g for g in grads if g is not None)])
-    assert len(results[0]) == len(results[1]) == (4 if len(terms) == 2 else 3)
-    for ours, theirs in zip(*results, strict=True):
-        torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
-
-
 def test_deberta_buckets_equal_transformers():
     from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
 

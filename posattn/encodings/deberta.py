@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 
 import torch
@@ -14,7 +14,6 @@ from ..initialization import normal_
 from ..transposed import contiguous_transpose
 from .base import LayerTerms, ModelDims, Once, Place, PositionalEncoding, empty_parameter
 from .relative import offsets, position_differences, rows_widened, skew, toeplitz, use_skew
-from .row_offsets import OffsetRuns, spread_by_offset
 
 TERMS = ("c2p", "p2c")
 
@@ -38,33 +37,15 @@ class EmbeddingReads:
     every row some (query, key) pair reads), and the index of each pair into them - for p2c
     d(i, j) - rows.start, for c2p counted from the last row, rows.stop - 1 - d(i, j) (c2p
     reads the rows reversed: see `Deberta._gathered_logits`). Made once per forward and
-    read by every layer.
-
-    c2p_seen, p2c_seen: where the index is a Toeplitz matrix whose rows per offset form a
-    clipped ramp on the CPU (distances within the linear buckets: n <= 129 with 256 buckets),
-    the row of every offset for c2p (queries as rows) and for p2c (keys as rows), in
-    `toeplitz` order: their gathers then spread by offset and sum their gradients without a
-    scatter (`row_offsets`). Else None."""
+    read by every layer."""
 
     rows: slice
     p2c: Tensor
     c2p: Tensor
-    c2p_seen: Tensor | None = None
-    p2c_seen: Tensor | None = None
 
     @classmethod
-    def of(cls, index: Tensor, rows: slice, seen: Tensor | None = None) -> EmbeddingReads:
-        """index: [m, n] or [B, 1, m, n] rows of P; seen: where index is toeplitz(seen, n),
-        the row of every offset (`Deberta.offset_index`'s order)."""
-        p2c = index - rows.start if rows.start else index
-        reads = cls(rows, p2c, (rows.stop - 1) - index)
-        if seen is None or seen.device.type != "cpu" or torch.compiler.is_compiling():
-            return reads
-        c2p_seen = (rows.stop - 1) - seen
-        p2c_seen = (seen - rows.start).flip(0)  # key j, query i: offset i - j
-        if OffsetRuns.of(c2p_seen) is None or OffsetRuns.of(p2c_seen) is None:
-            return reads
-        return replace(reads, c2p_seen=c2p_seen, p2c_seen=p2c_seen)
+    def of(cls, index: Tensor, rows: slice) -> EmbeddingReads:
+        return cls(rows, index - rows.start if rows.start else index, (rows.stop - 1) - index)
 
 
 @dataclass(frozen=True)
@@ -168,8 +149,7 @@ class Deberta(PositionalEncoding):
 
     def relative_reads(self, seq_len: int, device) -> EmbeddingReads:
         """What the gathers of an n x n matrix read (`relative_index` over `rows_read`)."""
-        seen = self.offset_index(seq_len, device)
-        return EmbeddingReads.of(toeplitz(seen), self.rows_read(seq_len), seen)
+        return EmbeddingReads.of(self.relative_index(seq_len, device), self.rows_read(seq_len))
 
     def offset_index(self, seq_len: int, device) -> Tensor:
         """[2n - 1] the embedding row clip(bucket(i - j) + s, 0, 2s - 1) of every offset
@@ -212,12 +192,8 @@ class Deberta(PositionalEncoding):
             # development CPU, [8, 8, n, n], one thread: 21 -> 13 ms and 27 -> 17 ms at
             # n=512, 57 -> 27 and 72 -> 47 ms at n=1024).
             table = self._heads(project(embeddings)).to(q.dtype).flip(-2)
-            products = q @ table.transpose(-1, -2)
-            if reads.c2p_seen is not None:
-                terms.append(spread_by_offset(products, reads.c2p_seen, k.shape[-2]))
-            else:
-                rising = reads.c2p.expand(*q.shape[:2], *reads.c2p.shape[-2:])
-                terms.append(torch.gather(products, -1, rising))
+            rising = reads.c2p.expand(*q.shape[:2], *reads.c2p.shape[-2:])
+            terms.append(torch.gather(q @ table.transpose(-1, -2), -1, rising))
         if "p2c" in self.options.terms:
             project = (
                 attention.q_proj
@@ -225,7 +201,7 @@ class Deberta(PositionalEncoding):
                 else self.query_projections[layer]
             )
             table = self._heads(project(embeddings)).to(k.dtype)  # [H, rows, d_h]
-            terms.append(self._p2c(table, reads, k))
+            terms.append(self._p2c(table, reads.p2c, k))
         return sum(terms[1:], terms[0])
 
     def _scaled(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
@@ -236,7 +212,7 @@ class Deberta(PositionalEncoding):
         return q * scale, k * scale
 
     @staticmethod
-    def _p2c(table: Tensor, reads: EmbeddingReads, k: Tensor) -> Tensor:
+    def _p2c(table: Tensor, index: Tensor, k: Tensor) -> Tensor:
         """p2c logits [B, H, m, n]: key j against the query-projected embedding of row index[.., i,
         j] ([m, n] or [B, 1, m, n]) of `table`'s rows (those read, at most 2s). On the CPU with
         at least as many keys as table rows, every embedding against every key ([B, H, rows, n])
@@ -248,7 +224,6 @@ class Deberta(PositionalEncoding):
         1024 against the second's 44 / 229 and 56 / 275, and 19 / 20 against 12 / 13 at n=256.
         For a few rows (a decoding step: m d_h <= rows), each pair's embedding alone (m n d_h,
         where the first took rows n d_h at every step)."""
-        index = reads.p2c
         rows, width = index.shape[-2], table.shape[-1]
         by_embedding_rows = k.device.type == "cpu" and k.shape[-2] >= table.shape[-2]
         if rows * width > table.shape[-2] and by_embedding_rows:
@@ -256,8 +231,6 @@ class Deberta(PositionalEncoding):
             return torch.gather(per_row, -2, index.expand(*k.shape[:2], *index.shape[-2:]))
         if rows * width > table.shape[-2]:
             per_offset = k @ table.transpose(-1, -2)  # [B, H, n, rows]
-            if reads.p2c_seen is not None:
-                return contiguous_transpose(spread_by_offset(per_offset, reads.p2c_seen, rows))
             # row j (a key) reads offset bucket(j - i) = -bucket(i - j): the transposed index
             reverse = index.transpose(-1, -2)  # [.., n keys, m queries]
             reverse = reverse.expand(*k.shape[:2], *reverse.shape[-2:])
@@ -344,7 +317,7 @@ class Deberta(PositionalEncoding):
         (`LayerTerms.rows`: a decoding step computed every row's logits to keep its own)."""
         offsets_seen = self.offset_index(seq_len, embeddings.device)[: 2 * seq_len - 1 - start]
         index = toeplitz(offsets_seen, seq_len)  # [n - start, n]
-        reads = EmbeddingReads.of(index, self.rows_read(seq_len), offsets_seen)
+        reads = EmbeddingReads.of(index, self.rows_read(seq_len))
         return LayerTerms(
             scale=self.content_scale(),
             qk_logits=partial(self._gathered_logits, layer, reads, embeddings),
