@@ -167,6 +167,15 @@ class Deberta(PositionalEncoding):
     def _heads(self, x: Tensor) -> Tensor:
         return x.unflatten(-1, (self.dims.num_heads, -1)).transpose(0, 1)  # [H, 2s, d_h]
 
+    def _projected(self, layer: int, term: str, rows: Tensor, attention) -> Tensor:
+        """Embedding rows [r, d] projected for `term`, per head [H, r, d_h]: c2p's by the
+        keys' projection, p2c's by the queries' (the layer's own, or the position ones)."""
+        if term == "c2p":
+            own, projections = attention.k_proj, self.key_projections
+        else:
+            own, projections = attention.q_proj, self.query_projections
+        return self._heads((own if projections is None else projections[layer])(rows))
+
     def _logits(self, layer: int, reads, embeddings: Tensor, q, k, attention) -> Tensor:
         """reads: the gathers' `EmbeddingReads`, made at the first gather and kept for every
         layer (the skewed path reads none, and a decoding step reads rows of its own)."""
@@ -184,23 +193,15 @@ class Deberta(PositionalEncoding):
         embeddings = embeddings[reads.rows]
         terms = []
         if "c2p" in self.options.terms:
-            project = (
-                attention.k_proj if self.key_projections is None else self.key_projections[layer]
-            )
             # The embedding rows from the last: row d(i, j) falls as key j grows, the reversed
             # row grows, and the gather and its scatter read forwards (on the 2-core
             # development CPU, [8, 8, n, n], one thread: 21 -> 13 ms and 27 -> 17 ms at
             # n=512, 57 -> 27 and 72 -> 47 ms at n=1024).
-            table = self._heads(project(embeddings)).to(q.dtype).flip(-2)
+            table = self._projected(layer, "c2p", embeddings, attention).to(q.dtype).flip(-2)
             rising = reads.c2p.expand(*q.shape[:2], *reads.c2p.shape[-2:])
             terms.append(torch.gather(q @ table.transpose(-1, -2), -1, rising))
         if "p2c" in self.options.terms:
-            project = (
-                attention.q_proj
-                if self.query_projections is None
-                else self.query_projections[layer]
-            )
-            table = self._heads(project(embeddings)).to(k.dtype)  # [H, rows, d_h]
+            table = self._projected(layer, "p2c", embeddings, attention).to(k.dtype)
             terms.append(self._p2c(table, reads.p2c, k))
         return sum(terms[1:], terms[0])
 
@@ -251,52 +252,48 @@ class Deberta(PositionalEncoding):
         q, k = self._scaled(q, k)
         terms = []
         if "c2p" in self.options.terms:
-            project = (
-                attention.k_proj if self.key_projections is None else self.key_projections[layer]
-            )
-            table = self._heads(project(embeddings[rows])).to(q.dtype)  # [H, 2n-1, d_h]
+            table = self._projected(layer, "c2p", embeddings[rows], attention).to(q.dtype)
             terms.append(skew(q @ table.transpose(-1, -2)))
         if "p2c" in self.options.terms:
-            project = (
-                attention.q_proj
-                if self.query_projections is None
-                else self.query_projections[layer]
-            )
             # key j, query i reads bucket(j - i): the c2p rows with the offset's sign flipped
-            table = self._heads(project(embeddings[rows.flip(0)])).to(k.dtype)
+            flipped = embeddings[rows.flip(0)]
+            table = self._projected(layer, "p2c", flipped, attention).to(k.dtype)
             terms.append(skew(k @ table.transpose(-1, -2)).transpose(-1, -2))
         return sum(terms[1:], terms[0]).contiguous()  # one term alone is a window view
 
-    def _logits_at(self, layer: int, index: Once, embeddings: Tensor, q, k, attention):
-        """`_gathered_logits` with the index of `index_at`, made at the first call, over every
-        embedding row (given positions may read any)."""
-        reads = EmbeddingReads.of(index(), slice(0, 2 * self.span))
-        return self._gathered_logits(layer, reads, embeddings, q, k, attention)
+    def _logits_at(self, layer: int, reads: Once, embeddings: Tensor, q, k, attention):
+        """`_gathered_logits` with the reads of `reads_at`, made at the first call."""
+        return self._gathered_logits(layer, reads(), embeddings, q, k, attention)
 
     def index_at(self, positions: Tensor, start: int) -> Tensor:
         """[B, 1, n - start, n] row of P for (query i, key j) of the query rows [start, n) at
         positions [B, n]: d(i, j) from p_i - p_j."""
         return self.embedding_row(-position_differences(positions, start))[:, None]
 
+    def reads_at(self, positions: Tensor, start: int) -> EmbeddingReads:
+        """What the gathers read at given positions: `index_at` over every embedding row
+        (given positions may read any)."""
+        return EmbeddingReads.of(self.index_at(positions, start), slice(0, 2 * self.span))
+
     def layer_terms_at(self, positions, dtype):
         self.require_positions(positions)
         embeddings = self.embeddings if self.norm is None else self.norm(self.embeddings)
-        index = Once(partial(self.index_at, positions, 0))  # one for every layer
+        reads = Once(partial(self.reads_at, positions, 0))  # one for every layer
         return [
-            self.rows_at(layer, positions, embeddings, 0, index)
+            self.rows_at(layer, positions, embeddings, 0, reads)
             for layer in range(self.dims.num_layers)
         ]
 
     def rows_at(
-        self, layer: int, positions: Tensor, embeddings: Tensor, start: int, index: Once | None
+        self, layer: int, positions: Tensor, embeddings: Tensor, start: int, reads: Once | None
     ) -> LayerTerms:
         """Layer `layer`'s terms at positions for the query rows [start, n) (`LayerTerms.rows`:
-        a decoding step's), their index (`index_at`, or one shared by the layers) made when a
-        call first needs it: a step's own rows never make the whole [B, 1, n, n]."""
-        index = index or Once(partial(self.index_at, positions, start))
+        a decoding step's), their reads (`reads_at`, or ones shared by the layers) made when a
+        call first needs them: a step's own rows never make the whole [B, 1, n, n]."""
+        reads = reads or Once(partial(self.reads_at, positions, start))
         return LayerTerms(
             scale=self.content_scale(),
-            qk_logits=partial(self._logits_at, layer, index, embeddings),
+            qk_logits=partial(self._logits_at, layer, reads, embeddings),
             rows=lambda later: self.rows_at(layer, positions, embeddings, start + later, None),
         )
 
