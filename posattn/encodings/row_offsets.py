@@ -66,10 +66,13 @@ def sums_by_row(values: Tensor, seen: Tensor, rows: int) -> Tensor:
     """[..., m, n] -> [..., m, rows] with out[..., i, r] = sum of values[..., i, j] over the
     keys j whose offset reads table row r (`spread`'s adjoint)."""
     runs = OffsetRuns.of(seen) if values.device.type == "cpu" else None
-    if runs is None:
-        index = toeplitz(seen, values.shape[-1]).expand_as(values)
-        return values.new_zeros(*values.shape[:-1], rows).scatter_add_(-1, index, values)
-    return _sums_by_runs(values, runs, rows)
+    return scattered_sums(values, seen, rows) if runs is None else _sums_by_runs(values, runs, rows)
+
+
+def scattered_sums(values: Tensor, seen: Tensor, rows: int) -> Tensor:
+    """`sums_by_row` by torch's scatter_add (differentiable: its backward is a gather)."""
+    index = toeplitz(seen, values.shape[-1]).expand_as(values)
+    return values.new_zeros(*values.shape[:-1], rows).scatter_add_(-1, index, values)
 
 
 def _sums_by_runs(values: Tensor, runs: OffsetRuns, rows: int) -> Tensor:
@@ -125,6 +128,5 @@ def spread_by_offset(per_row: Tensor, seen: Tensor, n: int) -> Tensor:
 def sums_by_offset_row(values: Tensor, seen: Tensor, rows: int) -> Tensor:
     """`sums_by_row` with gradients (in a compiled graph, torch's scatter_add)."""
     if torch.compiler.is_compiling():
-        index = toeplitz(seen, values.shape[-1]).expand_as(values)
-        return values.new_zeros(*values.shape[:-1], rows).scatter_add(-1, index, values)
+        return scattered_sums(values, seen, rows)
     return ByOffset.apply(values, seen, rows, False)

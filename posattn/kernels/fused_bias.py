@@ -187,7 +187,10 @@ class FusedBiasAttention(torch.autograd.Function):
         for heads, b, grad_s in chunks:
             target = pick(grad_bias, b, heads)
             reduced = reduce_to(grad_s, target.shape)
-            target.copy_(reduced) if once else target.add_(reduced)
+            if once:
+                target.copy_(reduced)
+            else:
+                target.add_(reduced)
         return *grads, grad_bias.to(bias.dtype), None, None
 
 
