@@ -11,6 +11,7 @@ from torch import Tensor
 
 from ..errors import require, require_choice
 from .base import LayerTerms, ModelDims, Place, PositionalEncoding, require_causal
+from .pair_rotation import rotate
 from .rope_scaling import check_scaling, scaled_inverse_frequency
 
 LAYOUTS = ("interleaved", "half")
@@ -73,19 +74,6 @@ def rotary_angles(positions: Tensor, dim: int, base: float, scale: float) -> Ten
     PI: m -> m / scale)."""
     inverse_frequency = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
     return (positions.double()[..., None] / scale) * inverse_frequency.to(positions.device)
-
-
-def rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
-    """Rotate the first 2 * cos.shape[-1] dims of x pairwise; the rest pass through."""
-    dim = 2 * cos.shape[-1]
-    rotated, rest = x[..., :dim], x[..., dim:]
-    if layout == "half":
-        x1, x2 = rotated.chunk(2, dim=-1)
-        rotated = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
-    else:
-        x1, x2 = rotated[..., 0::2], rotated[..., 1::2]
-        rotated = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
-    return torch.cat((rotated, rest), dim=-1)
 
 
 class Rope(PositionalEncoding):
