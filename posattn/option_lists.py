@@ -4,6 +4,9 @@ repeated arm, task or length was measured twice and reported as two."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from .errors import require
 
 
@@ -30,3 +33,26 @@ def positive_integers_of(option: str, value: str, *, none_allowed: bool = False)
     numbers = [int(part) for part in parts]
     require(len(set(numbers)) == len(numbers), option, value, allowed + ", none repeated")
     return numbers
+
+
+def value_of(text: str) -> Any:
+    """An option's value from the command line: JSON where it parses (64, 0.5, true, null,
+    [1, 2]), else the text itself ("interleaved")."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def encoding_options_of(option: str, pairs: list[str]) -> dict[str, dict[str, Any]]:
+    """["rope.layout=interleaved", "t5.num_buckets=64"] -> {"rope": {"layout":
+    "interleaved"}, "t5": {"num_buckets": 64}}; an option given twice is refused."""
+    options: dict[str, dict[str, Any]] = {}
+    for pair in pairs:
+        name, separator, value = pair.partition("=")
+        encoding, dot, key = name.strip().partition(".")
+        allowed = "ENCODING.KEY=VALUE, e.g. rope.layout=interleaved"
+        require(bool(separator and dot and encoding and key), option, pair, allowed)
+        require(key not in options.get(encoding, {}), option, pair, allowed + ", each once")
+        options.setdefault(encoding, {})[key] = value_of(value.strip())
+    return options

@@ -263,7 +263,7 @@ def test_model_level_measures_each_kernel_and_skips_a_refusal(monkeypatch):
     assert rows[0]["train_ms"] > 0 and rows[0]["infer_ms"] > 0
 
 
-def small_model(encoding, n, kernel="auto", attention_dropout=0.0):
+def small_model(encoding, n, kernel="auto", attention_dropout=0.0, options=None):
     """`bench.bert_small`'s stand-in: the same encodings and options, at a size whose steps
     cost milliseconds on the CPU."""
     from posattn.lab.bench.bench import BENCH_OPTIONS
@@ -272,8 +272,9 @@ def small_model(encoding, n, kernel="auto", attention_dropout=0.0):
 
     config = PosAttnConfig(
         vocab_size=50, d_model=16, num_layers=1, num_heads=2, ffn_dim=32, max_len=n,
-        encoding=encoding, encoding_options=BENCH_OPTIONS.get(encoding, {}), kernel=kernel,
-        attention_dropout=attention_dropout,
+        encoding=encoding,
+        encoding_options=BENCH_OPTIONS.get(encoding, {}) if options is None else options,
+        kernel=kernel, attention_dropout=attention_dropout,
     )  # fmt: skip
     return PosAttnForMaskedLM(config)
 
@@ -302,9 +303,9 @@ def test_attention_dropout_reaches_every_model_of_the_model_level(tmp_path, monk
 
     built = []
 
-    def recorded(encoding, n, kernel="auto", attention_dropout=0.0):
+    def recorded(encoding, n, kernel="auto", attention_dropout=0.0, options=None):
         built.append((encoding, attention_dropout))
-        return small_model(encoding, n, kernel, attention_dropout)
+        return small_model(encoding, n, kernel, attention_dropout, options)
 
     monkeypatch.setattr(bench_module, "bert_small", recorded)
     torch.set_default_dtype(torch.float32)
@@ -333,6 +334,60 @@ def test_attention_dropout_reaches_every_model_of_the_model_level(tmp_path, monk
     assert "+% over `learned`, attention dropout 0.1" in (tmp_path / "bench.md").read_text()
     with pytest.raises(PosAttnConfigError, match=r"--attention-dropout=1\.0 is not allowed"):
         main(["bench", "--attention-dropout", "1.0", "--output", str(tmp_path)])
+
+
+def test_encoding_options_reach_every_level_and_are_recorded(tmp_path, monkeypatch):
+    """`--option rope.layout=interleaved`: the attention level's encoding and the model
+    level's BERT-small are built with it over the bench's own options (`learned` as it is);
+    bench.json and bench.md say so."""
+    from posattn.lab.bench import bench as bench_module
+
+    built, models = [], []
+    build = bench_module.build_encoding
+
+    def recorded_build(name, dims, options=None):
+        built.append((name, dict(options)))
+        return build(name, dims, options)
+
+    def recorded_model(encoding, n, kernel="auto", attention_dropout=0.0, options=None):
+        models.append((encoding, options))
+        return small_model(encoding, n, kernel, attention_dropout, options)
+
+    monkeypatch.setattr(bench_module, "build_encoding", recorded_build)
+    monkeypatch.setattr(bench_module, "bert_small", recorded_model)
+    torch.set_default_dtype(torch.float32)
+    try:
+        main(["bench", "--lengths", "8", "--encodings", "rope,t5", "--model-lengths", "8",
+              "--long-lengths", "", "--option", "rope.layout=interleaved",
+              "--option", "t5.num_buckets=8", "--output", str(tmp_path)])  # fmt: skip
+    finally:
+        torch.set_default_dtype(torch.float64)
+    assert ("rope", {"layout": "interleaved"}) in built and ("t5", {"num_buckets": 8}) in built
+    assert ("rope", {"layout": "half"}) not in built
+    assert models == [("learned", None), ("rope", {"layout": "interleaved"}),
+                      ("t5", {"num_buckets": 8})]  # fmt: skip
+    given = json.loads((tmp_path / "bench.json").read_text())["context"]["encoding_options"]
+    assert given == {"rope": {"layout": "interleaved"}, "t5": {"num_buckets": 8}}
+    text = (tmp_path / "bench.md").read_text()
+    assert "Encoding options: rope.layout=interleaved, t5.num_buckets=8." in text
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("alibi.layout=half", r"--option's encoding='alibi' is not allowed.*'rope'"),
+        ("rope.nope=1", r"unknown option\(s\) nope"),
+        ("rope.layout=diagonal", r"layout='diagonal' is not allowed"),
+        ("rope=half", r"--option='rope=half' is not allowed: ENCODING.KEY=VALUE"),
+    ],
+)
+def test_an_encoding_option_the_run_cannot_take_is_refused_before_anything_is_written(
+    tmp_path, option, message
+):
+    output = tmp_path / "bench"
+    with pytest.raises(PosAttnConfigError, match=message):
+        main(["bench", "--encodings", "rope", "--option", option, "--output", str(output)])
+    assert not output.exists()
 
 
 def test_paired_timing_holds_the_garbage_collector_off_and_restores_it():

@@ -7,7 +7,7 @@ import pytest
 
 from posattn.data.commands import name_list
 from posattn.errors import PosAttnConfigError
-from posattn.option_lists import names_of, positive_integers_of
+from posattn.option_lists import encoding_options_of, names_of, positive_integers_of
 
 
 def test_names_are_stripped_and_a_trailing_comma_dropped():
@@ -41,3 +41,26 @@ def test_the_data_commands_lists_take_none_and_refuse_a_repeat_as_argparse_error
     assert parse("topic,word-order") == ["topic", "word-order"]
     with pytest.raises(argparse.ArgumentTypeError, match="--tasks='topic,topic'"):
         parse("topic,topic")
+
+
+def test_encoding_options_are_grouped_by_encoding_with_json_values():
+    pairs = ["rope.layout=interleaved", "t5.num_buckets=64", "rope.base = 500000.0",
+             "diet-abs.rank=null", "kerple.kernel=log"]  # fmt: skip
+    assert encoding_options_of("--option", pairs) == {
+        "rope": {"layout": "interleaved", "base": 500000.0},
+        "t5": {"num_buckets": 64},
+        "diet-abs": {"rank": None},
+        "kerple": {"kernel": "log"},
+    }
+    assert encoding_options_of("--option", []) == {}
+
+
+@pytest.mark.parametrize("bad", ["rope", "rope=half", ".layout=half", "rope.=half"])
+def test_an_encoding_option_without_its_encoding_and_key_is_refused(bad):
+    with pytest.raises(PosAttnConfigError, match=r"--option=.*ENCODING.KEY=VALUE"):
+        encoding_options_of("--option", [bad])
+
+
+def test_an_encoding_option_given_twice_is_refused():
+    with pytest.raises(PosAttnConfigError, match="each once"):
+        encoding_options_of("--option", ["rope.layout=half", "rope.layout=interleaved"])

@@ -12,6 +12,7 @@ import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.nn import functional as F
@@ -20,6 +21,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from ... import execution
 from ...attention import MultiHeadAttention
 from ...encodings import ENCODINGS, ModelDims, build_encoding
+from ...encodings.registry import encoding_options
 from ...errors import PosAttnConfigError, require_choice
 from ...models import PosAttnForMaskedLM
 from ...models.config import PosAttnConfig
@@ -69,6 +71,12 @@ class BenchSettings:
     floor_backends: list[str] | None = None
     # The model level's dropout inside attention (every model, `learned`'s included).
     attention_dropout: float = 0.0
+    # Options per encoding (`--option rope.layout=interleaved`), over BENCH_OPTIONS.
+    encoding_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def options_of(self, encoding: str) -> dict[str, Any]:
+        """The options encoding `encoding` is built with at every level."""
+        return {**BENCH_OPTIONS.get(encoding, {}), **self.encoding_options.get(encoding, {})}
 
     def sdpa_backends(self, device: torch.device) -> list[str]:
         names = self.floor_backends
@@ -85,6 +93,9 @@ class BenchSettings:
 
         for name in self.encodings:
             require_choice("encodings", name, tuple(ENCODINGS))
+        for name in self.encoding_options:
+            require_choice("--option's encoding", name, tuple(self.encodings))
+            encoding_options(name, self.options_of(name))  # refuses an unknown or bad option
         for name in self.kernels:
             require_choice("kernels", name, tuple(kernel_names()))
         self.sdpa_backends(device)
@@ -159,7 +170,7 @@ def attention_call(
 
         return call
     dims = ModelDims(d_model, s.heads, 1, n, causal=name in CAUSAL_ONLY)
-    encoding = build_encoding(name, dims, BENCH_OPTIONS.get(name, {})).to(device)
+    encoding = build_encoding(name, dims, s.options_of(name)).to(device)
     encoding.requires_grad_(train)
 
     def call() -> None:
@@ -332,13 +343,19 @@ def long_sequences(s: BenchSettings, device) -> list[dict]:
 
 
 def bert_small(
-    encoding: str, n: int, kernel: str = "auto", attention_dropout: float = 0.0
+    encoding: str,
+    n: int,
+    kernel: str = "auto",
+    attention_dropout: float = 0.0,
+    options: dict[str, Any] | None = None,
 ) -> PosAttnForMaskedLM:
     """DIET Table 1's BERT-small: 4 layers, hidden 512, 8 heads; no dropout inside attention
-    unless asked for (`--attention-dropout`: BERT's 0.1), every model of the level alike."""
+    unless asked for (`--attention-dropout`: BERT's 0.1), every model of the level alike.
+    `options`: the encoding's (default: the bench's own, BENCH_OPTIONS)."""
     config = PosAttnConfig(
         vocab_size=30522, d_model=512, num_layers=4, num_heads=8, ffn_dim=2048, max_len=n,
-        encoding=encoding, encoding_options=BENCH_OPTIONS.get(encoding, {}),
+        encoding=encoding,
+        encoding_options=BENCH_OPTIONS.get(encoding, {}) if options is None else options,
         causal=encoding in CAUSAL_ONLY, kernel=kernel, attention_dropout=attention_dropout,
     )  # fmt: skip
     torch.manual_seed(0)
@@ -373,7 +390,8 @@ def model_level(s: BenchSettings, device) -> list[dict]:
         for name in s.encodings:
             for kernel in s.kernels:
                 try:
-                    model = bert_small(name, n, kernel, s.attention_dropout).to(device)
+                    options = s.options_of(name)
+                    model = bert_small(name, n, kernel, s.attention_dropout, options).to(device)
                     steps = autocast(step_functions(model, s.model_batch, n), device, dtype)
                     row = dict(encoding=name, kernel=kernel, n=n)
                     for key, base_fn, fn in zip(("train", "infer"), baseline, steps, strict=True):
@@ -403,6 +421,15 @@ def chosen_line(context: dict) -> list[str]:
     return ["", "Execution choices: " + ", ".join(f"{k}={v}" for k, v in chosen.items()) + "."]
 
 
+def options_line(context: dict) -> list[str]:
+    """The encoding options given over the bench's own (`--option`), as a line."""
+    given = context.get("encoding_options") or {}
+    if not given:
+        return []
+    pairs = [f"{name}.{key}={value}" for name, keys in given.items() for key, value in keys.items()]
+    return ["", "Encoding options: " + ", ".join(pairs) + "."]
+
+
 def markdown(attention_rows: list[dict], model_rows: list[dict], context: dict) -> str:
     method = (
         f"{context['machine']}, torch {context['torch']}. Medians of {context['repeats']} runs "
@@ -415,6 +442,7 @@ def markdown(attention_rows: list[dict], model_rows: list[dict], context: dict) 
         "",
         " ".join(filter(None, (method, settings_line(context)))),
         *chosen_line(context),
+        *options_line(context),
         "",
         "## Attention level (ratio to no-bias SDPA; extra peak MiB)",
         "",
@@ -489,6 +517,7 @@ def bench(settings: BenchSettings, output: Path) -> dict:
         # posattn.execution's choices in force (`--choose`), the defaults included.
         "execution": dataclasses.asdict(execution.current()),
         "attention_dropout": settings.attention_dropout,
+        "encoding_options": settings.encoding_options,
         **process_settings(),
     }
     attention_rows, skipped = attention_level(settings, device)

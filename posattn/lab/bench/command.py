@@ -8,7 +8,7 @@ from pathlib import Path
 
 def run_bench(args: argparse.Namespace) -> int:
     from ... import execution
-    from ...option_lists import names_of, positive_integers_of
+    from ...option_lists import encoding_options_of, names_of, positive_integers_of
     from .bench import BenchSettings, bench
 
     settings = BenchSettings.quick() if args.quick else BenchSettings()
@@ -28,6 +28,7 @@ def run_bench(args: argparse.Namespace) -> int:
             "--floor-backends", args.floor_backends, none_allowed=True
         )
     settings.dtype = args.dtype
+    settings.encoding_options = encoding_options_of("--option", args.option or [])
     if args.attention_dropout is not None:
         from ...errors import require
 
@@ -72,6 +73,13 @@ def register(commands) -> None:
         metavar="NAME=VALUE",
         help="an execution choice for the whole run (posattn.execution: fold=true, skew=none, "
         "kernel=sdpa, ..._threshold_bytes=N); repeatable",
+    )
+    parser.add_argument(
+        "--option",
+        action="append",
+        metavar="ENCODING.KEY=VALUE",
+        help="an encoding option for the whole run, over the bench's own (rope.layout=half, "
+        "xpos.layout=half): rope.layout=interleaved, t5.num_buckets=64, ...; repeatable",
     )
     parser.add_argument(
         "--attention-dropout",

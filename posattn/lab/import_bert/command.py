@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 from pathlib import Path
 
 from ...errors import invalid
 from ...models import PosAttnForMaskedLM
 from ...models.bert_import import import_bert
+from ...option_lists import value_of
 from ..runs.model_card import write_model_card
 
 TOKENIZER_FILES = (
@@ -28,10 +28,7 @@ def parse_options(pairs: list[str]) -> dict:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise invalid("--option", pair, "KEY=VALUE, e.g. --option rank=64")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
+        options[key] = value_of(value)
     return options
 
 
