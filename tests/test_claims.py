@@ -378,12 +378,27 @@ def test_rank_theorem_holds_with_exact_ranks():
         rank_theorem(n=10, d=12, head_dim=4, rank=8)
 
 
+def test_diet_rel_sharing_claim_reads_the_per_layer_table_against_the_shared_one():
+    """DIET's Sec. 4.4: DIET-REL unshared (its default, or the explicit `share-none`) beats
+    the table shared across layers."""
+    tasks = {"x": {"diet-rel": [85.0, 86.0, 84.0], "diet-rel/share-layer": [80.0, 81.5, 79.0]}}
+    claim = by_id(measured(tasks))["diet-rel-sharing"]
+    assert claim["verdict"] == HOLDS and claim["values"]["a"] == "diet-rel"
+    tasks["x"]["diet-rel/share-none"] = [78.0, 79.0, 77.5]
+    claim = by_id(measured(tasks))["diet-rel-sharing"]
+    assert claim["verdict"] == FAILS and claim["values"]["a"] == "diet-rel/share-none"
+    claim = by_id(measured({"x": {"diet-rel": [85.0, 86.0]}}))["diet-rel-sharing"]
+    assert claim["reason"] == (
+        "not tested by this run: needs encodings `diet-rel/share-layer` on downstream tasks"
+    )
+
+
 # --- the table --------------------------------------------------------------------------------
 
 
 def test_default_claims_have_unique_ids_and_every_result_field():
     claims = default_claims()
-    assert len({c.id for c in claims}) == len(claims) == 18
+    assert len({c.id for c in claims}) == len(claims) == 19
     results = evaluate_claims(Measurements())
     assert [r["id"] for r in results] == [c.id for c in claims]
     for r in results:
@@ -481,7 +496,7 @@ def test_report_shows_the_claims_table(tmp_path):
         c["verdict"] == HOLDS for c in output["claims"]
     )
     # the flattened JSON table names the claims instead of repeating them
-    assert "<td>claims</td><td>18 claims: see the Claims section</td>" in page
+    assert "<td>claims</td><td>19 claims: see the Claims section</td>" in page
     assert "<td>downstream.sst2.learned.mean</td><td>84</td>" in page
     text = (run / "report.md").read_text()
     assert "| `diet-theorem1` | DIET (Chen et al., EMNLP 2021) |" in text

@@ -636,6 +636,14 @@ def default_claims() -> list[Claim]:
             about_equal(("diet-abs/share-layer", "diet-abs"), "diet-abs/share-none", margin=1.0),
         ),
         Claim(
+            "diet-rel-sharing",
+            DIET,
+            "Sharing DIET-REL's table across layers hurts: one table per layer beats one shared "
+            "(Sec. 4.4; Tables 2, 5, 8/9: GLUE 85.2 vs 85.0, XTREME 58.0 vs 57.3)",
+            f"{AVERAGE}: `diet-rel` (a table per layer, the default) - `diet-rel/share-layer`",
+            better(("diet-rel/share-none", "diet-rel"), "diet-rel/share-layer"),
+        ),
+        Claim(
             "diet-theorem1",
             DIET,
             "Theorem 1: rank(A_a) <= d_h for input-added positions, while per-head positions "
