@@ -639,7 +639,7 @@ def default_claims() -> list[Claim]:
             "diet-rel-sharing",
             DIET,
             "Sharing DIET-REL's table across layers hurts: one table per layer beats one shared "
-            "(Sec. 4.4; Tables 2, 5, 8/9: GLUE 85.2 vs 85.0, XTREME 58.0 vs 57.3)",
+            "(Sec. 4.4, Table 6: GLUE 85.2 vs 85.0, XTREME 58.0 vs 57.3)",
             f"{AVERAGE}: `diet-rel` (a table per layer, the default) - `diet-rel/share-layer`",
             better(("diet-rel/share-none", "diet-rel"), "diet-rel/share-layer"),
         ),
