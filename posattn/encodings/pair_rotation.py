@@ -51,11 +51,11 @@ def tables_fit(x: Tensor, cos: Tensor, sin: Tensor) -> bool:
 def rotated_by_formula(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
     """The rotation as plain differentiable ops: the reference, and the path for tables that
     carry a gradient themselves."""
+    x1, x2 = halves(x, layout)
+    first, second = x1 * cos - x2 * sin, x2 * cos + x1 * sin
     if layout == "half":
-        x1, x2 = x.chunk(2, dim=-1)
-        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    return torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
+        return torch.cat((first, second), dim=-1)
+    return torch.stack((first, second), dim=-1).flatten(-2)
 
 
 def rotated_as_complex(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
