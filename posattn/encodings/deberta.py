@@ -226,11 +226,10 @@ class Deberta(PositionalEncoding):
         For a few rows (a decoding step: m d_h <= rows), each pair's embedding alone (m n d_h,
         where the first took rows n d_h at every step)."""
         rows, width = index.shape[-2], table.shape[-1]
-        by_embedding_rows = k.device.type == "cpu" and k.shape[-2] >= table.shape[-2]
-        if rows * width > table.shape[-2] and by_embedding_rows:
-            per_row = table @ k.transpose(-1, -2)  # [B, H, rows, n]
-            return torch.gather(per_row, -2, index.expand(*k.shape[:2], *index.shape[-2:]))
         if rows * width > table.shape[-2]:
+            if k.device.type == "cpu" and k.shape[-2] >= table.shape[-2]:  # by embedding rows
+                per_row = table @ k.transpose(-1, -2)  # [B, H, rows, n]
+                return torch.gather(per_row, -2, index.expand(*k.shape[:2], *index.shape[-2:]))
             per_offset = k @ table.transpose(-1, -2)  # [B, H, n, rows]
             # row j (a key) reads offset bucket(j - i) = -bucket(i - j): the transposed index
             reverse = index.transpose(-1, -2)  # [.., n keys, m queries]
