@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .tracing import under_func_transform
+
 
 def transposed_2d(x: Tensor) -> Tensor:
     """x [..., m, n] -> its transpose [..., n, m], contiguous, by one 2-D copy per leading
@@ -37,7 +39,8 @@ class TransposedCopy(torch.autograd.Function):
 
 def contiguous_transpose(x: Tensor) -> Tensor:
     """x.transpose(-1, -2), contiguous, gradients included: on the CPU by 2-D copies
-    (`transposed_2d`), elsewhere by torch's own `.contiguous()`."""
-    if x.device.type != "cpu" or x.dim() < 3:
+    (`transposed_2d`), elsewhere and under torch.func's transforms (which take no
+    autograd.Function without a vmap rule) by torch's own `.contiguous()`."""
+    if x.device.type != "cpu" or x.dim() < 3 or under_func_transform():
         return x.transpose(-1, -2).contiguous()
     return TransposedCopy.apply(x)

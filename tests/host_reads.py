@@ -49,9 +49,16 @@ class HostReads(TorchDispatchMode):
         return result
 
 
+# Helpers that read on behalf of their caller, who is named instead.
+READS_FOR_CALLER = ("tracing.py",)
+
+
 def _asker() -> str:
-    """file:function of the innermost frame in posattn's package, or '?'."""
+    """file:function of the innermost frame in posattn's package (past `READS_FOR_CALLER`),
+    or '?'."""
     for frame in reversed(traceback.extract_stack()):
         if "/posattn/" in frame.filename and "/tests/" not in frame.filename:
-            return f"{frame.filename.rsplit('/posattn/', 1)[-1]}:{frame.name}"
+            where = frame.filename.rsplit("/posattn/", 1)[-1]
+            if where not in READS_FOR_CALLER:
+                return f"{where}:{frame.name}"
     return "?"

@@ -36,6 +36,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from ..errors import invalid, require, require_positive_int
 from ..toeplitz import ClsUntie, TableTails, toeplitz
+from ..tracing import traced
 from .relative import position_differences
 
 # Optimizer steps taken in this process, counted by a global post-step hook: part of the key of
@@ -426,10 +427,11 @@ class PositionalEncoding(OwnsParameters, nn.Module):
         fused AdamW, transformers' default) update parameters without bumping their versions,
         and evaluations between training steps would otherwise read the terms of the first.
 
-        Not while torch.compile or torch.export traces: the key reads storage addresses (a
-        graph break) and a traced entry would outlive the trace and break the eager model;
-        a compiled graph computes the terms once per call anyway."""
-        if torch.compiler.is_compiling() or (
+        Not while torch.compile or torch.export traces, nor under torch.func's transforms:
+        the key reads storage addresses (a graph break; a wrapped tensor has none) and a
+        traced entry would outlive the trace and break the eager model; a compiled graph
+        computes the terms once per call anyway."""
+        if traced() or (
             torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
         ):
             return self.layer_terms(seq_len, device, dtype)

@@ -11,13 +11,16 @@ q and k cost a fifth of a fused attention forward on the CPU. Here:
   products written into halves of one output, and a backward that is the same rotation by
   the opposite angle (the pair map c I + s J has the adjoint c I - s J), nothing saved but
   the tables.
-Under torch.compile the plain formula runs, for the compiler to fuse as it sees fit.
+Under torch.compile the plain formula runs, for the compiler to fuse as it sees fit, and under
+torch.func's transforms, which take neither the Function nor a complex view of a wrapped tensor.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from ..tracing import traced
 
 COMPLEX_DTYPES = (torch.float32, torch.float64)
 
@@ -28,7 +31,7 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
     layout: "interleaved" pairs (x_2i, x_2i+1), "half" pairs (x_i, x_i+d_rot/2)."""
     dim = 2 * cos.shape[-1]
     part = x[..., :dim]
-    if torch.compiler.is_compiling() or not tables_fit(part, cos, sin):
+    if traced() or not tables_fit(part, cos, sin):
         rotated = rotated_by_formula(part, cos, sin, layout)
     elif layout == "interleaved" and x.dtype in COMPLEX_DTYPES:
         rotated = rotated_as_complex(part, cos, sin)

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from ..toeplitz import toeplitz
+from ..tracing import traced
 
 # Elements of one sums buffer: a few [m, m + n - 1] blocks at small n, one at n >= 512.
 BUFFER_ELEMENTS = 2**20
@@ -102,7 +103,9 @@ def _sums_by_runs(values: Tensor, runs: OffsetRuns, rows: int) -> Tensor:
 
 class ByOffset(torch.autograd.Function):
     """`spread` (spreads=True) or `sums_by_row`, each the other's backward; `size`: the
-    result's last dimension (n keys, or the table's rows)."""
+    result's last dimension (n keys, or the table's rows). The backward goes through the
+    Function again, so that it is differentiable in turn (a double backward: gradient
+    penalties, Hessian-vector products)."""
 
     @staticmethod
     def forward(ctx, x, seen, size, spreads):
@@ -113,20 +116,22 @@ class ByOffset(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (seen,) = ctx.saved_tensors
-        adjoint = sums_by_row if ctx.spreads else spread
+        adjoint = sums_by_offset_row if ctx.spreads else spread_by_offset
         return adjoint(grad, seen, ctx.size), None, None, None
 
 
 def spread_by_offset(per_row: Tensor, seen: Tensor, n: int) -> Tensor:
-    """`spread` with gradients; a compiled graph takes torch's gather and its scatter (the
-    runs are read from `seen`'s values, which a graph does not have)."""
-    if torch.compiler.is_compiling():
+    """`spread` with gradients; a compiled graph and torch.func's transforms take torch's
+    gather and its scatter (the runs are read from `seen`'s values, which a graph does not
+    have; the transforms do not take `ByOffset`)."""
+    if traced():
         return spread(per_row, seen, n)
     return ByOffset.apply(per_row, seen, n, True)
 
 
 def sums_by_offset_row(values: Tensor, seen: Tensor, rows: int) -> Tensor:
-    """`sums_by_row` with gradients (in a compiled graph, torch's scatter_add)."""
-    if torch.compiler.is_compiling():
+    """`sums_by_row` with gradients (in a compiled graph and under torch.func's transforms,
+    torch's scatter_add)."""
+    if traced():
         return scattered_sums(values, seen, rows)
     return ByOffset.apply(values, seen, rows, False)

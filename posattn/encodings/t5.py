@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from ..errors import require, require_positive_int
 from ..initialization import normal_
 from ..toeplitz import TableTails
+from ..tracing import traced
 from .absolute import Learned
 from .base import LayerTerms, ModelDims, OwnsParameters, Place, PositionalEncoding, empty_parameter
 from .relative import lookup_by_head, offsets, toeplitz
@@ -69,8 +70,9 @@ def cached_buckets(
 ) -> Tensor:
     """`offset_buckets`, once per length and device in eager mode; computed in the graph
     while torch.compile / torch.export trace (a cached traced tensor would outlive the
-    trace, and dynamo does not trace through lru_cache)."""
-    if torch.compiler.is_compiling():
+    trace, and dynamo does not trace through lru_cache) and afresh under torch.func's
+    transforms (forward mode wraps even these integers, at a level that ends with it)."""
+    if traced():
         return offset_buckets(seq_len, device, bidirectional, num_buckets, max_distance)
     return _cached_offset_buckets(seq_len, device, bidirectional, num_buckets, max_distance)
 

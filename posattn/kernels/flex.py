@@ -34,8 +34,9 @@ from ..execution import (
     triton_threshold_bytes,
 )
 from ..toeplitz import ClsUntie, untied
+from ..tracing import under_func_transform
 from .sdpa import sdpa_attention
-from .table_bias import TableBias, serves_table, triton_attention
+from .table_bias import TableBias, func_transform_refusal, serves_table, triton_attention
 
 
 def broadcast_index(tensor: Tensor) -> Callable:
@@ -139,6 +140,8 @@ def flex_attention_kernel(
     cls_untie: ClsUntie | None = None,
 ) -> Tensor:
     """`cls_untie` comes with `offset_bias` (the untie of its Toeplitz matrix), never alone."""
+    if under_func_transform():
+        raise func_transform_refusal("flex")
     if dropout_p:
         return sdpa_attention(q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p)
     inputs = [t for t in (q, k, v, bias, offset_bias) if t is not None]
@@ -191,8 +194,8 @@ def auto_takes_triton(
     in `inference` (no gradients, a table alone), one whose [H, n, n] float32 bias would pass
     `triton_inference_threshold_bytes`, where the kernel serves it at `head_size` (q's, or
     what a folded low-rank part widens it to). `MultiHeadAttention.attend` asks before
-    building the bias."""
-    if q.device.type != "cuda":
+    building the bias. Never under torch.func's transforms (`func_transform_refusal`)."""
+    if q.device.type != "cuda" or under_func_transform():
         return False
     heads, n_q, n_k = q.shape[1], q.shape[-2], k.shape[-2]
     if learned and torch.are_deterministic_algorithms_enabled():
@@ -262,7 +265,7 @@ def auto_attention(
 def auto_takes_flex(q: Tensor, k: Tensor, dropout_p: float) -> bool:
     """Whether `auto_attention` hands a learned bias of a training call to flex (which then
     reads a Toeplitz rest from its table: `MultiHeadAttention.learned_rest`)."""
-    on_gpu = q.device.type == "cuda"
+    on_gpu = q.device.type == "cuda" and not under_func_transform()
     return on_gpu and not dropout_p and bias_gradient_bytes(q, k) > flex_threshold_bytes()
 
 

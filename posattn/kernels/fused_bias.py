@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor
 
-from ..errors import require
+from ..errors import invalid, require
 from ..toeplitz import toeplitz
 
 # Elements of one recomputed [heads, n_q, n_k] block in backward, per torch thread: two such
@@ -152,6 +152,21 @@ def grad_logits(
     grad_q.mul_(scale)  # dq = dS k * scale, scaled once instead of a scaled copy of k
 
 
+def require_first_order() -> None:
+    """The recomputing backward writes its gradients into buffers (no graph of its own): a
+    backward with create_graph=True (second derivatives) is refused by name, where autograd
+    would fail on its first `out=` product."""
+    if torch.is_grad_enabled():
+        raise invalid(
+            "create_graph",
+            True,
+            "the CPU recomputing attention backward (kernel 'auto' above "
+            "recompute_threshold_bytes, 'sdpa-lowmem') is differentiable once; for second "
+            "derivatives use kernel='eager', or torch.func (grad of grad, hessian), which runs "
+            "the plain formulas",
+        )
+
+
 def empty_grads(q, k, v) -> tuple[Tensor, Tensor, Tensor]:
     """dq [B, H, n_q, d] and dk, dv key-major: [B, H, d, n_k] buffers seen as their transposes
     (`grad_logits` writes dk^T = q^T dS and dv^T = dO^T P). With dS and P as the products'
@@ -174,6 +189,7 @@ class FusedBiasAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
+        require_first_order()
         q, k, v, out, lse, bias, mask = ctx.saved_tensors
         grads = empty_grads(q, k, v)
         detached = bias.detach().to(q.dtype)
@@ -206,6 +222,7 @@ class FusedTableAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
+        require_first_order()
         q, k, v, out, lse, table, mask = ctx.saved_tensors
         grads = empty_grads(q, k, v)
         n, n_k = q.shape[-2], k.shape[-2]

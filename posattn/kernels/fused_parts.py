@@ -37,6 +37,7 @@ from .fused_bias import (
     grad_logits,
     head_groups,
     pick,
+    require_first_order,
 )
 
 
@@ -141,6 +142,7 @@ class FusedPartsAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
+        require_first_order()
         q, k, v, out, lse, bias, mask, *parts = ctx.saved_tensors
         grads = empty_grads(q, k, v)
         shape = (*q.shape[:3], k.shape[2])

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 from torch import Tensor
 from torch.nn import functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..toeplitz import ClsUntie
+from ..tracing import under_func_transform
 from .fused_bias import fused_bias_attention, fused_table_attention
 from .fused_parts import BiasParts, fused_parts_attention
 
@@ -14,9 +18,14 @@ from .fused_parts import BiasParts, fused_parts_attention
 def uses_fused_bias(q: Tensor, bias: Tensor, dropout_p: float) -> bool:
     """A learned bias (or bias table) on CPU without dropout: the fused forward with a
     recomputing backward (SDPA itself would fall back to its unfused math path). On GPU,
-    SDPA's own efficient kernel returns bias gradients."""
+    SDPA's own efficient kernel returns bias gradients. Not under torch.func's transforms,
+    which take no autograd.Function without a vmap rule and forward-mode derivative."""
     return (
-        bias.requires_grad and torch.is_grad_enabled() and q.device.type == "cpu" and not dropout_p
+        bias.requires_grad
+        and torch.is_grad_enabled()
+        and q.device.type == "cpu"
+        and not dropout_p
+        and not under_func_transform()
     )
 
 
@@ -65,9 +74,13 @@ def sdpa_attention(
             attn_mask = bias
         else:
             attn_mask = torch.where(mask, bias, torch.tensor(float("-inf"), dtype=q.dtype))
-    return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale
-    )
+    # Under torch.func's transforms the math path: the fused kernels have no forward-mode
+    # derivative (jvp, jacfwd), the math path is plain ops, which every transform takes.
+    backend = sdpa_kernel(SDPBackend.MATH) if under_func_transform() else nullcontext()
+    with backend:
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale
+        )
 
 
 def recomputed_by_parts(q, k, v, bias, mask, scale, dropout_p, parts: BiasParts):

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from ..errors import PosAttnConfigError, invalid
 from ..toeplitz import ClsUntie, TableTails, lines_served, require_table_shape
+from ..tracing import under_func_transform
 from .fold import fold_into_queries_keys
 from .masks import derived_once, key_spans, mask_layout
 from .triton_settings import factors_choice
@@ -89,6 +90,17 @@ def refusal(kernel: str, reason: str) -> PosAttnConfigError:
         "kernel",
         kernel,
         f"it cannot serve {reason}; use kernel={OTHER_KERNELS}, which serve it",
+    )
+
+
+def func_transform_refusal(kernel: str) -> PosAttnConfigError:
+    """The error for a kernel that torch.func's transforms cannot run through."""
+    return invalid(
+        "kernel",
+        kernel,
+        "a kernel that torch.func's transforms (grad, vmap, jvp, jacrev, ...) run through: "
+        f"'auto', 'sdpa', 'sdpa-lowmem' or 'eager' (the {kernel} kernel's backward is an "
+        "autograd.Function without a vmap rule or a forward-mode derivative)",
     )
 
 
@@ -213,6 +225,8 @@ def triton_attention(
     None: an [.., n, n] bias is exactly what this kernel never reads)."""
     if bias is not None:
         raise refusal("triton", "a bias given as [.., n_q, n_k] values (it reads tables only)")
+    if under_func_transform():
+        raise func_transform_refusal("triton")
     reason = unavailable(q.device)
     if reason is not None:
         raise refusal("triton", reason)

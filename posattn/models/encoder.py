@@ -14,6 +14,7 @@ from ..encodings.base import OwnsParameters
 from ..errors import invalid, require
 from ..initialization import normal_
 from ..kernels import build_attention_mask
+from ..tracing import read_on_host
 from .config import PosAttnConfig
 from .input_tensors import check_padding_mask, require_index_dtype
 from .outputs import StackRecord
@@ -287,7 +288,7 @@ class Encoder(nn.Module):
         if torch.compiler.is_compiling():
             # Reading the values out would break the graph: the check runs inside it.
             torch._assert_async(in_range, f"segment_ids must be in [0, {count - 1}]")
-        elif not bool(in_range):
+        elif read_on_host(in_range) == (False,):
             # One read on the host a forward (on a GPU, a wait for its queued work) for a
             # clear error; the bounds are read only to name them.
             low, high = int(segment_ids.min()), int(segment_ids.max())

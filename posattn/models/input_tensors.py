@@ -7,6 +7,7 @@ import torch
 from torch import Tensor
 
 from ..errors import invalid, require
+from ..tracing import read_on_host
 
 # What nn.Embedding indexes with.
 INDEX_DTYPES = (torch.int64, torch.int32)
@@ -65,6 +66,6 @@ def check_padding_mask(name: str, mask: Tensor | None, shape: tuple[int, int], w
     if torch.compiler.is_compiling():
         # Reading the values out would break the graph: the check runs inside it.
         torch._assert_async(binary, f"{name} must hold {allowed}")
-    elif not bool(binary):
+    elif read_on_host(binary) == (False,):
         low, high = float(mask.min()) + 0.0, float(mask.max()) + 0.0  # + 0.0: no '-0'
         raise invalid(name, f"a {mask.dtype} mask with values in [{low:g}, {high:g}]", allowed)

@@ -8,6 +8,7 @@ from torch.nn import functional as F
 from transformers import AutoModelForMaskedLM
 from transformers.modeling_outputs import MaskedLMOutput
 
+from ..tracing import traced
 from .config import PosAttnConfig
 from .input_tensors import integer_labels, require_label_shape
 from .pretrained import PosAttnModel, PosAttnPreTrainedModel, cross_entropy
@@ -91,9 +92,10 @@ class PosAttnForMaskedLM(PosAttnPreTrainedModel):
             require_label_shape("labels", labels, hidden.shape[:2])
         if labels is None:
             logits = self.head(hidden)
-        elif torch.compiler.is_compiling():
+        elif traced():
             # Selecting the labelled rows gives a data-dependent shape (a graph break, no
-            # export): traced, the head runs on every position; the loss is the same.
+            # export; vmap cannot batch it): traced, the head runs on every position; the
+            # loss is the same.
             logits = self.head(hidden)
             loss = cross_entropy(logits, labels, num_items_in_batch)
         else:

@@ -22,6 +22,7 @@ from torch import Tensor
 from transformers.masking_utils import find_packed_sequence_indices
 
 from ..errors import invalid, require
+from ..tracing import read_on_host, traced
 
 # Attribute of a key/value cache holding the positions [B, past] of its tokens, set once a
 # forward with position_ids has written to it (absent: the cached tokens are at 0..past-1).
@@ -51,10 +52,14 @@ def check_position_ids(position_ids, batch: int, seq_len: int) -> Tensor:
 
 def check_position_range(positions: Tensor, limit: int | None, encoding: str) -> None:
     """Positions >= 0 and, for an encoding with a table (limit: its size), below its size.
-    The checks read the tensor, so they are left out while torch.compile traces."""
+    The checks read the tensor, so they are left out while torch.compile traces and where
+    torch.func's vmap batches the positions."""
     if torch.compiler.is_compiling() or not positions.numel():
         return
-    low, high = int(positions.min()), int(positions.max())
+    bounds = read_on_host(positions.min(), positions.max())
+    if bounds is None:
+        return
+    low, high = bounds
     if low < 0:
         raise invalid("position_ids", f"values in [{low}, {high}]", "positions >= 0")
     if limit is not None and high >= limit:
@@ -68,8 +73,9 @@ def check_position_range(positions: Tensor, limit: int | None, encoding: str) ->
 
 def are_default(position_ids: Tensor, past_length: int) -> bool:
     """Every row is past, past + 1, ...: the default positions, which keep the shared fast
-    path. Not decided while compiling (the general path is equal up to rounding)."""
-    if torch.compiler.is_compiling():
+    path. Not decided while compiling or under torch.func's transforms (the general path is
+    equal up to rounding)."""
+    if traced():
         return False
     n = position_ids.shape[1]
     default = torch.arange(past_length, past_length + n, device=position_ids.device)

@@ -1,0 +1,45 @@
+"""Whether posattn's ops run under a transform that sees no concrete values.
+
+torch.compile / torch.export trace a graph, and torch.func's transforms (grad, vmap, jvp,
+jacrev, jacfwd, hessian) run the ops on wrapped tensors. Under either, posattn gives up what
+only eager autograd on real tensors allows:
+
+- its custom autograd Functions (the CPU recomputing attention backward, the pair rotation,
+  the spread by offset, the transposed copy): torch.func takes an autograd.Function only with
+  a `setup_context` and a vmap rule, and none of them has a forward-mode derivative, so the
+  plain differentiable formula runs instead (the same values up to rounding);
+- host reads of tensor values (input checks, the fast path for default positions) and
+  data-dependent shapes (the masked LM's head on the labelled rows only), which vmap cannot
+  batch and a graph cannot hold;
+- caches keyed by storage addresses, which a wrapped tensor does not have and which would
+  outlive the transform.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def under_func_transform() -> bool:
+    """Whether a torch.func transform (grad, vmap, jvp, jacrev, ...) is active: torch's own
+    test for whether an autograd.Function must follow the functorch protocol."""
+    return torch._C._are_functorch_transforms_active()
+
+
+def traced() -> bool:
+    """torch.compile / torch.export tracing, or a torch.func transform: no host reads of
+    values, no data-dependent shapes, no caches keyed by storage."""
+    return torch.compiler.is_compiling() or under_func_transform()
+
+
+def read_on_host(*tensors: Tensor) -> tuple | None:
+    """The values of one-element tensors as Python scalars, for an input check; None where
+    torch.func's vmap batches them (a value per example, which no host read can give: the
+    check is left out there, as a compiled graph leaves it to the device)."""
+    try:
+        return tuple(t.item() for t in tensors)
+    except RuntimeError:
+        if under_func_transform():
+            return None
+        raise

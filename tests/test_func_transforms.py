@@ -1,0 +1,319 @@
+"""torch.func's transforms on posattn's models: grad, vmap over examples (per-sample
+gradients) and jvp give autograd's values for every encoding (the masked LM; the causal LM,
+the classifier and the encoder-decoder for four of them), with padding and labels, also
+where eager autograd runs posattn's own autograd Functions (the CPU recomputing backward, the
+pair rotation, the spread by offset, the transposed copy), which the transforms do not take;
+kernels they cannot run through are refused by name.
+
+Each model is in float64 with every parameter random (`randomised`), so that no term hides."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import randomised, tiny_config, tiny_seq2seq_config
+from torch.func import functional_call, grad, hessian, jvp, vmap
+
+from posattn import (
+    PosAttnForCausalLM,
+    PosAttnForMaskedLM,
+    PosAttnForSeq2SeqLM,
+    PosAttnForSequenceClassification,
+)
+from posattn.encodings.registry import ENCODINGS
+from posattn.encodings.t5 import cached_buckets
+from posattn.errors import PosAttnConfigError
+from posattn.tracing import read_on_host, traced, under_func_transform
+
+# Encodings whose eager training path runs an autograd Function of posattn's on the CPU once
+# the recomputing backward is chosen for every learned bias (recompute_threshold_bytes=0),
+# with that Function's backward node.
+FUSED = {
+    "t5": "FusedTableAttentionBackward",
+    "tupe-r": "FusedPartsAttentionBackward",
+    "diet-abs": "FusedPartsAttentionBackward",
+    "shaw": "ByOffsetBackward",
+    "deberta": "TransposedCopyBackward",
+}
+
+
+def model_of(encoding: str, **overrides) -> PosAttnForMaskedLM:
+    config = tiny_config(encoding, **{"num_layers": 2, **overrides})
+    return randomised(PosAttnForMaskedLM(config))
+
+
+def batch(size: int = 3, n: int = 10):
+    """Ids, a padding mask (the last example's last three tokens padded) and labels."""
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 40, (size, n), generator=generator)
+    mask = torch.ones_like(ids)
+    mask[-1, -3:] = 0
+    labels = ids.masked_fill(torch.rand(ids.shape, generator=generator) < 0.5, -100)
+    labels[:, 0] = ids[:, 0]  # every example has a label
+    return ids, mask, labels
+
+
+def example_loss(model):
+    """loss(params, ids [n], mask [n], labels [n]) of one example, functional in params."""
+
+    def loss(params, ids, mask, labels):
+        inputs = dict(attention_mask=mask[None], labels=labels[None])
+        return functional_call(model, params, (ids[None],), inputs).loss
+
+    return loss
+
+
+def parameters_of(model) -> dict:
+    return {name: p.detach() for name, p in model.named_parameters()}
+
+
+def autograd_gradients(model, ids, mask, labels) -> dict:
+    model.zero_grad()
+    model(ids, attention_mask=mask, labels=labels).loss.backward()
+    return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def backward_nodes(tensor) -> set[str]:
+    """The names of every node of tensor's autograd graph."""
+    names, seen, stack = set(), set(), [tensor.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.add(type(node).__name__)
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return names
+
+
+def assert_gradients_equal(got: dict, expected: dict) -> None:
+    for name, value in expected.items():
+        torch.testing.assert_close(got[name], value, rtol=1e-9, atol=1e-11, msg=name)
+    for name in got.keys() - expected.keys():  # parameters the loss does not reach
+        assert not got[name].any(), name
+
+
+def case_of(encoding: str) -> dict:
+    options = {"layout": "half"} if encoding in ("rope", "xpos") else {}
+    return dict(encoding_options=options) if options else {}
+
+
+# Beside every encoding with its defaults: RoPE's other layout, Shaw's value term.
+VARIANTS = {
+    "rope-interleaved": ("rope", {"layout": "interleaved"}),
+    "shaw-values": ("shaw", {"values": True}),
+}
+CASES = [*ENCODINGS, *VARIANTS]
+
+
+def build(case: str) -> PosAttnForMaskedLM:
+    if case in VARIANTS:
+        encoding, options = VARIANTS[case]
+        return model_of(encoding, encoding_options=options)
+    return model_of(case, **case_of(case))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_grad_equals_autograd(case):
+    model = build(case)
+    ids, mask, labels = batch(size=1)
+    got = grad(example_loss(model))(parameters_of(model), ids[0], mask[0], labels[0])
+    assert_gradients_equal(got, autograd_gradients(model, ids, mask, labels))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_per_sample_gradients_equal_one_backward_per_example(case):
+    model = build(case)
+    ids, mask, labels = batch()
+    per_sample = vmap(grad(example_loss(model)), in_dims=(None, 0, 0, 0))
+    got = per_sample(parameters_of(model), ids, mask, labels)
+    for b in range(ids.shape[0]):
+        one = slice(b, b + 1)
+        expected = autograd_gradients(model, ids[one], mask[one], labels[one])
+        assert_gradients_equal({name: g[b] for name, g in got.items()}, expected)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_jvp_equals_the_gradient_along_the_tangent(case):
+    """Forward mode: d/de loss(params + e t) at 0 is <grad loss, t>."""
+    model = build(case)
+    ids, mask, labels = batch(size=1)
+    params = parameters_of(model)
+    generator = torch.Generator().manual_seed(2)
+    tangent = {name: torch.randn(p.shape, generator=generator) for name, p in params.items()}
+    loss = example_loss(model)
+    value, derivative = jvp(lambda p: loss(p, ids[0], mask[0], labels[0]), (params,), (tangent,))
+    gradients = autograd_gradients(model, ids, mask, labels)
+    expected = sum((gradients[name] * tangent[name]).sum() for name in gradients)
+    torch.testing.assert_close(derivative, expected, rtol=1e-9, atol=1e-11)
+    torch.testing.assert_close(value, model(ids, attention_mask=mask, labels=labels).loss)
+
+
+@pytest.mark.parametrize("encoding", sorted(FUSED))
+def test_transforms_equal_autograd_where_eager_runs_posattn_functions(encoding, choose):
+    choose(recompute_threshold_bytes=0)  # the CPU recomputing backward for every learned bias
+    model = model_of(encoding)
+    ids, mask, labels = batch()
+    loss = model(ids[:1], attention_mask=mask[:1], labels=labels[:1]).loss
+    assert FUSED[encoding] in backward_nodes(loss)  # eager takes posattn's Function
+    per_sample = vmap(grad(example_loss(model)), in_dims=(None, 0, 0, 0))
+    got = per_sample(parameters_of(model), ids, mask, labels)
+    for b in range(ids.shape[0]):
+        one = slice(b, b + 1)
+        expected = autograd_gradients(model, ids[one], mask[one], labels[one])
+        assert_gradients_equal({name: g[b] for name, g in got.items()}, expected)
+
+
+def test_half_split_rotation_takes_the_pair_rotation_in_eager_autograd():
+    model = model_of("rope", encoding_options={"layout": "half"})
+    ids, mask, labels = batch(size=1)
+    loss = model(ids, attention_mask=mask, labels=labels).loss
+    assert "PairRotationBackward" in backward_nodes(loss)
+
+
+def test_segments_inside_attention_under_vmap(choose):
+    """DIET's segment bias (`segments="attention"`) beside a T5 table, per example."""
+    choose(recompute_threshold_bytes=0)
+    model = model_of("t5", segments="attention")
+    ids, mask, labels = batch()
+    segments = torch.zeros_like(ids)
+    segments[:, 5:] = 1
+
+    def loss(params, ids, mask, segments, labels):
+        inputs = dict(attention_mask=mask[None], token_type_ids=segments[None], labels=labels[None])
+        return functional_call(model, params, (ids[None],), inputs).loss
+
+    got = vmap(grad(loss), in_dims=(None, 0, 0, 0, 0))(
+        parameters_of(model), ids, mask, segments, labels
+    )
+    for b in range(ids.shape[0]):
+        one = slice(b, b + 1)
+        model.zero_grad()
+        model(ids[one], attention_mask=mask[one], token_type_ids=segments[one], labels=labels[one])[
+            "loss"
+        ].backward()
+        expected = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        assert_gradients_equal({name: g[b] for name, g in got.items()}, expected)
+
+
+def causal_lm(encoding):
+    config = tiny_config(encoding, causal=True, segments="none", **case_of(encoding))
+    return randomised(PosAttnForCausalLM(config)), lambda ids: ids
+
+
+def classifier(encoding):
+    config = tiny_config(encoding, num_labels=3, **case_of(encoding))
+    return randomised(PosAttnForSequenceClassification(config)), lambda ids: ids[:, 0] % 3
+
+
+def seq2seq(encoding):
+    config = tiny_seq2seq_config(encoding, vocab_size=40, **case_of(encoding))
+    return randomised(PosAttnForSeq2SeqLM(config)), lambda ids: ids.flip(-1)
+
+
+@pytest.mark.parametrize("encoding", ["t5", "rope", "tupe-r", "deberta"])
+@pytest.mark.parametrize("make", [causal_lm, classifier, seq2seq])
+def test_per_sample_gradients_of_the_other_models(make, encoding):
+    model, labels_of = make(encoding)
+    ids, mask, _ = batch()
+    labels = labels_of(ids)
+    per_sample = vmap(grad(example_loss(model)), in_dims=(None, 0, 0, 0))
+    got = per_sample(parameters_of(model), ids, mask, labels)
+    for b in range(ids.shape[0]):
+        one = slice(b, b + 1)
+        expected = autograd_gradients(model, ids[one], mask[one], labels[one])
+        assert_gradients_equal({name: g[b] for name, g in got.items()}, expected)
+
+
+@pytest.mark.parametrize("kernel", ["triton", "flex"])
+def test_kernels_the_transforms_cannot_run_through_are_refused(kernel):
+    model = model_of("t5", kernel=kernel)
+    ids, mask, labels = batch(size=1)
+    with pytest.raises(PosAttnConfigError) as error:
+        grad(example_loss(model))(parameters_of(model), ids[0], mask[0], labels[0])
+    message = str(error.value)
+    assert f"kernel={kernel!r}" in message
+    assert "torch.func" in message and "'auto', 'sdpa', 'sdpa-lowmem' or 'eager'" in message
+
+
+def test_an_additive_mask_is_still_refused_under_grad():
+    """Under grad the values are on the host: the padding mask's check runs."""
+    model = model_of("t5")
+    ids, _, labels = batch(size=1)
+    additive = torch.zeros(ids.shape[1])
+    additive[-2:] = float("-inf")
+    with pytest.raises(PosAttnConfigError, match="attention_mask"):
+        grad(example_loss(model))(parameters_of(model), ids[0], additive, labels[0])
+
+
+def test_tracing_flags_and_host_reads():
+    assert not under_func_transform() and not traced()
+    assert read_on_host(torch.tensor(True), torch.tensor(3)) == (True, 3)
+    seen = []
+
+    def probe(x, y):
+        seen.append((under_func_transform(), traced(), read_on_host((x > 0).all())))
+        return (x * y).sum()
+
+    grad(probe)(torch.ones(2), torch.ones(2))
+    vmap(probe)(torch.ones(3, 2), torch.ones(3, 2))  # x batched: no value on the host
+    vmap(probe, in_dims=(None, 0))(torch.ones(2), torch.ones(3, 2))  # x not batched: read
+    assert seen == [(True, True, (True,)), (True, True, None), (True, True, (True,))]
+    with pytest.raises(RuntimeError):  # outside a transform a failing read is not hidden
+        read_on_host(torch.ones(2))
+
+
+def hessian_of_a_bias(model, ids, labels, eager_autograd: bool) -> torch.Tensor:
+    """The Hessian of the loss in the first layer's q projection bias: by torch.func, or by
+    eager autograd's double backward (row by row)."""
+    params = parameters_of(model)
+    name = next(n for n in params if n.endswith("0.attention.q_proj.bias"))
+
+    def loss(bias):
+        return functional_call(model, {**params, name: bias}, (ids,), {"labels": labels}).loss
+
+    if not eager_autograd:
+        return hessian(loss)(params[name])
+    bias = params[name].clone().requires_grad_()
+    (gradient,) = torch.autograd.grad(loss(bias), bias, create_graph=True)
+    rows = [torch.autograd.grad(g, bias, retain_graph=True)[0] for g in gradient]
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("case", ["shaw", "shaw-values", "rope", "deberta", "tupe-r"])
+def test_second_derivatives_of_eager_autograd_equal_torch_func(case):
+    """kernel='eager' is twice differentiable in eager autograd (Shaw's spread by offset and
+    RoPE's pair rotation included), and torch.func's Hessian through the default kernel
+    equals it."""
+    encoding, options = VARIANTS.get(case, (case, case_of(case).get("encoding_options", {})))
+    ids, _, labels = batch(size=1, n=8)
+    eager = model_of(encoding, kernel="eager", num_layers=1, encoding_options=options)
+    default = model_of(encoding, num_layers=1, encoding_options=options)
+    expected = hessian_of_a_bias(eager, ids, labels, eager_autograd=True)
+    torch.testing.assert_close(hessian_of_a_bias(default, ids, labels, False), expected)
+
+
+def test_a_second_derivative_through_the_recomputing_backward_is_refused(choose):
+    choose(recompute_threshold_bytes=0)
+    model = model_of("t5", num_layers=1)
+    ids, mask, labels = batch(size=2)
+    loss = model(ids, attention_mask=mask, labels=labels).loss
+    with pytest.raises(PosAttnConfigError, match=r"create_graph=True.*kernel='eager'"):
+        torch.autograd.grad(loss, list(model.parameters()), create_graph=True)
+
+
+def test_no_tensor_of_a_transform_is_left_in_the_bucket_cache():
+    """Forward mode wraps even the T5 buckets: cached, they outlived the transform and broke
+    the next model at that length (an internal assert of torch's in its backward)."""
+    model = model_of("t5", num_layers=1)
+    ids, mask, labels = batch(size=1, n=11)
+    params = parameters_of(model)
+    tangent = {name: torch.ones_like(p) for name, p in params.items()}
+    jvp(lambda p: example_loss(model)(p, ids[0], mask[0], labels[0]), (params,), (tangent,))
+    buckets = cached_buckets(11, "cpu", True, 32, 128)
+    assert not torch._C._functorch.is_functorch_wrapped_tensor(buckets)
+    expected = hessian_of_a_bias(
+        model_of("bert-r", kernel="eager", num_layers=1), ids, labels, True
+    )
+    after = hessian_of_a_bias(model_of("bert-r", num_layers=1), ids, labels, False)
+    torch.testing.assert_close(after, expected)
