@@ -86,6 +86,24 @@ def backward_nodes(tensor) -> set[str]:
     return names
 
 
+def assert_per_sample_gradients(model, **inputs) -> None:
+    """vmap(grad) of the loss over the examples of `inputs` (input_ids, attention_mask,
+    labels, ... as [B, n] tensors) equals one eager backward per example."""
+    names = list(inputs)
+
+    def loss(params, *example):
+        batched = {name: value[None] for name, value in zip(names, example, strict=True)}
+        return functional_call(model, params, (), batched).loss
+
+    in_dims = (None, *[0] * len(names))
+    got = vmap(grad(loss), in_dims=in_dims)(parameters_of(model), *inputs.values())
+    for b in range(len(inputs["input_ids"])):
+        model.zero_grad()
+        model(**{name: value[b : b + 1] for name, value in inputs.items()}).loss.backward()
+        expected = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        assert_gradients_equal({name: g[b] for name, g in got.items()}, expected)
+
+
 def assert_gradients_equal(got: dict, expected: dict) -> None:
     for name, value in expected.items():
         torch.testing.assert_close(got[name], value, rtol=1e-9, atol=1e-11, msg=name)
@@ -123,14 +141,8 @@ def test_grad_equals_autograd(case):
 
 @pytest.mark.parametrize("case", CASES)
 def test_per_sample_gradients_equal_one_backward_per_example(case):
-    model = build(case)
     ids, mask, labels = batch()
-    per_sample = vmap(grad(example_loss(model)), in_dims=(None, 0, 0, 0))
-    got = per_sample(parameters_of(model), ids, mask, labels)
-    for b in range(ids.shape[0]):
-        one = slice(b, b + 1)
-        expected = autograd_gradients(model, ids[one], mask[one], labels[one])
-        assert_gradients_equal({name: g[b] for name, g in got.items()}, expected)
+    assert_per_sample_gradients(build(case), input_ids=ids, attention_mask=mask, labels=labels)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -156,12 +168,7 @@ def test_transforms_equal_autograd_where_eager_runs_posattn_functions(encoding, 
     ids, mask, labels = batch()
     loss = model(ids[:1], attention_mask=mask[:1], labels=labels[:1]).loss
     assert FUSED[encoding] in backward_nodes(loss)  # eager takes posattn's Function
-    per_sample = vmap(grad(example_loss(model)), in_dims=(None, 0, 0, 0))
-    got = per_sample(parameters_of(model), ids, mask, labels)
-    for b in range(ids.shape[0]):
-        one = slice(b, b + 1)
-        expected = autograd_gradients(model, ids[one], mask[one], labels[one])
-        assert_gradients_equal({name: g[b] for name, g in got.items()}, expected)
+    assert_per_sample_gradients(model, input_ids=ids, attention_mask=mask, labels=labels)
 
 
 def test_half_split_rotation_takes_the_pair_rotation_in_eager_autograd():
@@ -178,22 +185,9 @@ def test_segments_inside_attention_under_vmap(choose):
     ids, mask, labels = batch()
     segments = torch.zeros_like(ids)
     segments[:, 5:] = 1
-
-    def loss(params, ids, mask, segments, labels):
-        inputs = dict(attention_mask=mask[None], token_type_ids=segments[None], labels=labels[None])
-        return functional_call(model, params, (ids[None],), inputs).loss
-
-    got = vmap(grad(loss), in_dims=(None, 0, 0, 0, 0))(
-        parameters_of(model), ids, mask, segments, labels
+    assert_per_sample_gradients(
+        model, input_ids=ids, attention_mask=mask, token_type_ids=segments, labels=labels
     )
-    for b in range(ids.shape[0]):
-        one = slice(b, b + 1)
-        model.zero_grad()
-        model(ids[one], attention_mask=mask[one], token_type_ids=segments[one], labels=labels[one])[
-            "loss"
-        ].backward()
-        expected = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-        assert_gradients_equal({name: g[b] for name, g in got.items()}, expected)
 
 
 def causal_lm(encoding):
@@ -216,13 +210,7 @@ def seq2seq(encoding):
 def test_per_sample_gradients_of_the_other_models(make, encoding):
     model, labels_of = make(encoding)
     ids, mask, _ = batch()
-    labels = labels_of(ids)
-    per_sample = vmap(grad(example_loss(model)), in_dims=(None, 0, 0, 0))
-    got = per_sample(parameters_of(model), ids, mask, labels)
-    for b in range(ids.shape[0]):
-        one = slice(b, b + 1)
-        expected = autograd_gradients(model, ids[one], mask[one], labels[one])
-        assert_gradients_equal({name: g[b] for name, g in got.items()}, expected)
+    assert_per_sample_gradients(model, input_ids=ids, attention_mask=mask, labels=labels_of(ids))
 
 
 @pytest.mark.parametrize("kernel", ["triton", "flex"])
