@@ -27,6 +27,17 @@ def under_func_transform() -> bool:
     return torch._C._are_functorch_transforms_active()
 
 
+def under_forward_mode() -> bool:
+    """Whether a torch.func transform in forward mode (jvp, jacfwd, hessian) is active: the
+    fused SDPA kernels have no forward-mode derivative, where grad and vmap take them."""
+    if not under_func_transform():
+        return False
+    from torch._C._functorch import TransformType
+    from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+
+    return any(level.key() == TransformType.Jvp for level in retrieve_all_functorch_interpreters())
+
+
 def traced() -> bool:
     """torch.compile / torch.export tracing, or a torch.func transform: no host reads of
     values, no data-dependent shapes, no caches keyed by storage."""

@@ -23,7 +23,7 @@ from posattn import (
 from posattn.encodings.registry import ENCODINGS
 from posattn.encodings.t5 import cached_buckets
 from posattn.errors import PosAttnConfigError
-from posattn.tracing import read_on_host, traced, under_func_transform
+from posattn.tracing import read_on_host, traced, under_forward_mode, under_func_transform
 
 # Encodings whose eager training path runs an autograd Function of posattn's on the CPU once
 # the recomputing backward is chosen for every learned bias (recompute_threshold_bytes=0),
@@ -305,3 +305,19 @@ def test_no_tensor_of_a_transform_is_left_in_the_bucket_cache():
     )
     after = hessian_of_a_bias(model_of("bert-r", num_layers=1), ids, labels, False)
     torch.testing.assert_close(after, expected)
+
+
+def test_forward_mode_is_told_from_grad_and_vmap():
+    """SDPA's fused kernels serve grad and vmap; forward mode (jvp, and hessian's jacfwd
+    over jacrev) takes the math path, the only one with a forward-mode derivative."""
+    seen = []
+
+    def probe(x):
+        seen.append(under_forward_mode())
+        return (x**3).sum()
+
+    grad(probe)(torch.ones(2))
+    vmap(grad(probe))(torch.ones(3, 2))
+    jvp(probe, (torch.ones(2),), (torch.ones(2),))
+    hessian(probe)(torch.ones(2))
+    assert seen == [False, False, True, True] and not under_forward_mode()
