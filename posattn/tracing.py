@@ -48,6 +48,9 @@ def read_on_host(*tensors: Tensor) -> tuple | None:
     """The values of one-element tensors as Python scalars, for an input check; None where
     torch.func's vmap batches them (a value per example, which no host read can give: the
     check is left out there, as a compiled graph leaves it to the device)."""
+    sizes = [t.numel() for t in tensors]
+    if any(size != 1 for size in sizes):  # else `item`'s own error would pass for vmap's
+        raise ValueError(f"read_on_host reads one-element tensors, not {sizes} elements")
     try:
         return tuple(t.item() for t in tensors)
     except RuntimeError:
