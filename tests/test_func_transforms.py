@@ -321,3 +321,25 @@ def test_forward_mode_is_told_from_grad_and_vmap():
     jvp(probe, (torch.ones(2),), (torch.ones(2),))
     hessian(probe)(torch.ones(2))
     assert seen == [False, False, True, True] and not under_forward_mode()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("encoding", ["t5", "tupe-r", "rope", "alibi"])
+def test_per_sample_gradients_on_a_gpu(encoding, choose):
+    """On a GPU, with `auto`'s thresholds at 0 (outside a transform it would hand these to
+    triton or flex), per-sample gradients in float32 through SDPA equal one backward per
+    example."""
+    choose(triton_threshold_bytes=0, flex_threshold_bytes=0)
+    model = build(encoding).float().cuda()
+    ids, mask, labels = (t.cuda() for t in batch())
+    names = ["input_ids", "attention_mask", "labels"]
+
+    def loss(params, *example):
+        batched = {name: value[None] for name, value in zip(names, example, strict=True)}
+        return functional_call(model, params, (), batched).loss
+
+    got = vmap(grad(loss), in_dims=(None, 0, 0, 0))(parameters_of(model), ids, mask, labels)
+    for b in range(ids.shape[0]):
+        expected = autograd_gradients(model, ids[b : b + 1], mask[b : b + 1], labels[b : b + 1])
+        for name, value in expected.items():
+            torch.testing.assert_close(got[name][b], value, rtol=1e-3, atol=1e-5, msg=name)
