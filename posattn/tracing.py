@@ -29,9 +29,13 @@ def under_func_transform() -> bool:
 
 def under_forward_mode() -> bool:
     """Whether a torch.func transform in forward mode (jvp, jacfwd, hessian) is active: the
-    fused SDPA kernels have no forward-mode derivative, where grad and vmap take them."""
+    fused SDPA kernels have no forward-mode derivative, where grad and vmap take them. While
+    torch.compile traces a transform, yes: dynamo cannot trace the interpreter stack (a graph
+    break there failed the compile of vmap(grad)), and the math path serves every mode."""
     if not under_func_transform():
         return False
+    if torch.compiler.is_compiling():
+        return True
     from torch._C._functorch import TransformType
     from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 

@@ -343,3 +343,19 @@ def test_per_sample_gradients_on_a_gpu(encoding, choose):
         expected = autograd_gradients(model, ids[b : b + 1], mask[b : b + 1], labels[b : b + 1])
         for name, value in expected.items():
             torch.testing.assert_close(got[name][b], value, rtol=1e-3, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("case", ["t5", "rope", "shaw"])
+def test_per_sample_gradients_compile_to_one_graph(case):
+    """torch.compile of vmap(grad): one graph (fullgraph=True), eager vmap's values. The
+    forward-mode test reads functorch's interpreter stack, which dynamo cannot trace: while
+    compiling a transform it takes the math path instead."""
+    torch._dynamo.reset()
+    model = build(case)
+    ids, mask, labels = batch()
+    per_sample = vmap(grad(example_loss(model)), in_dims=(None, 0, 0, 0))
+    expected = per_sample(parameters_of(model), ids, mask, labels)
+    compiled = torch.compile(per_sample, backend="eager", fullgraph=True)
+    got = compiled(parameters_of(model), ids, mask, labels)
+    torch._dynamo.reset()
+    assert_gradients_equal(got, expected)
