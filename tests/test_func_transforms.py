@@ -86,7 +86,7 @@ def backward_nodes(tensor) -> set[str]:
     return names
 
 
-def assert_per_sample_gradients(model, **inputs) -> None:
+def assert_per_sample_gradients(model, inputs: dict, rtol=1e-9, atol=1e-11) -> None:
     """vmap(grad) of the loss over the examples of `inputs` (input_ids, attention_mask,
     labels, ... as [B, n] tensors) equals one eager backward per example."""
     names = list(inputs)
@@ -101,12 +101,12 @@ def assert_per_sample_gradients(model, **inputs) -> None:
         model.zero_grad()
         model(**{name: value[b : b + 1] for name, value in inputs.items()}).loss.backward()
         expected = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-        assert_gradients_equal({name: g[b] for name, g in got.items()}, expected)
+        assert_gradients_equal({name: g[b] for name, g in got.items()}, expected, rtol, atol)
 
 
-def assert_gradients_equal(got: dict, expected: dict) -> None:
+def assert_gradients_equal(got: dict, expected: dict, rtol=1e-9, atol=1e-11) -> None:
     for name, value in expected.items():
-        torch.testing.assert_close(got[name], value, rtol=1e-9, atol=1e-11, msg=name)
+        torch.testing.assert_close(got[name], value, rtol=rtol, atol=atol, msg=name)
     for name in got.keys() - expected.keys():  # parameters the loss does not reach
         assert not got[name].any(), name
 
@@ -124,11 +124,11 @@ VARIANTS = {
 CASES = [*ENCODINGS, *VARIANTS]
 
 
-def build(case: str) -> PosAttnForMaskedLM:
+def build(case: str, **overrides) -> PosAttnForMaskedLM:
     if case in VARIANTS:
         encoding, options = VARIANTS[case]
-        return model_of(encoding, encoding_options=options)
-    return model_of(case, **case_of(case))
+        return model_of(encoding, encoding_options=options, **overrides)
+    return model_of(case, **case_of(case), **overrides)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -142,7 +142,8 @@ def test_grad_equals_autograd(case):
 @pytest.mark.parametrize("case", CASES)
 def test_per_sample_gradients_equal_one_backward_per_example(case):
     ids, mask, labels = batch()
-    assert_per_sample_gradients(build(case), input_ids=ids, attention_mask=mask, labels=labels)
+    inputs = dict(input_ids=ids, attention_mask=mask, labels=labels)
+    assert_per_sample_gradients(build(case), inputs)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -168,7 +169,7 @@ def test_transforms_equal_autograd_where_eager_runs_posattn_functions(encoding, 
     ids, mask, labels = batch()
     loss = model(ids[:1], attention_mask=mask[:1], labels=labels[:1]).loss
     assert FUSED[encoding] in backward_nodes(loss)  # eager takes posattn's Function
-    assert_per_sample_gradients(model, input_ids=ids, attention_mask=mask, labels=labels)
+    assert_per_sample_gradients(model, dict(input_ids=ids, attention_mask=mask, labels=labels))
 
 
 def test_half_split_rotation_takes_the_pair_rotation_in_eager_autograd():
@@ -185,9 +186,8 @@ def test_segments_inside_attention_under_vmap(choose):
     ids, mask, labels = batch()
     segments = torch.zeros_like(ids)
     segments[:, 5:] = 1
-    assert_per_sample_gradients(
-        model, input_ids=ids, attention_mask=mask, token_type_ids=segments, labels=labels
-    )
+    inputs = dict(input_ids=ids, attention_mask=mask, token_type_ids=segments, labels=labels)
+    assert_per_sample_gradients(model, inputs)
 
 
 def causal_lm(encoding):
@@ -210,7 +210,8 @@ def seq2seq(encoding):
 def test_per_sample_gradients_of_the_other_models(make, encoding):
     model, labels_of = make(encoding)
     ids, mask, _ = batch()
-    assert_per_sample_gradients(model, input_ids=ids, attention_mask=mask, labels=labels_of(ids))
+    inputs = dict(input_ids=ids, attention_mask=mask, labels=labels_of(ids))
+    assert_per_sample_gradients(model, inputs)
 
 
 @pytest.mark.parametrize("kernel", ["triton", "flex"])
@@ -273,10 +274,9 @@ def test_second_derivatives_of_eager_autograd_equal_torch_func(case):
     """kernel='eager' is twice differentiable in eager autograd (Shaw's spread by offset and
     RoPE's pair rotation included), and torch.func's Hessian through the default kernel
     equals it."""
-    encoding, options = VARIANTS.get(case, (case, case_of(case).get("encoding_options", {})))
     ids, _, labels = batch(size=1, n=8)
-    eager = model_of(encoding, kernel="eager", num_layers=1, encoding_options=options)
-    default = model_of(encoding, num_layers=1, encoding_options=options)
+    eager = build(case, kernel="eager", num_layers=1)
+    default = build(case, num_layers=1)
     expected = hessian_of_a_bias(eager, ids, labels, eager_autograd=True)
     torch.testing.assert_close(hessian_of_a_bias(default, ids, labels, False), expected)
 
@@ -332,17 +332,8 @@ def test_per_sample_gradients_on_a_gpu(encoding, choose):
     choose(triton_threshold_bytes=0, flex_threshold_bytes=0)
     model = build(encoding).float().cuda()
     ids, mask, labels = (t.cuda() for t in batch())
-    names = ["input_ids", "attention_mask", "labels"]
-
-    def loss(params, *example):
-        batched = {name: value[None] for name, value in zip(names, example, strict=True)}
-        return functional_call(model, params, (), batched).loss
-
-    got = vmap(grad(loss), in_dims=(None, 0, 0, 0))(parameters_of(model), ids, mask, labels)
-    for b in range(ids.shape[0]):
-        expected = autograd_gradients(model, ids[b : b + 1], mask[b : b + 1], labels[b : b + 1])
-        for name, value in expected.items():
-            torch.testing.assert_close(got[name][b], value, rtol=1e-3, atol=1e-5, msg=name)
+    inputs = dict(input_ids=ids, attention_mask=mask, labels=labels)
+    assert_per_sample_gradients(model, inputs, rtol=1e-3, atol=1e-5)
 
 
 @pytest.mark.parametrize("case", ["t5", "rope", "shaw"])
