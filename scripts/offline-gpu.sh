@@ -139,11 +139,13 @@ check() {
     }
     tail -n 3 "$work/gpu-tests.log"
     # Models on the kernel under torch.compile, its deterministic gradients, its dropout, bf16
-    # against SDPA's error, TUPE's [CLS] untie through sdpa, flex (its score_mod) and auto:
-    # reported, not a gate; before the benchmarks, which keep their bounds.
+    # against SDPA's error, TUPE's [CLS] untie through sdpa, flex (its score_mod) and auto,
+    # and torch.func's per-sample gradients on the GPU: reported, not a gate; before the
+    # benchmarks, which keep their bounds.
     if limit=$(within "${UNTIE_TEST_SECONDS:-150}" "$results"); then
         timeout "$limit" "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_gpu_kernels.py \
-            -k "${UNTIE_FILTER:-$later or (tupe and not triton) or takes_flex}" \
+            tests/test_func_transforms.py::test_per_sample_gradients_on_a_gpu \
+            -k "${UNTIE_FILTER:-$later or (tupe and not triton) or takes_flex or on_a_gpu}" \
             >"$work/gpu-tests-untie.log" 2>&1 || ended "$work/gpu-tests-untie.log"
         tail -n 3 "$work/gpu-tests-untie.log"
     fi

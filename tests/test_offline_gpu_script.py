@@ -71,6 +71,15 @@ def test_every_stage_runs_in_order_when_time_allows(tmp_path):
     ]  # fmt: skip
 
 
+def test_the_reported_tests_include_per_sample_gradients_on_the_gpu(tmp_path):
+    """torch.func's GPU test (vmap of grad through SDPA with `auto`'s thresholds at 0) runs
+    with the reported tests, selected by its node and by the filter."""
+    calls = stages_run(tmp_path, CHECK_SECONDS=500, TEST_SLEEP=0)
+    (reported,) = [call for call, _ in calls if "takes_flex" in call]
+    assert "tests/test_func_transforms.py::test_per_sample_gradients_on_a_gpu" in reported
+    assert "or on_a_gpu" in reported
+
+
 def test_the_l2_stage_is_skipped_where_triton_reads_the_table_through_l2_either_way(tmp_path):
     """Triton before 3.9 compiles the table's copies through L2 whatever the load asks: the
     stage that times POSATTN_TRITON_TABLE_CACHE=l2 against the default would time one kernel
