@@ -36,10 +36,29 @@ def under_forward_mode() -> bool:
         return False
     if torch.compiler.is_compiling():
         return True
-    from torch._C._functorch import TransformType
+    return "Jvp" in active_transforms()
+
+
+def active_transforms() -> set[str]:
+    """The kinds of torch.func's active transform levels ("Grad" for grad, vjp, jacrev;
+    "Vmap"; "Jvp" for jvp, jacfwd; hessian has both), eagerly: functorch's interpreter stack,
+    which dynamo cannot trace."""
+    if not under_func_transform():
+        return set()
     from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 
-    return any(level.key() == TransformType.Jvp for level in retrieve_all_functorch_interpreters())
+    return {level.key().name for level in retrieve_all_functorch_interpreters()}
+
+
+def requires_grad_beneath(tensor: Tensor) -> bool:
+    """Whether `tensor`, or what torch.func's wrappers hold beneath it, requires grad: under
+    vmap a batched tensor says False while autograd outside the transform tracks what it
+    wraps (Shaw's and DeBERTa's biases, made from the queries and keys)."""
+    from torch._C._functorch import get_unwrapped, is_functorch_wrapped_tensor
+
+    while not tensor.requires_grad and is_functorch_wrapped_tensor(tensor):
+        tensor = get_unwrapped(tensor)
+    return tensor.requires_grad
 
 
 def traced() -> bool:

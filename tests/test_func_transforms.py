@@ -23,7 +23,14 @@ from posattn import (
 from posattn.encodings.registry import ENCODINGS
 from posattn.encodings.t5 import cached_buckets
 from posattn.errors import PosAttnConfigError
-from posattn.tracing import read_on_host, traced, under_forward_mode, under_func_transform
+from posattn.tracing import (
+    active_transforms,
+    read_on_host,
+    requires_grad_beneath,
+    traced,
+    under_forward_mode,
+    under_func_transform,
+)
 
 # Encodings whose eager training path runs an autograd Function of posattn's on the CPU once
 # the recomputing backward is chosen for every learned bias (recompute_threshold_bytes=0),
@@ -321,6 +328,99 @@ def test_forward_mode_is_told_from_grad_and_vmap():
     jvp(probe, (torch.ones(2),), (torch.ones(2),))
     hessian(probe)(torch.ones(2))
     assert seen == [False, False, True, True] and not under_forward_mode()
+
+
+def test_active_transforms_and_gradients_beneath_the_wrappers():
+    """The kinds of the active levels (what refuses checkpointing), and whether a tensor
+    requires grad beneath vmap's wrapper (a batched tensor says False for itself)."""
+    seen, weight = [], torch.ones(2, requires_grad=True)
+
+    def probe(x):
+        product = x * weight
+        seen.append((sorted(active_transforms()), requires_grad_beneath(product)))
+        seen.append(requires_grad_beneath(x.detach()))
+        return (product**3).sum()
+
+    grad(probe)(torch.ones(2))
+    vmap(probe)(torch.ones(3, 2))
+    jvp(probe, (torch.ones(2),), (torch.ones(2),))
+    hessian(probe)(torch.ones(2))
+    assert seen == [
+        (["Grad"], True), False,
+        (["Vmap"], True), False,
+        (["Jvp"], True), False,
+        (["Grad", "Jvp", "Vmap"], True), False,
+    ]  # fmt: skip
+    assert active_transforms() == set() and not requires_grad_beneath(torch.ones(2))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_vmap_under_autograd_equals_one_backward_per_example(case):
+    """vmap over the examples inside eager autograd (`vmap(loss)(...).sum().backward()`):
+    the gradients of one backward per example, summed. Under vmap a learned bias had reached
+    the CPU flash kernel, which has no gradient for its mask."""
+    model = build(case)
+    ids, mask, labels = batch()
+
+    def loss(ids, mask, labels):
+        return model(ids[None], attention_mask=mask[None], labels=labels[None]).loss
+
+    model.zero_grad()
+    vmap(loss)(ids, mask, labels).sum().backward()
+    got = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    for b in range(len(ids)):
+        loss(ids[b], mask[b], labels[b]).backward()
+    expected = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    assert_gradients_equal(got, expected)
+
+
+def test_checkpointed_training_is_refused_by_name_under_grad_and_vmap():
+    """torch's checkpoint runs under neither (saved-tensor hooks; a recomputation outside
+    vmap): refused before a layer runs, naming the setting, where transformers' input hook
+    failed on `requires_grad_()` first."""
+    model = build("t5")
+    model.activation_checkpointing_enable()
+    model.train()
+    ids, mask, labels = batch()
+    params, example, dims = parameters_of(model), example_loss(model), (None, 0, 0, 0)
+    calls = {
+        "grad": lambda: grad(example)(params, ids[0], mask[0], labels[0]),
+        "vmap": lambda: vmap(example, in_dims=dims)(params, ids, mask, labels),
+        "vmap of grad": lambda: vmap(grad(example), in_dims=dims)(params, ids, mask, labels),
+    }
+    for name, call in calls.items():
+        with pytest.raises(PosAttnConfigError, match="gradient_checkpointing=True"):
+            call()
+            pytest.fail(f"{name} ran")
+
+
+def test_checkpointing_enabled_leaves_jvp_and_evaluation_under_a_transform_unchanged():
+    """jvp runs the checkpointed layers (forward mode saves nothing); in eval mode, where no
+    layer is checkpointed, vmap runs past transformers' input hook, which is inert under a
+    transform."""
+    model = build("t5")
+    ids, mask, labels = batch()
+    params = parameters_of(model)
+    tangents = {name: torch.randn_like(p) for name, p in params.items()}
+
+    def loss(params):
+        inputs = dict(attention_mask=mask, labels=labels)
+        return functional_call(model, params, (ids,), inputs).loss
+
+    def logits(params, ids, mask):
+        inputs = dict(attention_mask=mask[None])
+        return functional_call(model, params, (ids[None],), inputs).logits[0]
+
+    model.train()
+    plain = jvp(loss, (params,), (tangents,))
+    model.activation_checkpointing_enable()
+    checkpointed = jvp(loss, (params,), (tangents,))
+    torch.testing.assert_close(checkpointed, plain, rtol=1e-12, atol=1e-12)
+    model.eval()
+    batched = vmap(logits, in_dims=(None, 0, 0))(params, ids, mask)
+    expected = model(ids, attention_mask=mask).logits
+    torch.testing.assert_close(batched, expected, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

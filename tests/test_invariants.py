@@ -251,3 +251,31 @@ def test_switching_to_evaluation_rebuilds_terms_changed_behind_the_version_count
         after = encoding.terms_for(7, torch.device("cpu"), torch.float64)
     assert after is not before
     assert not torch.equal(after[0].bias, before_bias)
+
+
+@pytest.mark.parametrize("encoding", list(ENCODINGS))
+def test_two_training_forwards_before_one_backward_give_the_summed_gradients(encoding):
+    """A loss summed over two forwards (R-drop, a pair of views) has each forward's gradient:
+    nothing a training forward writes in place invalidates what an earlier one saved
+    (KERPLE's projection of its parameters did; its random start here is out of range)."""
+    causal, _ = settings_of(encoding)[0]
+    model = tiny_encoder(encoding, causal=causal).train()
+    generator = torch.Generator().manual_seed(5)
+    batches = [torch.randint(1, 40, (2, 7), generator=generator) for _ in range(2)]
+    weights = torch.randn(2, 7, model.config.d_model, dtype=torch.float64, generator=generator)
+
+    def loss(ids):
+        return (model(ids) * weights).sum()
+
+    with torch.enable_grad():
+        loss(batches[0]).backward()  # the projection done once, as after an update
+        model.zero_grad()
+        for ids in batches:
+            loss(ids).backward()
+        separate = {
+            name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None
+        }
+        model.zero_grad()
+        (loss(batches[0]) + loss(batches[1])).backward()
+    for name, gradient in separate.items():
+        torch.testing.assert_close(dict(model.named_parameters())[name].grad, gradient, msg=name)

@@ -447,3 +447,16 @@ def test_learned_kernels_get_finite_gradients(encoding, options):
         for name, parameter in model.encoding.named_parameters():
             assert torch.isfinite(parameter.grad).all(), name
             assert parameter.grad.abs().sum() > 0, name
+
+
+def test_kerple_projects_without_moving_its_parameters_version_counters():
+    """The projection writes past autograd (the values an earlier forward saved are the ones
+    it writes back unless out of range), still on every training forward: an update that
+    leaves the version counters alone (torch's fused AdamW) is projected too."""
+    model = tiny_encoder("kerple", encoding_options={"kernel": "log"}).train()
+    encoding = model.encoding
+    versions = (encoding.r1._version, encoding.r2._version)
+    encoding.r1.data[0] = -3.0  # as a fused optimizer step writes it
+    encoding.layer_terms(4, torch.device("cpu"), torch.float64)
+    assert float(encoding.r1[0]) == 0.01
+    assert (encoding.r1._version, encoding.r2._version) == versions

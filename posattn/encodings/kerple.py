@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import require_choice
+from ..tracing import traced
 from .base import LayerTerms, ModelDims, Place, PositionalEncoding, empty_parameter
 from .relative import offsets
 
@@ -71,12 +72,18 @@ class Kerple(PositionalEncoding):
 
     def project_parameters(self) -> None:
         """The official projection: keep the stored values in range so that they keep
-        receiving gradients after an update has pushed them out (in training)."""
-        if self.training:
-            with torch.no_grad():
-                r1, r2 = self.valid_parameters()
-                self.r1.copy_(r1)
-                self.r2.copy_(r2)
+        receiving gradients after an update has pushed them out (in training). Written past
+        autograd's version counter (`.data`): the values written are those already there
+        unless an update pushed them out, so an earlier forward's saved parameters stay valid
+        for its backward when a second forward runs first (a summed loss, R-drop), which an
+        in-place write failed. Traced (compile, torch.func), an in-place write."""
+        if not self.training:
+            return
+        with torch.no_grad():
+            r1, r2 = self.valid_parameters()
+            stored = (self.r1, self.r2) if traced() else (self.r1.data, self.r2.data)
+            stored[0].copy_(r1)
+            stored[1].copy_(r2)
 
     def layer_terms_at(self, positions, dtype):
         self.require_positions(positions)
@@ -89,13 +96,7 @@ class Kerple(PositionalEncoding):
         return [terms] * self.dims.num_layers
 
     def layer_terms(self, seq_len, device, dtype):
-        if self.training:
-            # The official projection: keep the stored values in range so that they keep
-            # receiving gradients after an update has pushed them out.
-            with torch.no_grad():
-                r1, r2 = self.valid_parameters()
-                self.r1.copy_(r1)
-                self.r2.copy_(r2)
+        self.project_parameters()
         r1, r2 = self.valid_parameters()
         # The kernel of the 2n - 1 distinct distances, spread into [H, n, n] by `toeplitz`.
         distance = offsets(seq_len, device).abs().to(r1.dtype)

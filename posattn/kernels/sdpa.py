@@ -10,7 +10,7 @@ from torch.nn import functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..toeplitz import ClsUntie
-from ..tracing import under_forward_mode, under_func_transform
+from ..tracing import requires_grad_beneath, under_forward_mode, under_func_transform
 from .fused_bias import fused_bias_attention, fused_table_attention
 from .fused_parts import BiasParts, fused_parts_attention
 
@@ -76,8 +76,15 @@ def sdpa_attention(
             attn_mask = torch.where(mask, bias, torch.tensor(float("-inf"), dtype=q.dtype))
     # In torch.func's forward mode (jvp, jacfwd, hessian) the math path: the fused kernels
     # have no forward-mode derivative. grad and vmap take them (per-sample gradients of a
-    # 4 x 256 masked LM at n=512, 16 examples, one CPU thread: 3.0 s against 6.3 s).
-    backend = sdpa_kernel(SDPBackend.MATH) if under_forward_mode() else nullcontext()
+    # 4 x 256 masked LM at n=512, 16 examples, one CPU thread: 3.0 s against 6.3 s), except
+    # with a learned bias under autograd (vmap(loss)(...).sum().backward()): vmap's rule
+    # sends it to the CPU flash kernel, which has no gradient for its mask, where SDPA
+    # outside vmap takes the math path for such a mask.
+    learned = bias is not None and torch.is_grad_enabled()
+    math = under_forward_mode() or (
+        learned and under_func_transform() and requires_grad_beneath(bias)
+    )
+    backend = sdpa_kernel(SDPBackend.MATH) if math else nullcontext()
     with backend:
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale

@@ -14,7 +14,7 @@ from ..encodings.base import OwnsParameters
 from ..errors import invalid, require
 from ..initialization import normal_
 from ..kernels import build_attention_mask
-from ..tracing import read_on_host
+from ..tracing import active_transforms, read_on_host
 from .config import PosAttnConfig
 from .input_tensors import check_padding_mask, require_index_dtype
 from .outputs import StackRecord
@@ -338,6 +338,7 @@ class Encoder(nn.Module):
         # through the module's forward: FSDP / ZeRO-3 gather its parameters there
         vectors, terms = self.encoding(past_length, seq_len, device, dtype, positions)
         if checkpointing(self) and torch.is_grad_enabled():
+            refuse_checkpointing_under_func_transform()
             # A deferred bias (`DeferredBias`) built inside a checkpointed layer saves tensors
             # in the forward that the recomputation, finding it built, does not save again,
             # which torch.utils.checkpoint refuses: built here, outside the layers.
@@ -409,6 +410,22 @@ def checkpointing(stack: nn.Module) -> bool:
     """The stack's layers recompute their activations in this (training) forward."""
     return stack.training and any(
         getattr(layer, "gradient_checkpointing", False) for layer in stack.layers
+    )
+
+
+def refuse_checkpointing_under_func_transform() -> None:
+    """torch's non-reentrant checkpoint keeps its tensors through saved-tensor hooks, which
+    torch.func's grad, vjp, jacrev and hessian do not support, and under vmap its backward
+    recomputes the layers outside the transform: refused by name before a layer runs, where
+    torch would fail inside one. jvp (forward mode) saves nothing and runs it."""
+    if torch.compiler.is_compiling() or not active_transforms() & {"Grad", "Vmap"}:
+        return
+    raise invalid(
+        "gradient_checkpointing",
+        True,
+        "off inside torch.func's grad, vmap, jacrev and hessian, whose autograd does not run "
+        "torch's checkpoint: model.gradient_checkpointing_disable(), or model.eval() for a "
+        "forward alone",
     )
 
 

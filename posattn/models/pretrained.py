@@ -17,6 +17,7 @@ from transformers.utils import ModelOutput
 
 from ..attention import MultiHeadAttention
 from ..errors import invalid
+from ..tracing import under_func_transform
 from .attn_implementation import attn_implementation_of, kernel_of
 from .config import PosAttnConfig
 from .encoder import Encoder, init_weights
@@ -69,6 +70,21 @@ class PosAttnPreTrainedModel(PreTrainedModel):
         super().activation_checkpointing_enable(
             activation_checkpointing_kwargs, every_n_layers=every_n_layers, offload=offload
         )
+
+    def enable_input_require_grads(self) -> None:
+        """transformers' hook on the input embeddings that makes their output require grad
+        (for adapters over frozen embeddings; `gradient_checkpointing_enable` adds it too),
+        inert inside a torch.func transform: torch.func refuses `requires_grad_()` there and
+        takes its gradients without it, so a model with checkpointing enabled still runs
+        under vmap or jvp in eval mode. `disable_input_require_grads` removes it."""
+
+        def inputs_require_grads(module, inputs, output) -> None:
+            if not under_func_transform():
+                output.requires_grad_(True)
+
+        handle = self.get_input_embeddings().register_forward_hook(inputs_require_grads)
+        self._require_grads_hooks = [handle]
+        self._require_grads_hook = handle  # the name transformers 4 removes
 
     # attn_implementation "sdpa" and "flex_attention" run posattn's SDPA and FlexAttention
     # kernels (posattn.models.attn_implementation maps every name onto a kernel).
