@@ -167,3 +167,20 @@ def test_no_split_modules_name_the_repeated_layers_of_every_stack():
         "EncoderLayer",
         "DecoderLayer",
     }
+
+
+@pytest.mark.parametrize("build", [masked_lm, seq2seq])
+def test_input_embeddings_require_grad_while_the_hook_is_on(build):
+    """`enable_input_require_grads` (adapters over frozen embeddings) makes the input
+    embeddings' output require grad until `disable_input_require_grads`."""
+    model = build("t5", 0.0)
+    embeddings = model.get_input_embeddings()
+    embeddings.requires_grad_(False)
+    outputs = []
+    embeddings.register_forward_hook(lambda module, args, out: outputs.append(out))
+    ids, encoder = torch.randint(4, 40, (1, 5)), model.get_encoder()
+    model.enable_input_require_grads()
+    encoder(ids)
+    model.disable_input_require_grads()
+    encoder(ids)
+    assert [out.requires_grad for out in outputs] == [True, False]
