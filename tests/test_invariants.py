@@ -279,3 +279,21 @@ def test_two_training_forwards_before_one_backward_give_the_summed_gradients(enc
         (loss(batches[0]) + loss(batches[1])).backward()
     for name, gradient in separate.items():
         torch.testing.assert_close(dict(model.named_parameters())[name].grad, gradient, msg=name)
+
+
+@pytest.mark.parametrize("encoding", list(ENCODINGS))
+def test_training_after_an_evaluation_in_inference_mode(encoding):
+    """An evaluation under torch.inference_mode() leaves nothing a later training forward
+    reads and saves for backward as an inference tensor (T5's, BERT-R's and TUPE-R's bucket
+    cache held the evaluation's buckets), in train mode or in eval mode with gradients."""
+    causal, _ = settings_of(encoding)[0]
+    model = tiny_encoder(encoding, causal=causal)
+    ids = torch.randint(1, 40, (2, 7), generator=torch.Generator().manual_seed(6))
+    with torch.inference_mode():
+        evaluated = model(ids)
+    with torch.enable_grad():
+        for mode in (True, False):
+            model.train(mode)
+            model.zero_grad()
+            model(ids).sum().backward()
+    torch.testing.assert_close(model(ids), evaluated, rtol=1e-12, atol=1e-12)

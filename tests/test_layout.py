@@ -1,7 +1,8 @@
 """The package's two wings, read from its imports (every `import`, module-level or inside a
 function): no import cycle; the library (encodings, kernels, models, attention, execution,
-errors, directory_lock, option_lists, toeplitz, tracing, transposed, data) never imports the
-lab; a lab peer imports only the run kit (lab/runs) and the library, never another peer."""
+errors, directory_lock, kept_tensors, option_lists, toeplitz, tracing, transposed, data)
+never imports the lab; a lab peer imports only the run kit (lab/runs) and the library, never
+another peer."""
 
 import ast
 from pathlib import Path
@@ -15,6 +16,7 @@ LIBRARY_MODULES = (
     "posattn.directory_lock",
     "posattn.execution",
     "posattn.errors",
+    "posattn.kept_tensors",
     "posattn.option_lists",
     "posattn.toeplitz",
     "posattn.tracing",

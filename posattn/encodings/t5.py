@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from ..errors import require, require_positive_int
 from ..initialization import normal_
+from ..kept_tensors import outside_inference_mode
 from ..toeplitz import TableTails
 from ..tracing import traced
 from .absolute import Learned
@@ -62,7 +63,8 @@ def offset_buckets(
     return t5_relative_bucket(relative, bidirectional, num_buckets, max_distance)
 
 
-_cached_offset_buckets = functools.lru_cache(maxsize=32)(offset_buckets)
+# Made outside inference mode: the first length may be an evaluation's, the next forward training.
+_cached_offset_buckets = functools.lru_cache(maxsize=32)(outside_inference_mode(offset_buckets))
 
 
 def cached_buckets(

@@ -9,6 +9,7 @@ import functools
 import torch
 from torch import Tensor
 
+from ..kept_tensors import outside_inference_mode
 from .triton_settings import rounded_up
 
 
@@ -19,7 +20,7 @@ def kept_per_device(make):
     otherwise make on every launch (at n=1024 a GPU call waits on the host). Made in the
     graph while torch.compile traces, as `t5.cached_buckets` is (dynamo ignores the cache and
     warns of "silent incorrectness" at every model compiled with the kernel)."""
-    kept = functools.lru_cache(maxsize=64)(_outside_inference_mode(make))
+    kept = functools.lru_cache(maxsize=64)(outside_inference_mode(make))
 
     @functools.wraps(make)
     def once(device: torch.device, *key):
@@ -31,15 +32,6 @@ def kept_per_device(make):
 
     once.cache_clear = kept.cache_clear
     return once
-
-
-def _outside_inference_mode(make):
-    @functools.wraps(make)
-    def made(*arguments):
-        with torch.inference_mode(False):
-            return make(*arguments)
-
-    return made
 
 
 def kept_in(kept: dict | None, sources: tuple, key: tuple, make):
