@@ -9,10 +9,12 @@ Each model is in float64 with every parameter random (`randomised`), so that no 
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from conftest import randomised, tiny_config, tiny_seq2seq_config
-from torch.func import functional_call, grad, hessian, jvp, vmap
+from torch.func import functional_call, grad, hessian, jvp, stack_module_state, vmap
 
 from posattn import (
     PosAttnForCausalLM,
@@ -373,6 +375,40 @@ def test_vmap_under_autograd_equals_one_backward_per_example(case):
         loss(ids[b], mask[b], labels[b]).backward()
     expected = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     assert_gradients_equal(got, expected)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_an_ensemble_runs_under_vmap_over_its_stacked_parameters(case):
+    """Model ensembling (`stack_module_state`, vmap over the models' parameters): each
+    model's logits and loss gradients, with every positional parameter batched (FIRE read
+    its threshold on the host to split its rows, which vmap cannot)."""
+    generator = torch.Generator().manual_seed(7)
+    models = [build(case) for _ in range(3)]
+    with torch.no_grad():
+        for scale, model in enumerate(models):
+            for p in model.parameters():
+                p.add_(0.01 * scale * torch.randn(p.shape, generator=generator, dtype=p.dtype))
+    params, buffers = stack_module_state(models)
+    base = copy.deepcopy(models[0])
+    ids, mask, labels = batch()
+
+    def logits(params, buffers):
+        inputs = dict(attention_mask=mask)
+        return functional_call(base, (params, buffers), (ids,), inputs).logits
+
+    def loss(params, buffers):
+        inputs = dict(attention_mask=mask, labels=labels)
+        return functional_call(base, (params, buffers), (ids,), inputs).loss
+
+    with torch.no_grad():
+        got = vmap(logits)(params, buffers)
+    for index, model in enumerate(models):
+        expected = model(ids, attention_mask=mask).logits.detach()
+        torch.testing.assert_close(got[index], expected, rtol=1e-10, atol=1e-12)
+    gradients = vmap(grad(loss))(params, buffers)
+    for index, model in enumerate(models):
+        expected = autograd_gradients(model, ids, mask, labels)
+        assert_gradients_equal({n: g[index] for n, g in gradients.items()}, expected)
 
 
 def test_checkpointed_training_is_refused_by_name_under_grad_and_vmap():

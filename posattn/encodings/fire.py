@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import require, require_positive_int
+from ..tracing import read_on_host
 from .base import (
     LayerTerms,
     ModelDims,
@@ -99,8 +100,12 @@ class FireBias(OwnsParameters, nn.Module):
         """How many query rows i lie strictly below |L|: min(n, ceil(|L|)), read on the host
         (the row split is a shape: one device sync a layer on a GPU, where the MLP on every
         score would hold [n, n, mlp_width] hidden units, 2 GiB a layer in float32 at n=4096);
-        none for a NaN L (every row computed as it is)."""
-        threshold = float(self.threshold.detach().abs())
+        none for a NaN L (every row computed as it is), or for thresholds that torch.func's
+        vmap batches (an ensemble of models: a split per model is no one shape)."""
+        read = read_on_host(self.threshold.detach().abs())
+        if read is None:
+            return 0
+        threshold = float(read[0])
         if math.isnan(threshold):
             return 0
         return seq_len if threshold >= seq_len else math.ceil(threshold)
