@@ -79,6 +79,11 @@ def parameters_of(model) -> dict:
 def autograd_gradients(model, ids, mask, labels) -> dict:
     model.zero_grad()
     model(ids, attention_mask=mask, labels=labels).loss.backward()
+    return accumulated_gradients(model)
+
+
+def accumulated_gradients(model) -> dict:
+    """Copies of the gradients the model's parameters hold (those a backward reached)."""
     return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
 
@@ -109,7 +114,7 @@ def assert_per_sample_gradients(model, inputs: dict, rtol=1e-9, atol=1e-11) -> N
     for b in range(len(inputs["input_ids"])):
         model.zero_grad()
         model(**{name: value[b : b + 1] for name, value in inputs.items()}).loss.backward()
-        expected = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        expected = accumulated_gradients(model)
         assert_gradients_equal({name: g[b] for name, g in got.items()}, expected, rtol, atol)
 
 
@@ -369,12 +374,11 @@ def test_vmap_under_autograd_equals_one_backward_per_example(case):
 
     model.zero_grad()
     vmap(loss)(ids, mask, labels).sum().backward()
-    got = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    got = accumulated_gradients(model)
     model.zero_grad()
     for b in range(len(ids)):
         loss(ids[b], mask[b], labels[b]).backward()
-    expected = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    assert_gradients_equal(got, expected)
+    assert_gradients_equal(got, accumulated_gradients(model))
 
 
 @pytest.mark.parametrize("case", CASES)

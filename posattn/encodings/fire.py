@@ -105,7 +105,7 @@ class FireBias(OwnsParameters, nn.Module):
         read = read_on_host(self.threshold.detach().abs())
         if read is None:
             return 0
-        threshold = float(read[0])
+        (threshold,) = read
         if math.isnan(threshold):
             return 0
         return seq_len if threshold >= seq_len else math.ceil(threshold)

@@ -80,8 +80,10 @@ def sdpa_attention(
     # with a learned bias under autograd (vmap(loss)(...).sum().backward()): vmap's rule
     # sends it to the CPU flash kernel, which has no gradient for its mask, where SDPA
     # outside vmap takes the math path for such a mask.
-    tracked = bias is not None and torch.is_grad_enabled() and under_func_transform()
-    math = under_forward_mode() or (tracked and requires_grad_beneath(bias))
+    tracked = bias is not None and torch.is_grad_enabled()
+    math = under_func_transform() and (
+        under_forward_mode() or (tracked and requires_grad_beneath(bias))
+    )
     backend = sdpa_kernel(SDPBackend.MATH) if math else nullcontext()
     with backend:
         return F.scaled_dot_product_attention(
