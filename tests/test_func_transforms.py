@@ -383,9 +383,10 @@ def test_vmap_under_autograd_equals_one_backward_per_example(case):
 
 @pytest.mark.parametrize("case", CASES)
 def test_an_ensemble_runs_under_vmap_over_its_stacked_parameters(case):
-    """Model ensembling (`stack_module_state`, vmap over the models' parameters): each
-    model's logits and loss gradients, with every positional parameter batched (FIRE read
-    its threshold on the host to split its rows, which vmap cannot)."""
+    """Model ensembling (`stack_module_state`, vmap over the models' parameters, a base on
+    the meta device): each model's logits and loss gradients, with every positional
+    parameter batched (FIRE read its threshold on the host to split its rows, which vmap
+    cannot; the meta base had untied the output embeddings, see test_model)."""
     generator = torch.Generator().manual_seed(7)
     models = [build(case) for _ in range(3)]
     with torch.no_grad():
@@ -393,7 +394,7 @@ def test_an_ensemble_runs_under_vmap_over_its_stacked_parameters(case):
             for p in model.parameters():
                 p.add_(0.01 * scale * torch.randn(p.shape, generator=generator, dtype=p.dtype))
     params, buffers = stack_module_state(models)
-    base = copy.deepcopy(models[0])
+    base = copy.deepcopy(models[0]).to("meta")  # torch's recipe: the base holds no values
     ids, mask, labels = batch()
 
     def logits(params, buffers):

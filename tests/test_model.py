@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_config, tiny_encoder
+from conftest import tiny_config, tiny_encoder, tiny_seq2seq_config
 from reference import layer_norm
 
-from posattn import PosAttnConfig, PosAttnForMaskedLM, PosAttnForSequenceClassification
+from posattn import (
+    PosAttnConfig,
+    PosAttnForCausalLM,
+    PosAttnForMaskedLM,
+    PosAttnForSeq2SeqLM,
+    PosAttnForSequenceClassification,
+)
 from posattn.cli import encoding_rows, main
 from posattn.encodings import ENCODINGS
 
@@ -45,6 +52,40 @@ def test_mlm_head_is_bert_transform_with_tied_decoder():
         h = layer_norm(h, head.norm.weight, head.norm.bias, head.norm.eps)
         expected = h @ word.T + head.decoder.bias
         torch.testing.assert_close(model(ids).logits, expected)
+
+
+TIED_HEADS = {
+    "masked LM": lambda: PosAttnForMaskedLM(tiny_config("t5")),
+    "causal LM": lambda: PosAttnForCausalLM(tiny_config("rope", causal=True)),
+    "encoder-decoder": lambda: PosAttnForSeq2SeqLM(tiny_seq2seq_config("t5")),
+}
+
+
+def tied_groups(model) -> list[set[str]]:
+    """The names of each parameter that more than one name refers to."""
+    names: dict[int, set[str]] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(parameter), set()).add(name)
+    return sorted((group for group in names.values() if len(group) > 1), key=sorted)
+
+
+@pytest.mark.parametrize("head", TIED_HEADS)
+@pytest.mark.parametrize("device", ["meta", "cpu"])
+def test_a_conversion_keeps_the_tied_weights_one_parameter(head, device):
+    """`.to("meta")` (torch's recipe for an ensemble's base) makes new Parameters, which
+    would untie the output embeddings; `functional_call` then left the output weight on
+    meta, and torch's linear of a CPU input by a meta weight returned garbage."""
+    model = TIED_HEADS[head]()
+    before = tied_groups(model)
+    assert before, "the head ties no weights"
+    converted = model.to(device, torch.float64)
+    assert converted is model and tied_groups(model) == before
+    assert {p.device.type for p in model.parameters()} == {device}
+
+
+def test_a_conversion_leaves_untied_weights_untied():
+    model = PosAttnForSeq2SeqLM(tiny_seq2seq_config("t5", tie_word_embeddings=False))
+    assert tied_groups(model.to("meta")) == []
 
 
 def test_classification_reads_the_first_token():

@@ -86,6 +86,18 @@ class PosAttnPreTrainedModel(PreTrainedModel):
         self._require_grads_hooks = [handle]
         self._require_grads_hook = handle  # the name transformers 4 removes
 
+    def _apply(self, fn, recurse: bool = True):
+        """nn.Module's conversion (`to`, `cuda`, `half`, ...), the tied weights kept tied.
+        A conversion torch cannot make in place (`.to("meta")`, torch's recipe for the base
+        of a vmap-ed ensemble) gives each module a new Parameter and so unties the output
+        embeddings; `functional_call` would then leave the output weight on meta, and
+        torch's linear of a CPU input by a meta weight returns uninitialised memory."""
+        super()._apply(fn, recurse)
+        tied = self.get_expanded_tied_weights_keys(all_submodels=False)
+        if any(self.get_parameter(t) is not self.get_parameter(s) for t, s in tied.items()):
+            self.tie_weights()
+        return self
+
     # attn_implementation "sdpa" and "flex_attention" run posattn's SDPA and FlexAttention
     # kernels (posattn.models.attn_implementation maps every name onto a kernel).
     _supports_sdpa = True
