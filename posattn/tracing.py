@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.fx.experimental.symbolic_shapes import has_static_value
 
 
 def under_func_transform() -> bool:
@@ -80,3 +81,20 @@ def read_on_host(*tensors: Tensor) -> tuple | None:
         if under_func_transform():
             return None
         raise
+
+
+def is_symbolic(length) -> bool:
+    """Whether a length is traced as symbolic, one graph for every value (torch.export's
+    Dim, torch.compile's dynamic shapes). torch's own test: under dynamo a symbolic length
+    passes `isinstance(length, int)` and fails `isinstance(length, torch.SymInt)`."""
+    return not has_static_value(length)
+
+
+def leading(tensor: Tensor, dim: int, length) -> Tensor:
+    """`tensor.narrow(dim, 0, length)`: a table's first `length` entries along `dim`. Where
+    the length is traced as symbolic (torch.export's Dim, compile's dynamic shapes) and `dim`
+    is not the outermost, a copy: the view's strides leave torch asking whether `length` is
+    the whole dimension, a guard that cuts that length out of the graph's range."""
+    if is_symbolic(length):
+        return tensor.index_select(dim, torch.arange(length, device=tensor.device))
+    return tensor.narrow(dim, 0, length)

@@ -9,6 +9,7 @@ from torch import Tensor
 from ..errors import require, require_choice, require_positive_int
 from ..initialization import normal_
 from ..toeplitz import TableTails
+from ..tracing import leading
 from .base import (
     LayerTerms,
     ModelDims,
@@ -83,7 +84,7 @@ class DietAbsolute(PositionalEncoding):
 
     def group_factors(self, group: int, seq_len: int) -> tuple[Tensor, Tensor]:
         """(P_Q, P_K) of one layer group, [1, H or 1, n, d_p] each."""
-        return self.query[None, group, :, :seq_len], self.key[None, group, :, :seq_len]
+        return tuple(leading(f[None, group], -2, seq_len) for f in (self.query, self.key))
 
     def group_terms(self, group: int, seq_len: int) -> LayerTerms:
         pq, pk = self.group_factors(group, seq_len)

@@ -10,6 +10,7 @@ from torch import Tensor
 
 from ..errors import require, require_positive_int
 from ..initialization import normal_
+from ..tracing import leading
 from .absolute import Learned
 from .base import LayerTerms, ModelDims, Place, PositionalEncoding, empty_parameter
 
@@ -61,11 +62,10 @@ class SequenceProjection(PositionalEncoding):
         return self.dims.max_len
 
     def projections(self, layer: int, seq_len: int) -> tuple[Tensor, Tensor]:
-        keys = self.key_projection[layer, :, :seq_len]
-        values = (
-            keys if self.value_projection is None else self.value_projection[layer, :, :seq_len]
-        )
-        return keys, values
+        keys = leading(self.key_projection[layer], -1, seq_len)
+        if self.value_projection is None:
+            return keys, keys
+        return keys, leading(self.value_projection[layer], -1, seq_len)
 
     def _project(self, layer: int, seq_len: int, k: Tensor, v: Tensor, keep) -> tuple:
         if keep is not None:
@@ -160,4 +160,4 @@ class DietAbsLin(SequenceProjection):
 
     def position_bias(self, seq_len: int) -> Tensor:
         """P_Q P_K^T: [1, H, n, k], the same in every layer."""
-        return (self.query[:, :seq_len] @ self.key.transpose(-1, -2)).unsqueeze(0)
+        return (leading(self.query, -2, seq_len) @ self.key.transpose(-1, -2)).unsqueeze(0)

@@ -10,6 +10,7 @@ from torch import Tensor
 
 from ..errors import require_positive_int
 from ..initialization import normal_
+from ..tracing import is_symbolic
 from .base import LayerTerms, ModelDims, Once, Place, PositionalEncoding, empty_parameter
 from .relative import offsets, position_differences, rows_widened, skew, use_skew
 from .row_offsets import spread_by_offset, sums_by_offset_row
@@ -68,8 +69,12 @@ class ShawRelative(PositionalEncoding):
     def rows_read(self, seq_len: int) -> slice:
         """The table rows an n x n matrix reads, clip(j - i) + t for |j - i| < n, widened to
         a multiple of 16 (`rows_widened`): fewer than the 2t + 1 where n <= t (at n=64 with
-        t = 128, 128 of 257), and the products against them with it."""
+        t = 128, 128 of 257), and the products against them with it. Every row where the
+        length is symbolic (torch.export's Dim, compile's dynamic shapes), whose bounds a
+        graph cannot know for every length."""
         t = self.options.max_distance
+        if is_symbolic(seq_len):  # a traced length of any value: every row
+            return slice(0, 2 * t + 1)
         return rows_widened(max(t - seq_len + 1, 0), min(t + seq_len - 1, 2 * t), 2 * t + 1)
 
     def _key_logits(

@@ -9,7 +9,7 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
-from ..errors import require
+from ..errors import invalid, require
 from ..initialization import normal_
 from ..toeplitz import ClsUntie
 from .base import LayerTerms, ModelDims, OwnsParameters, Place, PositionalEncoding, empty_parameter
@@ -75,12 +75,14 @@ class TupeROptions(TupeOptions, T5Options):
 
 
 def require_cls_inside(cls_index: int, seq_len: int) -> None:
-    require(
-        cls_index < seq_len,
-        "cls_index",
-        cls_index,
-        f"must lie inside the sequence of length {seq_len} (0 <= cls_index < {seq_len})",
-    )
+    # The message is formatted only on failure: formatting a length that torch.compile
+    # traces as symbolic would fix it to this call's value.
+    if not cls_index < seq_len:
+        raise invalid(
+            "cls_index",
+            cls_index,
+            f"must lie inside the sequence of length {seq_len} (0 <= cls_index < {seq_len})",
+        )
 
 
 def untie_cls_at(

@@ -41,12 +41,13 @@ def check_position_ids(position_ids, batch: int, seq_len: int) -> Tensor:
         position_ids if not isinstance(position_ids, Tensor) else tuple(position_ids.shape),
         "a [batch, seq_len] tensor of integer positions",
     )
-    require(
-        position_ids.shape[0] in (1, batch) and position_ids.shape[1] == seq_len,
-        "position_ids.shape",
-        tuple(position_ids.shape),
-        f"({batch}, {seq_len}) or (1, {seq_len}): one position per new token",
-    )
+    if not (position_ids.shape[0] in (1, batch) and position_ids.shape[1] == seq_len):
+        # Formatted only on failure, as a length traced as symbolic would be fixed by it.
+        raise invalid(
+            "position_ids.shape",
+            tuple(position_ids.shape),
+            f"({batch}, {seq_len}) or (1, {seq_len}): one position per new token",
+        )
     return position_ids.long().expand(batch, seq_len)
 
 

@@ -1,0 +1,71 @@
+"""Dynamic shapes: one graph for every batch size and length, where torch.compile traces the
+length as symbolic (dynamic=True, or dynamo's automatic dynamic shapes at a second length)
+and in torch.export with `Dim`s, for every encoding, with the eager model's values."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_compile import fresh_dynamo, masked_lm  # noqa: F401 - fresh_dynamo is a fixture
+from torch._dynamo.utils import counters
+
+from posattn.encodings import ENCODINGS
+
+
+def batch_of_length(n: int):
+    """Ids, a mask (the second example's last two tokens padded) and labels of length n."""
+    generator = torch.Generator().manual_seed(n)
+    ids = torch.randint(0, 40, (2, n), generator=generator)
+    mask = torch.ones_like(ids)
+    mask[1, -2:] = 0
+    labels = ids.clone()
+    labels[:, ::2] = -100
+    return ids, mask, labels
+
+
+@pytest.mark.parametrize("encoding", list(ENCODINGS))
+def test_a_dynamic_length_trains_through_one_graph_with_eager_values(encoding):
+    """torch.compile(dynamic=True): one graph serves lengths 8, 5 and 13 with eager's loss and
+    gradients. A length the trace fixed (unfold's int size for a Toeplitz bias, whether a
+    slice of a position table is contiguous, an error message formatted from the length)
+    compiled a graph per length."""
+    model = masked_lm(encoding).train()
+    parameters = list(model.parameters())
+
+    def loss(ids, mask, labels):
+        return model(ids, attention_mask=mask, labels=labels).loss
+
+    compiled = torch.compile(loss, dynamic=True, fullgraph=True, backend="eager")
+    counters.clear()
+    for n in (8, 5, 13):
+        ids, mask, labels = batch_of_length(n)
+        expected = loss(ids, mask, labels)
+        want_grads = torch.autograd.grad(expected, parameters, allow_unused=True)
+        got = compiled(ids, mask, labels)
+        torch.testing.assert_close(got, expected)
+        got_grads = torch.autograd.grad(got, parameters, allow_unused=True)
+        for g, e in zip(got_grads, want_grads, strict=True):
+            assert (g is None) == (e is None)
+            if g is not None:
+                torch.testing.assert_close(g, e)
+    assert counters["stats"]["unique_graphs"] == 1
+
+
+@pytest.mark.parametrize("encoding", list(ENCODINGS))
+def test_an_export_with_a_dynamic_batch_and_length_equals_eager_at_other_sizes(encoding):
+    """torch.export with `Dim`s for the batch and the length (what an ONNX or AOTInductor
+    deployment takes): traced at 2 x 8, the program equals the eager model from length 2 to
+    the position table's size (16)."""
+    model = masked_lm(encoding).eval()
+    ids, mask, _ = batch_of_length(8)
+    batch, length = torch.export.Dim("batch", max=64), torch.export.Dim("length", min=2, max=16)
+    dims = {"input_ids": {0: batch, 1: length}, "attention_mask": {0: batch, 1: length}}
+    with torch.no_grad():
+        program = torch.export.export(
+            model, (ids,), {"attention_mask": mask}, dynamic_shapes=dims
+        ).module()
+        for n in (2, 5, 13, 16):
+            ids, mask, _ = batch_of_length(n)
+            ids, mask = ids.repeat(2, 1), mask.repeat(2, 1)  # a batch of 4
+            expected = model(ids, attention_mask=mask).logits
+            torch.testing.assert_close(program(ids, attention_mask=mask).logits, expected)
