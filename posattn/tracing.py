@@ -86,8 +86,9 @@ def read_on_host(*tensors: Tensor) -> tuple | None:
 def is_symbolic(length) -> bool:
     """Whether a length is traced as symbolic, one graph for every value (torch.export's
     Dim, torch.compile's dynamic shapes). torch's own test: under dynamo a symbolic length
-    passes `isinstance(length, int)` and fails `isinstance(length, torch.SymInt)`."""
-    return not has_static_value(length)
+    passes `isinstance(length, int)` and fails `isinstance(length, torch.SymInt)`. A tensor
+    (torch.jit.trace records sizes as tensors) takes the fixed-length path, as it did."""
+    return not isinstance(length, Tensor) and not has_static_value(length)
 
 
 def leading(tensor: Tensor, dim: int, length) -> Tensor:

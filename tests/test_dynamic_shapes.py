@@ -69,3 +69,25 @@ def test_an_export_with_a_dynamic_batch_and_length_equals_eager_at_other_sizes(e
             ids, mask = ids.repeat(2, 1), mask.repeat(2, 1)  # a batch of 4
             expected = model(ids, attention_mask=mask).logits
             torch.testing.assert_close(program(ids, attention_mask=mask).logits, expected)
+
+
+class Logits(torch.nn.Module):
+    """A masked LM's logits from positional inputs, as torch.jit.trace takes a module."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids, mask):
+        return self.model(ids, attention_mask=mask).logits
+
+
+def test_torch_jit_trace_keeps_the_fixed_length_path():
+    """torch.jit.trace records sizes as tensors, which are not symbolic lengths: T5's traced
+    masked LM still runs at another length with the eager model's values."""
+    model = Logits(masked_lm("t5").eval())
+    ids, mask, _ = batch_of_length(8)
+    with torch.no_grad():
+        traced = torch.jit.trace(model, (ids, mask))
+        ids, mask, _ = batch_of_length(5)
+        torch.testing.assert_close(traced(ids, mask), model(ids, mask))
