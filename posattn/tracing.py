@@ -12,7 +12,9 @@ only eager autograd on real tensors allows:
   data-dependent shapes (the masked LM's head on the labelled rows only), which vmap cannot
   batch and a graph cannot hold;
 - caches keyed by storage addresses, which a wrapped tensor does not have and which would
-  outlive the transform.
+  outlive the transform;
+- where a trace takes the length as symbolic (`is_symbolic`), any op that needs it as an
+  int or asks whether it equals a bound, which would fix it: one graph serves every length.
 """
 
 from __future__ import annotations
@@ -93,9 +95,10 @@ def is_symbolic(length) -> bool:
 
 def leading(tensor: Tensor, dim: int, length) -> Tensor:
     """`tensor.narrow(dim, 0, length)`: a table's first `length` entries along `dim`. Where
-    the length is traced as symbolic (torch.export's Dim, compile's dynamic shapes) and `dim`
-    is not the outermost, a copy: the view's strides leave torch asking whether `length` is
-    the whole dimension, a guard that cuts that length out of the graph's range."""
+    the length is traced as symbolic (torch.export's Dim, compile's dynamic shapes), a copy:
+    a view along an inner dimension leaves torch asking whether `length` is the whole
+    dimension (is the view contiguous?), a guard that cuts that length out of the graph's
+    range."""
     if is_symbolic(length):
         return tensor.index_select(dim, torch.arange(length, device=tensor.device))
     return tensor.narrow(dim, 0, length)
