@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import tiny_config, tiny_seq2seq_config
 from test_compile import fresh_dynamo, masked_lm  # noqa: F401 - fresh_dynamo is a fixture
 from torch._dynamo.utils import counters
 
+from posattn import PosAttnForCausalLM, PosAttnForSeq2SeqLM, PosAttnForSequenceClassification
 from posattn.encodings import ENCODINGS
 
 
@@ -69,6 +71,51 @@ def test_an_export_with_a_dynamic_batch_and_length_equals_eager_at_other_sizes(e
             ids, mask = ids.repeat(2, 1), mask.repeat(2, 1)  # a batch of 4
             expected = model(ids, attention_mask=mask).logits
             torch.testing.assert_close(program(ids, attention_mask=mask).logits, expected)
+
+
+def test_the_other_heads_export_with_dynamic_sizes():
+    """The classifier, the causal LM and the encoder-decoder (its source and target lengths
+    each their own `Dim`) with T5's bias: exported at one size, equal to eager at others."""
+    batch = torch.export.Dim("batch", max=64)
+    source, target = (torch.export.Dim(name, min=2, max=16) for name in ("source", "target"))
+    torch.manual_seed(0)
+    single = {
+        "classifier": PosAttnForSequenceClassification(tiny_config("t5", num_labels=3)),
+        "causal LM": PosAttnForCausalLM(tiny_config("t5", causal=True)),
+    }
+    for name, model in single.items():
+        ids, mask, _ = batch_of_length(8)
+        dims = {"input_ids": {0: batch, 1: source}, "attention_mask": {0: batch, 1: source}}
+        with torch.no_grad():
+            program = torch.export.export(model.eval(), (ids, mask), dynamic_shapes=dims).module()
+            for n in (3, 13):
+                ids, mask, _ = batch_of_length(n)
+                expected = model(ids, mask).logits
+                torch.testing.assert_close(program(ids, mask).logits, expected, msg=name)
+    model = PosAttnForSeq2SeqLM(tiny_seq2seq_config("t5")).eval()
+    generator = torch.Generator().manual_seed(3)
+
+    def pair(s: int, t: int):
+        src = torch.randint(3, 30, (3, s), generator=generator)
+        mask = torch.ones_like(src)
+        mask[-1, -1] = 0
+        return src, mask, torch.randint(3, 30, (3, t), generator=generator)
+
+    src, mask, tgt = pair(9, 7)
+    dims = {
+        "input_ids": {0: batch, 1: source},
+        "attention_mask": {0: batch, 1: source},
+        "decoder_input_ids": {0: batch, 1: target},
+        "use_cache": None,
+    }
+    with torch.no_grad():
+        inputs = {"decoder_input_ids": tgt, "use_cache": False}
+        program = torch.export.export(model, (src, mask), inputs, dynamic_shapes=dims).module()
+        for s, t in ((5, 11), (14, 3)):
+            src, mask, tgt = pair(s, t)
+            inputs = {"decoder_input_ids": tgt, "use_cache": False}
+            expected = model(src, mask, **inputs).logits
+            torch.testing.assert_close(program(src, mask, **inputs).logits, expected)
 
 
 class Logits(torch.nn.Module):
