@@ -79,8 +79,13 @@ class MultiHeadAttention(nn.Module):
         return x.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
 
     def merge_heads(self, x: Tensor) -> Tensor:
-        """[B, H, n, d_h] -> [B, n, d_model]."""
-        return x.transpose(1, 2).flatten(2)
+        """[B, H, n, d_h] -> [B, n, d_model]. Exported, by a copy: the export records the
+        flatten as a view of the strides SDPA's output has when traced, which its
+        decomposition for ONNX does not keep (torch.onnx.export failed on that view)."""
+        merged = x.transpose(1, 2)
+        if torch.compiler.is_exporting():
+            merged = merged.clone(memory_format=torch.contiguous_format)
+        return merged.flatten(2)
 
     def queries_keys_values(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Where a layer's attention inputs come from: the projected heads q, k, v

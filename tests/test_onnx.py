@@ -1,0 +1,39 @@
+"""torch.onnx.export (the dynamo exporter) of the masked LM with every encoding, the batch
+and the length each a `Dim`, run by onnxruntime at other sizes against the eager model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_config
+from test_compile import fresh_dynamo  # noqa: F401 - a fixture
+from test_dynamic_shapes import Logits, batch_of_length
+
+from posattn import PosAttnForMaskedLM
+from posattn.encodings import ENCODINGS
+
+onnxruntime = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript")
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize("encoding", list(ENCODINGS))
+def test_an_onnx_export_runs_in_onnxruntime_with_eager_values(encoding):
+    """Exported as a user calls it, with gradients enabled: there a learned bias takes
+    SDPA's math path, whose output the export flattened by a view the ONNX decomposition
+    broke."""
+    torch.manual_seed(0)
+    config = tiny_config(encoding, num_layers=2)
+    model = Logits(PosAttnForMaskedLM(config).float().eval())  # onnxruntime: no float64 GELU
+    ids, mask, _ = batch_of_length(8)
+    batch, length = torch.export.Dim("batch", max=64), torch.export.Dim("length", min=2, max=16)
+    dims = {"ids": {0: batch, 1: length}, "mask": {0: batch, 1: length}}
+    program = torch.onnx.export(model, (ids, mask), dynamo=True, dynamic_shapes=dims)
+    session = onnxruntime.InferenceSession(program.model_proto.SerializeToString())
+    with torch.no_grad():
+        for n in (2, 5, 13, 16):
+            ids, mask, _ = batch_of_length(n)
+            ids, mask = ids.repeat(2, 1), mask.repeat(2, 1)  # a batch of 4
+            (got,) = session.run(None, {"ids": ids.numpy(), "mask": mask.numpy()})
+            expected = model(ids, mask)
+            torch.testing.assert_close(torch.from_numpy(got), expected, atol=2e-5, rtol=1e-4)
