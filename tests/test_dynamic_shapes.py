@@ -25,6 +25,20 @@ def batch_of_length(n: int):
     return ids, mask, labels
 
 
+def batch_and_length_dims(*names: str) -> dict:
+    """`dynamic_shapes` for [batch, length] inputs of those names: one batch `Dim` and one
+    length `Dim` (2 to the position tables' 16) that they all share."""
+    batch, length = torch.export.Dim("batch", max=64), torch.export.Dim("length", min=2, max=16)
+    return {name: {0: batch, 1: length} for name in names}
+
+
+def other_sizes():
+    """(ids, mask) of a batch of 4 at lengths 2, 5, 13 and 16: none the traced 2 x 8."""
+    for n in (2, 5, 13, 16):
+        ids, mask, _ = batch_of_length(n)
+        yield ids.repeat(2, 1), mask.repeat(2, 1)
+
+
 @pytest.mark.parametrize("encoding", list(ENCODINGS))
 def test_a_dynamic_length_trains_through_one_graph_with_eager_values(encoding):
     """torch.compile(dynamic=True): one graph serves lengths 8, 5 and 13 with eager's loss and
@@ -60,15 +74,12 @@ def test_an_export_with_a_dynamic_batch_and_length_equals_eager_at_other_sizes(e
     the position table's size (16)."""
     model = masked_lm(encoding).eval()
     ids, mask, _ = batch_of_length(8)
-    batch, length = torch.export.Dim("batch", max=64), torch.export.Dim("length", min=2, max=16)
-    dims = {"input_ids": {0: batch, 1: length}, "attention_mask": {0: batch, 1: length}}
+    dims = batch_and_length_dims("input_ids", "attention_mask")
     with torch.no_grad():
         program = torch.export.export(
             model, (ids,), {"attention_mask": mask}, dynamic_shapes=dims
         ).module()
-        for n in (2, 5, 13, 16):
-            ids, mask, _ = batch_of_length(n)
-            ids, mask = ids.repeat(2, 1), mask.repeat(2, 1)  # a batch of 4
+        for ids, mask in other_sizes():
             expected = model(ids, attention_mask=mask).logits
             torch.testing.assert_close(program(ids, attention_mask=mask).logits, expected)
 

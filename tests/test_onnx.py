@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import tiny_config
 from test_compile import fresh_dynamo  # noqa: F401 - a fixture
-from test_dynamic_shapes import Logits, batch_of_length
+from test_dynamic_shapes import Logits, batch_and_length_dims, batch_of_length, other_sizes
 
 from posattn import PosAttnForMaskedLM
 from posattn.encodings import ENCODINGS
@@ -26,14 +26,11 @@ def test_an_onnx_export_runs_in_onnxruntime_with_eager_values(encoding):
     config = tiny_config(encoding, num_layers=2)
     model = Logits(PosAttnForMaskedLM(config).float().eval())  # onnxruntime: no float64 GELU
     ids, mask, _ = batch_of_length(8)
-    batch, length = torch.export.Dim("batch", max=64), torch.export.Dim("length", min=2, max=16)
-    dims = {"ids": {0: batch, 1: length}, "mask": {0: batch, 1: length}}
+    dims = batch_and_length_dims("ids", "mask")
     program = torch.onnx.export(model, (ids, mask), dynamo=True, dynamic_shapes=dims)
     session = onnxruntime.InferenceSession(program.model_proto.SerializeToString())
     with torch.no_grad():
-        for n in (2, 5, 13, 16):
-            ids, mask, _ = batch_of_length(n)
-            ids, mask = ids.repeat(2, 1), mask.repeat(2, 1)  # a batch of 4
+        for ids, mask in other_sizes():
             (got,) = session.run(None, {"ids": ids.numpy(), "mask": mask.numpy()})
             expected = model(ids, mask)
             torch.testing.assert_close(torch.from_numpy(got), expected, atol=2e-5, rtol=1e-4)
