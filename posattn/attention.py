@@ -122,7 +122,7 @@ class MultiHeadAttention(nn.Module):
         bias = terms.bias
         if isinstance(extra, SegmentPairs):
             extra = extra.dense()
-        for term in (terms.qk_logits(q, k, self) if terms.qk_logits else None, extra):
+        for term in (None if terms.qk_logits is None else terms.qk_logits(q, k, self), extra):
             if term is not None:
                 bias = term if bias is None else bias + term
         return bias

@@ -104,13 +104,16 @@ class DeferredBias:
         value = terms.__dict__[self.slot]
         if callable(value):
             value = value()
-            terms.__dict__[self.slot] = value
+            object.__setattr__(terms, self.slot, value)
         return value
 
     def __set__(self, terms, value) -> None:
         if callable(value):
             value = _in_grad_mode(value, torch.is_grad_enabled())
-        terms.__dict__[self.slot] = value
+        # object.__setattr__, as a frozen dataclass's own __init__ sets its fields: the dynamo
+        # of torch 2.8 and 2.9 fails on a write to such an object's __dict__
+        # ("directly_update_dict").
+        object.__setattr__(terms, self.slot, value)
 
     @staticmethod
     def is_built(terms) -> bool:

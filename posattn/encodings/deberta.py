@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from ..errors import require
 from ..initialization import normal_
+from ..tracing import traced
 from ..transposed import contiguous_transpose
 from .base import LayerTerms, ModelDims, Once, Place, PositionalEncoding, empty_parameter
 from .relative import offsets, position_differences, rows_widened, skew, toeplitz, use_skew
@@ -141,8 +142,9 @@ class Deberta(PositionalEncoding):
         i - j), widened to a multiple of 16 (`rows_widened`): all of P only where n reaches
         past the buckets. At n=128 with DeBERTa's 256 buckets, 256 of 512: half the
         [B, H, n, 2s] products and their gradients. In a compiled graph every row (the ends
-        are values a graph does not have)."""
-        if torch.compiler.is_compiling():
+        are values a graph does not have), and under a torch.func transform, whose tensors
+        torch before 2.13 would not read on the host ("doesn't have storage": 2.8, 2.9)."""
+        if traced():
             return slice(0, 2 * self.span)
         read = self.embedding_row(torch.arange(1 - seq_len, seq_len)).tolist()  # on the host
         return rows_widened(read[0], read[-1], 2 * self.span)

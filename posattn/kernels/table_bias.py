@@ -12,12 +12,14 @@ from the layer's `LayerTerms`: the encodings never learn which kernel runs.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 import sys
 from dataclasses import dataclass
 
 import torch
+from packaging.version import Version
 from torch import Tensor
 
 from ..errors import PosAttnConfigError, invalid
@@ -122,20 +124,31 @@ def terms_refusal(terms, extra_bias: Tensor | None = None) -> str | None:
     return None
 
 
+# The oldest Triton the kernel is known to run on: 3.6 ran it on the lent GPUs, and its direct
+# launches call the compiled launcher as 3.6 to 3.9 define it (`triton_launch`). Older ones
+# lack what it uses (`triton.knobs` came with 3.4).
+OLDEST_TRITON = (3, 6)
+
+
 def unavailable(device: torch.device) -> str | None:
     """Why the Triton kernel cannot run on `device` in this process, or None."""
     # Dynamo before torch 2.13 does not trace find_spec (an error under fullgraph): while it
     # traces, the kernel module's own import of triton is the check.
-    if not torch.compiler.is_compiling() and importlib.util.find_spec("triton") is None:
+    checked = not torch.compiler.is_compiling()
+    if checked and importlib.util.find_spec("triton") is None:
         return "anything without the triton package installed (pip install triton)"
-    if device.type == "cuda":
-        return None
-    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1":
-        return None
-    return (
-        f"tensors on {device.type}: it runs on CUDA, or on the CPU under Triton's interpreter "
-        "(TRITON_INTERPRET=1 set before the first call; for tests, it is slow)"
-    )
+    interpreted = device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
+    if device.type != "cuda" and not interpreted:
+        return (
+            f"tensors on {device.type}: it runs on CUDA, or on the CPU under Triton's "
+            "interpreter (TRITON_INTERPRET=1 set before the first call; for tests, it is slow)"
+        )
+    if checked:
+        version = importlib.metadata.version("triton")
+        if Version(version).release[:2] < OLDEST_TRITON:
+            oldest = ".".join(map(str, OLDEST_TRITON))
+            return f"triton {version}: it needs triton >= {oldest} (pip install -U triton)"
+    return None
 
 
 def serves_table(
