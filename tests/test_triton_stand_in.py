@@ -6,6 +6,7 @@ Triton's own path, what a call keeps and makes. The builds alone: tests/test_tri
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 from types import SimpleNamespace
 
@@ -134,7 +135,9 @@ def test_models_trace_into_one_torch_compile_graph_on_the_stand_in_gpu(
     # Dynamo before torch 2.13 (the lent GPU's 2.11) refuses to trace importlib's find_spec;
     # 2.13 folds that very function to a constant, so the kernel's module gets one it cannot.
     untraceable = SimpleNamespace(find_spec=torch.compiler.disable(importlib.util.find_spec))
-    monkeypatch.setattr(table_bias, "importlib", SimpleNamespace(util=untraceable))
+    monkeypatch.setattr(
+        table_bias, "importlib", SimpleNamespace(util=untraceable, metadata=importlib.metadata)
+    )
     ids, mask, segment_ids = padded_batch()
     model = tiny_encoder(
         encoding, causal=causal, encoding_options=options, segments=segments, num_layers=1
