@@ -30,8 +30,10 @@ def installed_triton(monkeypatch):
         )
         monkeypatch.setattr(importlib.metadata, "version", lambda name: version)
         monkeypatch.setenv("TRITON_INTERPRET", "1")  # the CPU is then a device it serves
+        table_bias.too_old_triton.cache_clear()  # read once a process: read this one
 
-    return install
+    yield install
+    table_bias.too_old_triton.cache_clear()  # the real Triton's answer for later tests
 
 
 @pytest.mark.parametrize("version", ["3.3.1", "3.5.1", "2.3.0"])
@@ -58,3 +60,14 @@ def test_a_device_it_cannot_run_on_is_named_before_the_version(installed_triton,
     monkeypatch.delenv("TRITON_INTERPRET")
     reason = table_bias.unavailable(torch.device("cpu"))
     assert reason.startswith("tensors on cpu: it runs on CUDA")
+
+
+def test_the_version_is_read_once_a_process(installed_triton, monkeypatch):
+    """`unavailable` runs at every kernel call: the package metadata (a read from disk) only
+    at the first."""
+    installed_triton("3.9.0")
+    reads = []
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: reads.append(name) or "3.9.0")
+    for _ in range(3):
+        assert table_bias.unavailable(torch.device("cpu")) is None
+    assert reads == ["triton"]

@@ -12,6 +12,7 @@ from the layer's `LayerTerms`: the encodings never learn which kernel runs.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
 import os
@@ -143,11 +144,18 @@ def unavailable(device: torch.device) -> str | None:
             f"tensors on {device.type}: it runs on CUDA, or on the CPU under Triton's "
             "interpreter (TRITON_INTERPRET=1 set before the first call; for tests, it is slow)"
         )
-    if checked:
-        version = importlib.metadata.version("triton")
-        if Version(version).release[:2] < OLDEST_TRITON:
-            oldest = ".".join(map(str, OLDEST_TRITON))
-            return f"triton {version}: it needs triton >= {oldest} (pip install -U triton)"
+    return too_old_triton() if checked else None
+
+
+@functools.cache
+def too_old_triton() -> str | None:
+    """Why the installed Triton is too old for the kernel, or None. Read once a process:
+    `unavailable` runs at every kernel call and every `auto` choice, and reading a package's
+    metadata took 227 us on the 2-core AMD CPU, about a kernel call's whole host time."""
+    version = importlib.metadata.version("triton")
+    if Version(version).release[:2] < OLDEST_TRITON:
+        oldest = ".".join(map(str, OLDEST_TRITON))
+        return f"triton {version}: it needs triton >= {oldest} (pip install -U triton)"
     return None
 
 
