@@ -65,9 +65,11 @@ def requires_grad_beneath(tensor: Tensor) -> bool:
 
 
 def traced() -> bool:
-    """torch.compile / torch.export tracing, or a torch.func transform: no host reads of
-    values, no data-dependent shapes, no caches keyed by storage."""
-    return torch.compiler.is_compiling() or under_func_transform()
+    """torch.compile / torch.export tracing, torch.jit.trace, or a torch.func transform: no
+    host reads of values, no data-dependent shapes, no caches keyed by storage (a trace
+    records a host read as a constant, and a custom autograd Function as an op it cannot
+    replay)."""
+    return torch.compiler.is_compiling() or torch.jit.is_tracing() or under_func_transform()
 
 
 def read_on_host(*tensors: Tensor) -> tuple | None:

@@ -140,12 +140,17 @@ class Logits(torch.nn.Module):
         return self.model(ids, attention_mask=mask).logits
 
 
-def test_torch_jit_trace_keeps_the_fixed_length_path():
-    """torch.jit.trace records sizes as tensors, which are not symbolic lengths: T5's traced
-    masked LM still runs at another length with the eager model's values."""
-    model = Logits(masked_lm("t5").eval())
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning", "ignore::FutureWarning")
+def test_torch_jit_trace_runs_at_other_lengths(encoding):
+    """torch.jit.trace records sizes as tensors, which are not symbolic lengths, and a host
+    read or a custom autograd Function as a constant or an op it cannot replay: traced at
+    length 8, every masked LM runs at a shorter and a longer length with the eager model's
+    values (Shaw's trace failed, TUPE's [CLS] writes and DeBERTa's rows kept length 8)."""
+    model = Logits(masked_lm(encoding).eval())
     ids, mask, _ = batch_of_length(8)
     with torch.no_grad():
-        traced = torch.jit.trace(model, (ids, mask))
-        ids, mask, _ = batch_of_length(5)
-        torch.testing.assert_close(traced(ids, mask), model(ids, mask))
+        traced = torch.jit.trace(model, (ids, mask), check_trace=False)
+        for n in (5, 11):
+            ids, mask, _ = batch_of_length(n)
+            torch.testing.assert_close(traced(ids, mask), model(ids, mask))

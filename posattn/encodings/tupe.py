@@ -109,9 +109,13 @@ def untie_cls_(
     """`untie_cls` in place, for a tensor that no autograd node saved (a fresh product or
     sum): 2n writes instead of two [H, n, n] selections, forward and backward. `values` may
     hold the query rows [start, n) only ([H, n - start, n]: a decoding step's)."""
-    values[:, :, cls_index] = column_value[:, None]
+    # Expanded to the slice's shape by expand_as: an assignment's own broadcast fixed the
+    # length in a torch.jit.trace (copy_ instead lost the values in the ONNX export).
+    column = values[:, :, cls_index]
+    values[:, :, cls_index] = column_value[:, None].expand_as(column)
     if cls_index >= start:  # after the column: (cls, cls) is the row's
-        values[:, cls_index - start, :] = row_value[:, None]
+        row = values[:, cls_index - start, :]
+        values[:, cls_index - start, :] = row_value[:, None].expand_as(row)
     return values
 
 
