@@ -460,3 +460,36 @@ def test_kerple_projects_without_moving_its_parameters_version_counters():
     encoding.layer_terms(4, torch.device("cpu"), torch.float64)
     assert float(encoding.r1[0]) == 0.01
     assert (encoding.r1._version, encoding.r2._version) == versions
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_kerple_trains_two_forwards_before_one_backward(compiled):
+    """A summed loss of two forwards (R-drop, SimCSE's pairs), eager and compiled (inductor,
+    whose partitioner saved the parameters themselves for the backward; aot_eager's did not
+    and passed): the second forward's projection leaves the first's saved tensors valid, and
+    both match an eager model's gradients and projected values. Compiled, an in-place
+    projection failed this backward (a version counter moved)."""
+    from test_compile import masked_lm, mlm_batch
+
+    torch._dynamo.reset()
+    ids, mask, _, labels = mlm_batch()
+    models = [masked_lm("kerple").train() for _ in range(2)]
+    for model in models:
+        model.posattn.encoder.encoding.r1.data[0] = -3.0  # an update pushed it out of range
+    reference, tested = models
+
+    def loss(model, ids):
+        return model(ids, attention_mask=mask, labels=labels).loss
+
+    run = torch.compile(loss, fullgraph=True, backend="inductor") if compiled else loss
+    with torch.enable_grad():  # this file's tests run without it
+        (run(tested, ids) + run(tested, ids.flip(-1))).backward()
+        # The reference: one backward per forward, each on the official projection.
+        loss(reference, ids).backward()
+        loss(reference, ids.flip(-1)).backward()
+    pairs = zip(tested.named_parameters(), reference.parameters(), strict=True)
+    for (name, got), expected in pairs:
+        torch.testing.assert_close(got, expected, msg=name)
+        torch.testing.assert_close(got.grad, expected.grad, msg=name)
+    assert float(tested.posattn.encoder.encoding.r1[0]) == 0.01
+    torch._dynamo.reset()

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from ..errors import require_choice
-from ..tracing import traced
+from ..tracing import under_func_transform
 from .base import LayerTerms, ModelDims, Place, PositionalEncoding, empty_parameter
+from .projection import project_in_range
 from .relative import offsets
 
 EPS = 1e-2  # the official code's floor for both kernel parameters
@@ -58,51 +60,51 @@ class Kerple(PositionalEncoding):
         nn.init.uniform_(narrow, 0.0, 1.0)
 
     def valid_parameters(self) -> tuple[Tensor, Tensor]:
-        r2_max = 2.0 if self.options.kernel == "power" else None
-        return self.r1.clamp(min=EPS), self.r2.clamp(min=EPS, max=r2_max)
+        return self.r1.clamp(min=EPS), self.r2.clamp(min=EPS, max=self.r2_max)
 
-    def kernel(self, distance: Tensor) -> Tensor:
+    @property
+    def r2_max(self) -> float:
+        return 2.0 if self.options.kernel == "power" else math.inf
+
+    def parameters_read(self) -> tuple[Tensor, Tensor]:
+        """r1, r2 as a forward reads them. In training, the official projection: the stored
+        values are kept in range so that they keep receiving gradients after an update has
+        pushed them out, written past autograd's version counter (`project_in_range`), so
+        that a forward's saved tensors stay valid for its backward when a second forward
+        runs first (a summed loss, R-drop), eager or compiled, which an in-place write
+        failed. Under a torch.func transform, an in-place write (the parameters there are
+        the transform's inputs)."""
+        if not self.training:
+            return self.valid_parameters()
+        if under_func_transform():
+            with torch.no_grad():
+                r1, r2 = self.valid_parameters()
+                self.r1.copy_(r1)
+                self.r2.copy_(r2)
+            return self.valid_parameters()
+        return project_in_range(self.r1, EPS, math.inf), project_in_range(self.r2, EPS, self.r2_max)
+
+    def kernel(self, distance: Tensor, r1: Tensor, r2: Tensor) -> Tensor:
         """-r1 log(1 + r2 d) or -r1 d^r2 of distances [..., m] per head: [..., H, m]."""
-        r1, r2 = self.valid_parameters()
         r1, r2 = r1[:, None], r2[:, None]
         distance = distance.to(r1.dtype)[..., None, :]
         if self.options.kernel == "log":
             return -r1 * torch.log1p(r2 * distance)
         return -r1 * distance.pow(r2)
 
-    def project_parameters(self) -> None:
-        """The official projection: keep the stored values in range so that they keep
-        receiving gradients after an update has pushed them out (in training). Written past
-        autograd's version counter (`.data`): the values written are those already there
-        unless an update pushed them out, so an earlier forward's saved parameters stay valid
-        for its backward when a second forward runs first (a summed loss, R-drop), which an
-        in-place write failed. Traced (compile, torch.func), an in-place write."""
-        if not self.training:
-            return
-        with torch.no_grad():
-            r1, r2 = self.valid_parameters()
-            stored = (self.r1, self.r2) if traced() else (self.r1.data, self.r2.data)
-            stored[0].copy_(r1)
-            stored[1].copy_(r2)
-
     def layer_terms_at(self, positions, dtype):
         self.require_positions(positions)
-        self.project_parameters()
+        r1, r2 = self.parameters_read()
 
         def bias(differences: Tensor) -> Tensor:  # [B, m, n] -> [B, H, m, n]
-            return self.kernel(differences.abs().flatten(-2)).unflatten(-1, differences.shape[-2:])
+            distances = differences.abs().flatten(-2)
+            return self.kernel(distances, r1, r2).unflatten(-1, differences.shape[-2:])
 
         terms = LayerTerms.of_differences(self.content_scale(), positions, bias)
         return [terms] * self.dims.num_layers
 
     def layer_terms(self, seq_len, device, dtype):
-        self.project_parameters()
-        r1, r2 = self.valid_parameters()
+        r1, r2 = self.parameters_read()
         # The kernel of the 2n - 1 distinct distances, spread into [H, n, n] by `toeplitz`.
-        distance = offsets(seq_len, device).abs().to(r1.dtype)
-        r1, r2 = r1[:, None], r2[:, None]
-        if self.options.kernel == "log":
-            by_offset = -r1 * torch.log1p(r2 * distance)
-        else:
-            by_offset = -r1 * distance.pow(r2)
+        by_offset = self.kernel(offsets(seq_len, device).abs(), r1, r2)
         return [LayerTerms.of_table(self.content_scale(), by_offset)] * self.dims.num_layers
