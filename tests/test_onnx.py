@@ -17,9 +17,9 @@ onnxruntime = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
 # Under torch 2.9.1 the ONNX export of these encodings failed on a guard its own tracing adds
-# ("Constraints violated (batch)! ... batch != 1"); 2.11.0's and 2.13's export them (2.10 not
-# run). The others exported and matched there.
-GUARDED_BATCH_BEFORE_2_11 = {"none", "sinusoidal", "learned", "bert-ad", "rope", "xpos", "alibi"}
+# ("Constraints violated (batch)! ... batch != 1"); 2.10.0's and every later one's export them.
+# The others exported and matched there.
+GUARDED_BATCH_BEFORE_2_10 = {"none", "sinusoidal", "learned", "bert-ad", "rope", "xpos", "alibi"}
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -28,7 +28,7 @@ def test_an_onnx_export_runs_in_onnxruntime_with_eager_values(encoding):
     """Exported as a user calls it, with gradients enabled: there a learned bias takes
     SDPA's math path, whose output the export flattened by a view the ONNX decomposition
     broke."""
-    if encoding in GUARDED_BATCH_BEFORE_2_11 and Version(torch.__version__).release < (2, 11):
+    if encoding in GUARDED_BATCH_BEFORE_2_10 and Version(torch.__version__).release < (2, 10):
         pytest.skip(f"torch {torch.__version__}'s export guards the batch != 1 for {encoding}")
     torch.manual_seed(0)
     config = tiny_config(encoding, num_layers=2)
