@@ -9,6 +9,7 @@ import pytest
 import torch
 from conftest import layer_logits, projections, tiny_encoder
 from reference import content, layer_norm, logits_from
+from test_compile import fresh_dynamo, masked_lm, mlm_batch  # noqa: F401 - an autouse fixture
 
 D_H = 8
 TOL = dict(atol=1e-6, rtol=1e-6)
@@ -469,9 +470,6 @@ def test_kerple_trains_two_forwards_before_one_backward(compiled):
     and passed): the second forward's projection leaves the first's saved tensors valid, and
     both match an eager model's gradients and projected values. Compiled, an in-place
     projection failed this backward (a version counter moved)."""
-    from test_compile import masked_lm, mlm_batch
-
-    torch._dynamo.reset()
     ids, mask, _, labels = mlm_batch()
     models = [masked_lm("kerple").train() for _ in range(2)]
     for model in models:
@@ -492,4 +490,3 @@ def test_kerple_trains_two_forwards_before_one_backward(compiled):
         torch.testing.assert_close(got, expected, msg=name)
         torch.testing.assert_close(got.grad, expected.grad, msg=name)
     assert float(tested.posattn.encoder.encoding.r1[0]) == 0.01
-    torch._dynamo.reset()

@@ -14,9 +14,9 @@ def project_in_range(stored: Tensor, low: float, high: float) -> Tensor:
     own so that a compiled graph takes it as it is: traced as an in-place write, the write
     moved the parameter's version counter after the graph had saved the parameter itself for
     its backward, and a second forward before the backward failed that backward."""
-    valid = stored.clamp(min=low, max=high)
+    valid = stored.clamp(min=low, max=high)  # a new tensor: the op's output aliases no input
     stored.data.copy_(valid)
-    return valid.clone()
+    return valid
 
 
 @project_in_range.register_fake
