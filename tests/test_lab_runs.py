@@ -82,9 +82,11 @@ def test_compare_smoke_writes_table_results_claims_and_plots(data_dir, tmp_path)
         if arm != "random-init":
             assert f"| final_eval_loss | {pretrained['final_eval_loss']} |" in card.text
     for task in ("sentiment", "paraphrase"):
+        # one pretrained model, its two fine-tuning runs pooled: one run, no interval over it
         downstream = summary["downstream"][task]["tupe-r"]
-        low, high = downstream["interval"]
-        assert low <= downstream["mean"] <= high
+        tests = results["tupe-r"]["finetune"][task]["0"]["test_by_seed"]
+        assert downstream["runs"] == 1 and downstream["interval"] is None
+        assert downstream["mean"] == pytest.approx(100 * sum(tests) / len(tests))
         baselines = summary["baselines"][task]
         assert 0 <= baselines["majority"] <= 100 and 0 <= baselines["bag_of_words"] <= 100
         assert baselines["random_init"] == summary["downstream"][task]["random-init"]["mean"]

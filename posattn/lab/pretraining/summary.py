@@ -1,8 +1,9 @@
-"""What a comparison concludes: per task each arm's test accuracy (%) over every (pretraining
-seed, fine-tuning seed) run with a mean and a 95% interval, the baselines on the same examples,
-the MLM validation curves, and the papers' claims tested on them (lab/runs/claims.py). Written
-as results.json (top-level `claims`, `downstream`, `baselines`, `results`), results.md and
-figures (validation_loss.png, downstream.png).
+"""What a comparison concludes: per task each arm's test accuracy (%) over its pretrained
+models (one per pretraining seed, each the mean of its fine-tuning runs: pooled.py) with a mean
+and a 95% interval, the baselines on the same examples, the MLM validation curves, and the
+papers' claims tested on them (lab/runs/claims.py). Written as results.json (top-level
+`claims`, `downstream`, `baselines`, `results`), results.md and figures (validation_loss.png,
+downstream.png).
 """
 
 from __future__ import annotations
@@ -24,28 +25,28 @@ from ..runs.tables import markdown_table
 from .arms import RANDOM_INIT, scaled_arm
 from .baselines import task_baselines
 from .plots import plot_validation_loss
+from .pooled import pooled_run, pooled_sentence
 from .runconfig import RunConfig
 
 
-def downstream_runs(results: dict, task: str, finetune_seeds: list[int]) -> dict[str, list[dict]]:
-    """Per arm, every fine-tuning run of `task` at its pretrained model's best learning rate,
-    as test accuracy in %, with which test examples it got right (0 or 100 each); runs of two
-    arms pair by their seeds "PRETRAIN-FINETUNE" (fine-tuning runs come in finetune.seeds
-    order)."""
+def downstream_runs(results: dict, task: str) -> dict[str, list[dict]]:
+    """Per arm, one run per pretraining seed at its pretrained model's best learning rate: the
+    mean of its fine-tuning runs' test accuracies in %, the mean of which test examples they
+    got right (pooled.py says why pooled), each fine-tuning run's accuracy beside; runs of two
+    arms pair by pretraining seed."""
     runs = {}
     for arm, result in results.items():
         arm_runs = []
         for pretrain_seed, tuned in result["finetune"][task].items():
             best = tuned["runs"][str(tuned["learning_rate"])]
-            for finetune_seed, run in zip(finetune_seeds, best, strict=True):
-                correct = run.get("test_correct")
-                arm_runs.append(
-                    {
-                        "seed": f"{pretrain_seed}-{finetune_seed}",
-                        "score": 100 * run["test"],
-                        "per_example": None if correct is None else [100 * c for c in correct],
-                    }
+            correct = [run.get("test_correct") for run in best]
+            arm_runs.append(
+                pooled_run(
+                    pretrain_seed,
+                    [run["test"] for run in best],
+                    None if None in correct else correct,
                 )
+            )
         runs[arm] = arm_runs
     return runs
 
@@ -192,8 +193,8 @@ def difference_text(comparison: dict | None, digits: int = 1) -> str:
 def paired_with_arm(results: dict, measurements: Measurements, base: str = BASELINE_ARM) -> dict:
     """Per arm other than `base` (BERT-A, `learned`, unless given): its final MLM validation
     loss minus the base's, paired by pretraining seed (t-interval, exact sign-flip p-value),
-    and its score on each task minus the base's, paired by run (bootstrap over runs and test
-    examples). Empty when the run has no `base` arm."""
+    and its score on each task minus the base's, paired by pretraining seed (bootstrap over
+    models and test examples). Empty when the run has no `base` arm."""
     if base not in results:
         return {}
     paired = {}
@@ -270,14 +271,12 @@ def results_markdown(
     config, results, downstream, table, claims, context, paired, zero_shot_section="", control=None
 ) -> str:
     tasks = list(config.finetune.tasks)
-    runs = len(context["pretrain_seeds"]) * len(context["finetune_seeds"])
     parts = [
         "# posattn compare",
         "",
         f"Preset `{context['preset']}`, {context['machine']}. "
-        f"Test accuracy (%): mean over {runs} runs (pretraining seeds "
-        f"{context['pretrain_seeds']} x fine-tuning seeds {context['finetune_seeds']}) at each "
-        "model's best learning rate, [95% interval of the mean]; MLM validation loss: mean over "
+        f"Test accuracy (%): {pooled_sentence(context)}, at each model's best learning rate; "
+        "MLM validation loss: mean over "
         "pretraining seeds [95% interval]. Speed is measured by `posattn bench`, paired."
         + start_sentence(config.pretrain)
         + rate_sentence(config),
@@ -288,8 +287,8 @@ def results_markdown(
         "",
         "Each arm minus `learned`, paired by seed: MLM validation loss (lower is better) with "
         "a t-interval over pretraining seeds; accuracy points per task with a bootstrap "
-        "interval over runs and test examples. An interval that excludes 0 is a difference "
-        "these seeds support.",
+        "interval over pretrained models and test examples. An interval that excludes 0 is a "
+        "difference these seeds support.",
         "",
         paired_table(paired, tasks) if paired else "(no `learned` arm in this run)",
         "",
@@ -314,8 +313,7 @@ def results_markdown(
 
 def write_summary(config: RunConfig, output: Path, results: dict, context: dict, tasks) -> dict:
     task_names = list(config.finetune.tasks)
-    seeds = list(config.finetune.seeds)
-    runs = {task: downstream_runs(results, task, seeds) for task in task_names}
+    runs = {task: downstream_runs(results, task) for task in task_names}
     kinds = {task: "pair" if tasks.spec(task).pair else "single" for task in task_names}
     downstream = downstream_summary(Measurements(downstream=runs, bounds=ACCURACY_PERCENT))
     downstream = downstream["downstream"]

@@ -1,12 +1,12 @@
 """What the cross-lingual comparison concludes, in the other comparisons' format: per task and
-language each arm's test accuracy (%) over every (pretraining seed, fine-tuning seed) run with a
-mean and a 95% interval; the English score, the zero-shot score (the mean over the other
-languages, run by run) and the transfer gap (English minus zero-shot, run by run); each arm
-paired against BERT-A (`learned`) on the zero-shot score (bootstrap over runs and test
-examples, lab/runs/claims.py); DIET Table 3's claims with interval verdicts; the majority,
-bag-of-words and (pair tasks) word-overlap baselines (fitted on English, scored per language)
-and random initialisation. Written as results.json, results.md and xlingual.png (accuracy per
-language, a line per arm).
+language each arm's test accuracy (%) over its pretrained models (each the mean of its
+fine-tuning runs, pooled.py) with a mean and a 95% interval; the English score, the zero-shot
+score (the mean over the other languages, model by model) and the transfer gap (English minus
+zero-shot, model by model); each arm paired against BERT-A (`learned`) on the zero-shot score
+(bootstrap over pretrained models and test examples, lab/runs/claims.py); DIET Table 3's claims
+with interval verdicts; the majority, bag-of-words and (pair tasks) word-overlap baselines
+(fitted on English, scored per language) and random initialisation. Written as results.json,
+results.md and xlingual.png (accuracy per language, a line per arm).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from ..runs.tables import markdown_table
 from .arms import RANDOM_INIT
 from .baselines import fit_bag_of_words, fit_majority, fit_word_overlap, scored
 from .plots import plot_validation_loss
+from .pooled import pooled_run, pooled_sentence
 from .runconfig import RunConfig
 from .subset import fixed_subset
 from .summary import (
@@ -50,29 +51,27 @@ from .summary import (
 )
 
 
-def language_runs(results: dict, task: str, finetune_seeds: list[int]) -> dict:
-    """{language: {arm: [{"seed": "P-F", "score": %, "per_example": [0/100, ...]}, ...]}} at
-    each pretrained model's best learning rate."""
+def language_runs(results: dict, task: str) -> dict:
+    """{language: {arm: [{"seed": pretraining seed, "score": %, "per_example": [%, ...],
+    "finetune_scores": [%, ...]}, ...]}} at each pretrained model's best learning rate: one run
+    per pretrained model, its fine-tuning runs pooled (pooled.py)."""
     by_language: dict[str, dict[str, list[dict]]] = {}
     for arm, result in results.items():
         for pretrain_seed, tuned in result["finetune"][task].items():
             best = tuned["runs"][str(tuned["learning_rate"])]
-            for finetune_seed, run in zip(finetune_seeds, best, strict=True):
-                for language, accuracy in run["test"].items():
-                    correct = run["test_correct"][language]
-                    by_language.setdefault(language, {}).setdefault(arm, []).append(
-                        {
-                            "seed": f"{pretrain_seed}-{finetune_seed}",
-                            "score": 100 * accuracy,
-                            "per_example": [100 * c for c in correct],
-                        }
-                    )
+            for language in best[0]["test"]:
+                run = pooled_run(
+                    pretrain_seed,
+                    [run["test"][language] for run in best],
+                    [run["test_correct"][language] for run in best],
+                )
+                by_language.setdefault(language, {}).setdefault(arm, []).append(run)
     return by_language
 
 
 def transfer(runs: dict[str, dict[str, list[dict]]], arm: str, targets: list[str]) -> dict:
-    """English, zero-shot (the mean over `targets`, per run) and gap (English - zero-shot, per
-    run), each a mean with its 95% interval over runs."""
+    """English, zero-shot (the mean over `targets`, per pretrained model) and gap (English -
+    zero-shot, per model), each a mean with its 95% interval over the pretrained models."""
     english = [r["score"] for r in runs[ENGLISH][arm]]
     zero_shot = np.mean([[r["score"] for r in runs[x][arm]] for x in targets], axis=0).tolist()
     gap = [e - z for e, z in zip(english, zero_shot, strict=True)]
@@ -88,7 +87,7 @@ def xlingual_claims() -> list[Claim]:
     absolute positions, and DIET-ABS is about equal to DIET-REL."""
     measure = (
         "paired difference of the zero-shot accuracy (mean over the tasks and target languages), "
-        "bootstrap over runs and test examples"
+        "bootstrap over pretrained models and test examples"
     )
     rows = [("shaw", "Shaw", 67.9), ("t5", "Raffel", 68.5), ("tupe-r", "Ke", 67.8)]
     rows += [("diet-rel", "DIET-REL", 68.0), ("diet-abs", "DIET-ABS", 68.5)]
@@ -201,8 +200,8 @@ def paired_with_arm(
 ) -> dict:
     """Per arm other than `base` (`learned` unless given), per task and over all tasks
     (`ALL_TASKS`, what the claims compare): the zero-shot and the English accuracy minus the
-    base's, paired by run (bootstrap over runs and test examples). Empty when the run has no
-    `base` arm."""
+    base's, paired by pretraining seed (bootstrap over models and test examples). Empty when
+    the run has no `base` arm."""
     arms = {arm for runs in measurements.downstream.values() for arm in runs}
     if base not in arms:
         return {}
@@ -271,16 +270,14 @@ def results_markdown(
 ) -> str:
     tasks = list(config.finetune.tasks)
     languages = context["languages"]
-    count = len(context["pretrain_seeds"]) * len(context["finetune_seeds"])
     parts = [
         "# posattn compare --task xlingual",
         "",
         f"Preset `{context['preset']}`, {context['machine']}. "
         f"Fine-tuned on {ENGLISH} labels only; every other language is zero-shot. Test accuracy "
-        f"(%): mean over {count} runs (pretraining seeds {context['pretrain_seeds']} x "
-        f"fine-tuning seeds {context['finetune_seeds']}) [95% interval of the mean]; zero-shot: "
-        "the mean over the target languages, run by run; gap: English minus zero-shot, run by "
-        "run (smaller transfers better). No test page was seen by any stage in any language.",
+        f"(%): {pooled_sentence(context)}; zero-shot: the mean over the target languages, "
+        "model by model; gap: English minus zero-shot, model by model (smaller transfers "
+        "better). No test page was seen by any stage in any language.",
     ]
     for task in tasks:
         parts += [
@@ -295,9 +292,10 @@ def results_markdown(
         "",
         "## Paired against BERT-A",
         "",
-        "Each arm minus `learned` in accuracy points, paired by run, with a bootstrap interval "
-        "over runs and test examples; `all tasks`: the average over the tasks, what the claims "
-        "below compare. An interval that excludes 0 is a difference these seeds support.",
+        "Each arm minus `learned` in accuracy points, paired by pretraining seed, with a "
+        "bootstrap interval over pretrained models and test examples; `all tasks`: the average "
+        "over the tasks, what the claims below compare. An interval that excludes 0 is a "
+        "difference these seeds support.",
         "",
         paired_table(paired, tasks) if paired else "(no `learned` arm in this run)",
         "",
@@ -318,8 +316,7 @@ def write_xlingual_summary(config: RunConfig, output: Path, results: dict, conte
     tasks = list(config.finetune.tasks)
     languages = list(context["languages"])
     targets = [x for x in languages if x != ENGLISH]
-    seeds = list(config.finetune.seeds)
-    runs = {task: language_runs(results, task, seeds) for task in tasks}
+    runs = {task: language_runs(results, task) for task in tasks}
     downstream = {
         f"{task}/{x}": {
             arm: mean_interval([r["score"] for r in rs], bounds=ACCURACY_PERCENT).to_dict()
