@@ -19,6 +19,7 @@ from safetensors.torch import load_file
 
 from posattn import PosAttnConfigError
 from posattn.cli import main
+from posattn.lab.pretraining.failed_runs import not_above_majority
 
 
 @pytest.fixture
@@ -90,6 +91,16 @@ def test_compare_smoke_writes_table_results_claims_and_plots(data_dir, tmp_path)
         baselines = summary["baselines"][task]
         assert 0 <= baselines["majority"] <= 100 and 0 <= baselines["bag_of_words"] <= 100
         assert baselines["random_init"] == summary["downstream"][task]["random-init"]["mean"]
+        # every fine-tuning run not above the majority class is listed, and only those
+        expected = []
+        for arm, r in results.items():
+            tuned = r["finetune"][task]["0"]
+            best = tuned["runs"][str(tuned["learning_rate"])]
+            for seed, run in zip((0, 1), best, strict=True):
+                if not_above_majority(run["test_correct"], baselines["majority"] / 100):
+                    expected.append((arm, seed))
+        listed = summary["failed_finetuning"][task]
+        assert [(r["arm"], r["finetune_seed"]) for r in listed] == expected
     paired = summary["paired_with_learned"]["tupe-r"]
     losses = [
         r["pretrain"]["0"]["final_eval_loss"] for r in (results["tupe-r"], results["learned"])
@@ -102,6 +113,7 @@ def test_compare_smoke_writes_table_results_claims_and_plots(data_dir, tmp_path)
     assert verdicts <= {"holds", "does not hold", "inconclusive"} and summary["claims"]
     table = (output / "results.md").read_text()
     assert "| `tupe-r` |" in table and "claims" in table and "bag of words" in table
+    assert "## Fine-tuning runs not told from the majority class" in table
     assert (output / "validation_loss.png").stat().st_size > 1000
     # the Trainer's TensorBoard callback logged the same losses into the run directory
     pretrained = output / "learned" / "seed0" / "pretrain"

@@ -1,11 +1,19 @@
 """A comparison's unit is the pretrained model: its fine-tuning runs pool into one run, so
-fine-tuning a model more often never narrows an interval over pretraining seeds."""
+fine-tuning a model more often never narrows an interval over pretraining seeds; the runs that
+did not learn are listed."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
 
+from posattn.lab.pretraining.failed_runs import (
+    failed_runs,
+    failed_runs_markdown,
+    not_above_majority,
+)
 from posattn.lab.pretraining.pooled import pooled_run, pooled_sentence
 from posattn.lab.pretraining.summary import downstream_runs
 from posattn.lab.pretraining.xlingual_summary import language_runs
@@ -138,3 +146,36 @@ def test_the_report_says_how_runs_were_counted():
     assert "mean over 3 pretrained models" in one and "one fine-tuning run each" in one
     assert "mean over 2 pretrained models" in three
     assert "each the mean of its 3 fine-tuning runs" in three
+
+
+def binomial_tail(correct: int, examples: int, rate: float) -> float:
+    """P(X >= correct) for X ~ Binomial(examples, rate), summed from the definition."""
+    return sum(
+        math.comb(examples, k) * rate**k * (1 - rate) ** (examples - k)
+        for k in range(correct, examples + 1)
+    )
+
+
+def test_a_run_not_above_the_majority_class_is_listed_with_its_binomial_p_value():
+    # word-order's test set: 300 sentences, its majority class 48.7%
+    chance, learned = [1] * 152 + [0] * 148, [1] * 216 + [0] * 84  # 50.7% and 72.0%
+    assert not_above_majority(chance, 0.487) == pytest.approx(binomial_tail(152, 300, 0.487))
+    assert not_above_majority(learned, 0.487) is None
+    just_above = [1] * 161 + [0] * 139  # 53.7%: p = 0.048 against 48.7%
+    assert binomial_tail(161, 300, 0.487) < 0.05 < binomial_tail(160, 300, 0.487)
+    assert not_above_majority(just_above, 0.487) is None
+    assert not_above_majority([*just_above[1:], 0], 0.487) is not None
+    results = results_of({"tupe-r": {"0": [learned, chance], "1": [learned, learned]}})
+    listed = failed_runs(results, "word-order", [3, 4], majority=48.7)
+    assert listed == [
+        {
+            "arm": "tupe-r",
+            "pretrain_seed": "0",
+            "finetune_seed": 4,
+            "test": pytest.approx(100 * 152 / 300),
+            "p_value": pytest.approx(binomial_tail(152, 300, 0.487)),
+        }
+    ]
+    section = "\n".join(failed_runs_markdown({"word-order": listed, "topic": []}, runs=4))
+    assert "`tupe-r` pretraining seed 0 / fine-tuning seed 4: 50.7%" in section
+    assert "- `topic`: none" in section and "4 runs a task" in section

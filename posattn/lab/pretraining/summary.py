@@ -1,9 +1,10 @@
 """What a comparison concludes: per task each arm's test accuracy (%) over its pretrained
 models (one per pretraining seed, each the mean of its fine-tuning runs: pooled.py) with a mean
 and a 95% interval, the baselines on the same examples, the MLM validation curves, and the
-papers' claims tested on them (lab/runs/claims.py). Written as results.json (top-level
-`claims`, `downstream`, `baselines`, `results`), results.md and figures (validation_loss.png,
-downstream.png).
+papers' claims tested on them (lab/runs/claims.py), and the fine-tuning runs that stayed at
+the majority class (failed_runs.py). Written as results.json (top-level `claims`,
+`downstream`, `baselines`, `failed_finetuning`, `results`), results.md and figures
+(validation_loss.png, downstream.png).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ..runs.statistics import mean_interval, paired_permutation
 from ..runs.tables import markdown_table
 from .arms import RANDOM_INIT, scaled_arm
 from .baselines import task_baselines
+from .failed_runs import failed_runs, failed_runs_markdown
 from .plots import plot_validation_loss
 from .pooled import pooled_run, pooled_sentence
 from .runconfig import RunConfig
@@ -267,8 +269,22 @@ def control_section(table: str, reading: str) -> list[str]:
     ]
 
 
+def finetuning_runs(results: dict, context: dict) -> int:
+    """How many fine-tuning runs a task has: every arm, pretraining seed and fine-tuning seed."""
+    return len(results) * len(context["pretrain_seeds"]) * len(context["finetune_seeds"])
+
+
 def results_markdown(
-    config, results, downstream, table, claims, context, paired, zero_shot_section="", control=None
+    config,
+    results,
+    downstream,
+    table,
+    claims,
+    context,
+    paired,
+    zero_shot_section="",
+    control=None,
+    failed=None,
 ) -> str:
     tasks = list(config.finetune.tasks)
     parts = [
@@ -302,6 +318,7 @@ def results_markdown(
         "",
         baselines_table(table, tasks) if tasks else "(no fine-tuning tasks in this run)",
         "",
+        *(failed_runs_markdown(failed, finetuning_runs(results, context)) if failed else []),
         zero_shot_section,
         claims_markdown(claims),
         "",
@@ -326,6 +343,10 @@ def write_summary(config: RunConfig, output: Path, results: dict, context: dict,
         bounds=ACCURACY_PERCENT,
     )
     claims = evaluate_claims(measurements)
+    seeds = list(config.finetune.seeds)
+    failed = {
+        task: failed_runs(results, task, seeds, table[task]["majority"]) for task in task_names
+    }
     paired = paired_with_arm(results, measurements)
     control = paired_with_arm(results, measurements, CONTROL_ARM)
     zero_shot, zero_shot_paired = zero_shot_summary(zero_shot_runs(results))
@@ -339,12 +360,14 @@ def write_summary(config: RunConfig, output: Path, results: dict, context: dict,
         paired,
         zero_shot_markdown(zero_shot, zero_shot_paired),
         control,
+        failed,
     )
     summary = {
         "context": context,
         "claims": claims,
         "downstream": downstream,
         "baselines": table,
+        "failed_finetuning": failed,
         "paired_with_learned": paired,
         "paired_with_none": control,
         "zero_shot": zero_shot,
