@@ -274,18 +274,11 @@ def finetuning_runs(results: dict, context: dict) -> int:
     return len(results) * len(context["pretrain_seeds"]) * len(context["finetune_seeds"])
 
 
-def results_markdown(
-    config,
-    results,
-    downstream,
-    table,
-    claims,
-    context,
-    paired,
-    zero_shot_section="",
-    control=None,
-    failed=None,
-) -> str:
+def results_markdown(config, summary: dict, zero_shot_section: str = "") -> str:
+    """results.md from the pieces of results.json (`write_summary`'s `summary`)."""
+    results, downstream, table = summary["results"], summary["downstream"], summary["baselines"]
+    context, paired = summary["context"], summary["paired_with_learned"]
+    control, failed = summary["paired_with_none"], summary["failed_finetuning"]
     tasks = list(config.finetune.tasks)
     parts = [
         "# posattn compare",
@@ -320,7 +313,7 @@ def results_markdown(
         "",
         *(failed_runs_markdown(failed, finetuning_runs(results, context)) if failed else []),
         zero_shot_section,
-        claims_markdown(claims),
+        claims_markdown(summary["claims"]),
         "",
         wall_time_line(context),
         data_line(context),
@@ -350,18 +343,6 @@ def write_summary(config: RunConfig, output: Path, results: dict, context: dict,
     paired = paired_with_arm(results, measurements)
     control = paired_with_arm(results, measurements, CONTROL_ARM)
     zero_shot, zero_shot_paired = zero_shot_summary(zero_shot_runs(results))
-    markdown = results_markdown(
-        config,
-        results,
-        downstream,
-        table,
-        claims,
-        context,
-        paired,
-        zero_shot_markdown(zero_shot, zero_shot_paired),
-        control,
-        failed,
-    )
     summary = {
         "context": context,
         "claims": claims,
@@ -374,6 +355,7 @@ def write_summary(config: RunConfig, output: Path, results: dict, context: dict,
         "zero_shot_paired_with_learned": zero_shot_paired,
         "results": results,
     }
+    markdown = results_markdown(config, summary, zero_shot_markdown(zero_shot, zero_shot_paired))
     save_run(output, {"results.json": summary, "results.md": markdown})
     plot_validation_loss(measurements.mlm_curves, output / "validation_loss.png")
     if downstream:  # a comparison of pretraining alone (finetune.tasks=[]) has no tasks
