@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from scipy.stats import binomtest
 
+from .pooled import models_at_best_rate
+
 LEVEL = 0.05
 
 
@@ -28,24 +30,20 @@ def failed_runs(results: dict, task: str, finetune_seeds: list[int], majority: f
     "finetune_seed", "test" (%), "p_value"}, in the results' order; runs without their test
     examples' correctness are not judged."""
     listed = []
-    for arm, result in results.items():
-        for pretrain_seed, tuned in result["finetune"][task].items():
-            best = tuned["runs"][str(tuned["learning_rate"])]
-            for finetune_seed, run in zip(finetune_seeds, best, strict=True):
-                correct = run.get("test_correct")
-                if not correct:
-                    continue
-                p_value = not_above_majority(correct, majority / 100)
-                if p_value is not None:
-                    listed.append(
-                        {
-                            "arm": arm,
-                            "pretrain_seed": pretrain_seed,
-                            "finetune_seed": finetune_seed,
-                            "test": 100 * run["test"],
-                            "p_value": p_value,
-                        }
-                    )
+    for arm, pretrain_seed, best in models_at_best_rate(results, task):
+        for finetune_seed, run in zip(finetune_seeds, best, strict=True):
+            correct = run.get("test_correct")
+            p_value = not_above_majority(correct, majority / 100) if correct else None
+            if p_value is not None:
+                listed.append(
+                    {
+                        "arm": arm,
+                        "pretrain_seed": pretrain_seed,
+                        "finetune_seed": finetune_seed,
+                        "test": 100 * run["test"],
+                        "p_value": p_value,
+                    }
+                )
     return listed
 
 

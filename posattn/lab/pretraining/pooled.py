@@ -12,7 +12,15 @@ examples draws pretrained models, not fine-tuning runs.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+
+
+def models_at_best_rate(results: dict, task: str) -> Iterator[tuple[str, str, list[dict]]]:
+    """(arm, pretraining seed, its fine-tuning runs of `task` at the model's best learning
+    rate, in finetune.seeds order) for every pretrained model of a comparison's results."""
+    for arm, result in results.items():
+        for pretrain_seed, tuned in result["finetune"][task].items():
+            yield arm, pretrain_seed, tuned["runs"][str(tuned["learning_rate"])]
 
 
 def pooled_run(

@@ -27,7 +27,7 @@ from .arms import RANDOM_INIT, scaled_arm
 from .baselines import task_baselines
 from .failed_runs import failed_runs, failed_runs_markdown
 from .plots import plot_validation_loss
-from .pooled import pooled_run, pooled_sentence
+from .pooled import models_at_best_rate, pooled_run, pooled_sentence
 from .runconfig import RunConfig
 
 
@@ -36,20 +36,11 @@ def downstream_runs(results: dict, task: str) -> dict[str, list[dict]]:
     mean of its fine-tuning runs' test accuracies in %, the mean of which test examples they
     got right (pooled.py says why pooled), each fine-tuning run's accuracy beside; runs of two
     arms pair by pretraining seed."""
-    runs = {}
-    for arm, result in results.items():
-        arm_runs = []
-        for pretrain_seed, tuned in result["finetune"][task].items():
-            best = tuned["runs"][str(tuned["learning_rate"])]
-            correct = [run.get("test_correct") for run in best]
-            arm_runs.append(
-                pooled_run(
-                    pretrain_seed,
-                    [run["test"] for run in best],
-                    None if None in correct else correct,
-                )
-            )
-        runs[arm] = arm_runs
+    runs: dict[str, list[dict]] = {arm: [] for arm in results}
+    for arm, pretrain_seed, best in models_at_best_rate(results, task):
+        correct = [run.get("test_correct") for run in best]
+        correct_or_none = None if None in correct else correct
+        runs[arm].append(pooled_run(pretrain_seed, [run["test"] for run in best], correct_or_none))
     return runs
 
 

@@ -36,7 +36,7 @@ from ..runs.tables import markdown_table
 from .arms import RANDOM_INIT
 from .baselines import fit_bag_of_words, fit_majority, fit_word_overlap, scored
 from .plots import plot_validation_loss
-from .pooled import pooled_run, pooled_sentence
+from .pooled import models_at_best_rate, pooled_run, pooled_sentence
 from .runconfig import RunConfig
 from .subset import fixed_subset
 from .summary import (
@@ -56,16 +56,14 @@ def language_runs(results: dict, task: str) -> dict:
     "finetune_scores": [%, ...]}, ...]}} at each pretrained model's best learning rate: one run
     per pretrained model, its fine-tuning runs pooled (pooled.py)."""
     by_language: dict[str, dict[str, list[dict]]] = {}
-    for arm, result in results.items():
-        for pretrain_seed, tuned in result["finetune"][task].items():
-            best = tuned["runs"][str(tuned["learning_rate"])]
-            for language in best[0]["test"]:
-                run = pooled_run(
-                    pretrain_seed,
-                    [run["test"][language] for run in best],
-                    [run["test_correct"][language] for run in best],
-                )
-                by_language.setdefault(language, {}).setdefault(arm, []).append(run)
+    for arm, pretrain_seed, best in models_at_best_rate(results, task):
+        for language in best[0]["test"]:
+            run = pooled_run(
+                pretrain_seed,
+                [run["test"][language] for run in best],
+                [run["test_correct"][language] for run in best],
+            )
+            by_language.setdefault(language, {}).setdefault(arm, []).append(run)
     return by_language
 
 
