@@ -36,12 +36,10 @@ transformers-tests: $(STAMP)
 	$(BIN)/python tests/transformers_common/sdist.py >/dev/null
 
 # One pytest worker per core, at most four (each holds torch and transformers, ~1 GB); a test
-# file stays on one worker, so its module and session fixtures are built once; files start in
-# the order tests/conftest.py collects them, the longest first.
+# file stays on one worker, so its module and session fixtures are built once.
 TEST_WORKERS ?= auto
 test: $(STAMP) lint browser transformers-tests
-	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile \
-	  --no-loadscope-reorder
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile
 
 # The main job: real data from packages, then every encoding of the two papers compared.
 run: $(STAMP)

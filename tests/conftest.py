@@ -21,35 +21,6 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
-# The files that take longest on a fresh machine (seconds of one worker in a cold-cache
-# suite on the 2-core CPU, 2026-12-03: Triton's sm_90 builds, 345 and 216; the data prepared
-# from its packages, 126; runs in subprocesses, 124; ONNX exports, 111), started first:
-# `make test` hands whole files to its workers in collection order (--no-loadscope-reorder),
-# and one of these started last left one worker running alone for minutes.
-LONGEST_FIRST = (
-    "test_triton_compile.py",
-    "test_triton_stand_in.py",
-    "test_data_real.py",
-    "test_lab_runs.py",
-    "test_onnx.py",
-)
-
-
-def pytest_collection_modifyitems(items):
-    """LONGEST_FIRST's files first, then the others by their number of tests, most first (what
-    pytest-xdist's own reordering does); a file's tests keep their order."""
-    counts: dict[Path, int] = {}
-    for item in items:
-        counts[item.path] = counts.get(item.path, 0) + 1
-
-    def rank(item):
-        name = item.path.name
-        listed = LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
-        return (listed, -counts[item.path], str(item.path))
-
-    items.sort(key=rank)
-
-
 # Options without a default (the rotary layout is never implicit) and causal-only methods.
 REQUIRED_OPTIONS = {"rope": {"layout": "interleaved"}, "xpos": {"layout": "interleaved"}}
 CAUSAL_ONLY = {"xpos", "fire"}
