@@ -393,12 +393,29 @@ def test_diet_rel_sharing_claim_reads_the_per_layer_table_against_the_shared_one
     )
 
 
+def test_linformer_claim_reads_diet_abs_inside_linformer_against_linformer():
+    """DIET Table 2's Linformer rows: DIET-ABS^LIN - Linformer, averaged over the tasks; a run
+    with full attention only says which arms it needs."""
+    tasks = {"x": {"diet-abs-lin": [70.0, 72.0, 71.0], "linformer": [68.0, 71.5, 69.0]}}
+    claim = by_id(measured(tasks))["diet-abs-lin>linformer"]
+    # differences 2.0, 0.5, 2.0: mean 1.5, s = sqrt(0.75), half-width t(2) s / sqrt(3)
+    half = T2 * math.sqrt(0.75) / math.sqrt(3)
+    assert claim["values"]["difference"]["interval"] == pytest.approx([1.5 - half, 1.5 + half])
+    assert claim["verdict"] == INCONCLUSIVE  # 1.5 - 2.15 < 0
+    tasks["x"]["linformer"] = [68.0, 70.5, 69.0]  # differences 2.0, 1.5, 2.0
+    assert by_id(measured(tasks))["diet-abs-lin>linformer"]["verdict"] == HOLDS
+    claim = by_id(measured({"x": {"diet-abs": [85.0], "learned": [84.0]}}))
+    assert claim["diet-abs-lin>linformer"]["reason"] == (
+        "not tested by this run: needs encodings `diet-abs-lin`, `linformer` on downstream tasks"
+    )
+
+
 # --- the table --------------------------------------------------------------------------------
 
 
 def test_default_claims_have_unique_ids_and_every_result_field():
     claims = default_claims()
-    assert len({c.id for c in claims}) == len(claims) == 19
+    assert len({c.id for c in claims}) == len(claims) == 20
     results = evaluate_claims(Measurements())
     assert [r["id"] for r in results] == [c.id for c in claims]
     for r in results:
@@ -496,7 +513,7 @@ def test_report_shows_the_claims_table(tmp_path):
         c["verdict"] == HOLDS for c in output["claims"]
     )
     # the flattened JSON table names the claims instead of repeating them
-    assert "<td>claims</td><td>19 claims: see the Claims section</td>" in page
+    assert "<td>claims</td><td>20 claims: see the Claims section</td>" in page
     assert "<td>downstream.sst2.learned.mean</td><td>84</td>" in page
     text = (run / "report.md").read_text()
     assert "| `diet-theorem1` | DIET (Chen et al., EMNLP 2021) |" in text

@@ -20,6 +20,7 @@ from ...data.manifest import write_atomic
 from ..runs.denormals import apply_denormal_choice
 from ..runs.device import resolve_device
 from ..runs.freed_memory import apply_freed_memory_choice
+from ..runs.worker_exit import end_with_parent
 from .cell import run_cell
 from .settings import ProbeSettings
 from .tasks import probe_task
@@ -54,7 +55,9 @@ def compute_cell(
 
 
 def one_thread() -> None:
-    """Worker processes share the cores: one thread each."""
+    """Worker processes share the cores: one thread each; each exits when the command dies
+    (`end_with_parent`)."""
+    end_with_parent()
     torch.set_num_threads(1)
     apply_denormal_choice()
     apply_freed_memory_choice()
