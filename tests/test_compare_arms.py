@@ -171,3 +171,19 @@ def test_a_positional_rate_that_reaches_no_arm_is_refused(plain_config):
     with pytest.raises(PosAttnConfigError) as error:
         check_before_training(config, TinyTokenizer(), AnyTask())
     assert "none/positional-lr-x10" in str(error.value)
+
+
+def test_linformer_without_input_positions_is_an_arm_and_other_encodings_refuse_it(plain_config):
+    """`linformer/no-input-positions`: the same Linformer cell settings but for its input
+    table, a cell of its own; an encoding without that option is refused before training."""
+    config = plain_config
+    config.finetune.tasks = ["topic"]
+    bare = arm_config(config, "linformer/no-input-positions").model
+    assert (bare.encoding, bare.encoding_options) == ("linformer", {"input_positions": False})
+    plain = Cell("linformer", 0, None).stage(config, "out").fingerprint
+    assert Cell("linformer/no-input-positions", 0, None).stage(config, "out").fingerprint != plain
+    config.encodings = ["linformer", "linformer/no-input-positions", "diet-abs-lin"]
+    check_before_training(config, TinyTokenizer(), AnyTask())
+    config.encodings = ["diet-abs-lin/no-input-positions"]
+    with pytest.raises(PosAttnConfigError, match=r"unknown option.*input_positions"):
+        check_before_training(config, TinyTokenizer(), AnyTask())

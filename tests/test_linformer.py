@@ -90,3 +90,27 @@ def test_projected_encodings_refuse_causal_attention_and_segment_pairs(encoding)
         tiny_config(encoding, segments="attention")
     with pytest.raises(PosAttnConfigError, match="k=0"):
         tiny_config(encoding, encoding_options={"k": 0})
+
+
+def test_linformer_without_input_positions_is_linformer_with_a_zero_table():
+    """`input_positions=False`: x_i^1 = w_i. The whole model's output equals Linformer's
+    with the same weights and its input position table zeroed, it holds no table, and
+    DIET-ABS inside Linformer (no input positions anyway) refuses the option."""
+    plain = tiny_encoder("linformer", encoding_options={"k": 4})
+    bare = tiny_encoder("linformer", encoding_options={"k": 4, "input_positions": False})
+    tables = {name for name, _ in plain.named_parameters()} - dict(bare.named_parameters()).keys()
+    assert tables and all(".absolute." in name for name in tables)
+    bare.load_state_dict(plain.state_dict(), strict=False)
+    with torch.no_grad():
+        for name in tables:
+            plain.get_parameter(name).zero_()
+    ids = torch.randint(0, 40, (2, 9))
+    with torch.no_grad():
+        expected, out = plain(ids), bare(ids)
+    torch.testing.assert_close(out, expected, atol=1e-12, rtol=1e-12)
+    assert bare.encoding.input_embedding(9, ids.device, torch.float64) is None
+    assert [p.value for p in bare.encoding.places] == ["k/v sequence projection"]
+    with pytest.raises(PosAttnConfigError, match=r"unknown option.*input_positions"):
+        tiny_config("diet-abs-lin", encoding_options={"input_positions": False})
+    with pytest.raises(PosAttnConfigError, match="input_positions"):
+        tiny_config("linformer", encoding_options={"input_positions": "false"})

@@ -88,27 +88,40 @@ class SequenceProjection(PositionalEncoding):
         ]
 
 
+@dataclass(frozen=True)
+class LinformerInputOptions(LinformerOptions):
+    # False: E and F alone, no input position table - the control that tells what DIET-ABS
+    # inside Linformer gains by its own factors from what dropping BERT's table gives
+    input_positions: bool = True
+
+
 class Linformer(SequenceProjection):
     """[linformer] Linformer Eq. 7 (Wang et al. 2020) with BERT's input positions:
 
     head = softmax((X W_Q)(E X W_K)^T / sqrt(d_h)) (F X W_V),  x_i^1 = w_i + p_i,
 
     E, F in R^{k x n} per layer, shared by the heads. The baseline of DIET Table 2's
-    Linformer rows. Bidirectional only; cost O(n k) instead of O(n^2).
+    Linformer rows. Bidirectional only; cost O(n k) instead of O(n^2). With
+    `input_positions=False`, x_i^1 = w_i: no position table, E and F's columns the only
+    trace of token order.
     """
 
     name = "linformer"
-    Options = LinformerOptions
+    Options = LinformerInputOptions
     paper = "Wang et al. 2020 (Linformer)"
     equation = "Linformer Eq. 7"
     places = (Place.INPUT, Place.SEQUENCE_PROJECTION)
     cost = "per layer, E k and F v: O(n k d), attention [n,k]"
 
-    def __init__(self, dims: ModelDims, options: LinformerOptions) -> None:
+    def __init__(self, dims: ModelDims, options: LinformerInputOptions) -> None:
         super().__init__(dims, options)
-        self.absolute = Learned(dims, None)
+        self.absolute = Learned(dims, None) if options.input_positions else None
+        if not options.input_positions:
+            self.places = (Place.SEQUENCE_PROJECTION,)
 
     def input_embedding(self, seq_len, device, dtype):
+        if self.absolute is None:
+            return None
         return self.absolute.input_embedding(seq_len, device, dtype)
 
 

@@ -10,6 +10,9 @@ pretraining, the floor every pretrained arm must clear. The variants are the pap
     share-none          DIET-ABS / DIET-REL tables per layer (DIET Sec. 4.4)
     share-layer         shared across layers, per head
     share-head          shared across heads, per layer
+    no-input-positions  Linformer without its input position table (input_positions=False):
+                        the control for DIET-ABS inside Linformer, as `none` is for full
+                        attention
     positional-lr-x10   the positional parameters at ten times the run's learning rate, in
                         pretraining and fine-tuning (trainer.positional_lr_scale=10): per-head
                         tables and factors start at N(0, 0.02), and under Adam a parameter
@@ -37,6 +40,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "share-none": {"encoding_options": {"sharing": "none"}},
     "share-layer": {"encoding_options": {"sharing": "layer"}},
     "share-head": {"encoding_options": {"sharing": "head"}},
+    "no-input-positions": {"encoding_options": {"input_positions": False}},
     "positional-lr-x10": {"positional_lr_factor": 10.0},
     "checkpoint-positions": {"init_positions": True},
 }
