@@ -49,7 +49,7 @@ def wait_for(condition, seconds: float) -> bool:
     ("module", "initializer"),
     [
         ("posattn.lab.pretraining.compare", "one_thread_worker"),
-        ("posattn.lab.probe.grid", "one_thread"),
+        ("posattn.lab.runs.pool_worker", "start_pool_worker"),  # the probe grid's
     ],
 )
 def test_a_pool_worker_exits_when_its_command_is_killed(tmp_path, module, initializer):

@@ -116,7 +116,7 @@ class Linformer(SequenceProjection):
     def __init__(self, dims: ModelDims, options: LinformerInputOptions) -> None:
         super().__init__(dims, options)
         self.absolute = Learned(dims, None) if options.input_positions else None
-        if not options.input_positions:
+        if self.absolute is None:
             self.places = (Place.SEQUENCE_PROJECTION,)
 
     def input_embedding(self, seq_len, device, dtype):

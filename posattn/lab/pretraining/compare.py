@@ -38,12 +38,10 @@ from ...encodings import build_encoding
 from ...errors import invalid
 from ..runs.config import to_yaml
 from ..runs.context import run_context
-from ..runs.denormals import apply_denormal_choice
-from ..runs.freed_memory import apply_freed_memory_choice
+from ..runs.pool_worker import start_pool_worker
 from ..runs.ranks import barrier, world_size
 from ..runs.sources import PreparedData
 from ..runs.stages import FINISHED, RESUME, Stage, is_main_process, reuse_counts, stage_state
-from ..runs.worker_exit import end_with_parent
 from .arms import RANDOM_INIT, arm_config, check_arms
 from .baselines import save_initial_model
 from .finetune import finetune, finetune_stage
@@ -149,13 +147,10 @@ def run_cell(config: RunConfig, cell: Cell, output: Path, overwrite: bool = Fals
 
 
 def one_thread_worker() -> None:
-    """A worker process: one torch thread (two small models on two cores beat one model on
-    both), no progress bars interleaving with the other workers', and an exit when the
-    command dies (`end_with_parent`)."""
-    end_with_parent()
-    torch.set_num_threads(1)
-    apply_denormal_choice()
-    apply_freed_memory_choice()
+    """A worker process: the lab's pool set-up (`start_pool_worker`: one torch thread, two
+    small models on two cores beating one model on both) and no progress bars interleaving
+    with the other workers'."""
+    start_pool_worker()
     os.environ[QUIET_PROGRESS] = "1"
 
 

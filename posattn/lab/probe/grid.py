@@ -17,10 +17,8 @@ from omegaconf import OmegaConf
 from rich.console import Console
 
 from ...data.manifest import write_atomic
-from ..runs.denormals import apply_denormal_choice
 from ..runs.device import resolve_device
-from ..runs.freed_memory import apply_freed_memory_choice
-from ..runs.worker_exit import end_with_parent
+from ..runs.pool_worker import start_pool_worker
 from .cell import run_cell
 from .settings import ProbeSettings
 from .tasks import probe_task
@@ -52,15 +50,6 @@ def compute_cell(
     cell["fingerprint"] = probe_settings.cell_fingerprint()
     write_atomic(Path(path), json.dumps(cell, indent=1) + "\n")
     return cell
-
-
-def one_thread() -> None:
-    """Worker processes share the cores: one thread each; each exits when the command dies
-    (`end_with_parent`)."""
-    end_with_parent()
-    torch.set_num_threads(1)
-    apply_denormal_choice()
-    apply_freed_memory_choice()
 
 
 @contextmanager
@@ -100,7 +89,7 @@ def run_cells(
         # spawn: fresh interpreters, no forked torch thread pools
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(
-            settings.workers, mp_context=context, initializer=one_thread
+            settings.workers, mp_context=context, initializer=start_pool_worker
         ) as pool:
             futures = {
                 pool.submit(compute_cell, *args): key
