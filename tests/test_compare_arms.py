@@ -138,7 +138,15 @@ def test_the_run_positional_rate_reaches_only_arms_with_positional_parameters(pl
     config.trainer.positional_lr_scale = 10.0
     scales = {
         arm: arm_config(config, arm).trainer.positional_lr_scale
-        for arm in ("learned", "diet-rel", "random-init", "none", "sinusoidal")
+        for arm in (
+            "learned",
+            "diet-rel",
+            "random-init",
+            "none",
+            "sinusoidal",
+            "diet-abs-lin",
+            "linformer/no-input-positions",
+        )
     }
     assert scales == {
         "learned": 10.0,
@@ -146,6 +154,8 @@ def test_the_run_positional_rate_reaches_only_arms_with_positional_parameters(pl
         "random-init": 10.0,
         "none": 1.0,
         "sinusoidal": 1.0,
+        "diet-abs-lin": 10.0,  # its factors
+        "linformer/no-input-positions": 1.0,  # E and F alone: the attention's, not positions
     }
     assert [scaled_arm(config, arm) for arm in ("learned", "none")] == [True, False]
     # so a `none` cell is the same cell whatever rate the run gives positional parameters

@@ -97,3 +97,44 @@ def test_a_scale_that_reaches_no_parameter_is_refused_naming_the_knob(encoding, 
     plain = trainer_for(PosAttnForMaskedLM(tiny_config(encoding)), 1.0, tmp_path / "plain")
     plain.create_optimizer_and_scheduler(num_training_steps=4)  # the default stays accepted
     assert len(plain.optimizer.param_groups) == 2
+
+
+@pytest.mark.parametrize(
+    ("encoding", "options", "scaled"),
+    [
+        ("diet-abs-lin", {}, {"query", "key"}),
+        ("linformer", {}, {"absolute.table.weight"}),
+        ("linformer", {"share_kv": True}, {"absolute.table.weight"}),
+    ],
+)
+def test_linformer_projections_keep_the_run_rate_and_its_position_terms_are_scaled(
+    encoding, options, scaled, tmp_path
+):
+    """E and F are the attention's sequence projections, not a position term: a positional
+    rate moves DIET-ABS's factors or BERT's input table alone."""
+    model = PosAttnForMaskedLM(tiny_config(encoding, encoding_options=options))
+    encoding_module = model.posattn.encoder.encoding
+    names = {name for name, _ in encoding_module.named_parameters()}
+    assert "key_projection" in names
+    assert {
+        n for n, p in encoding_module.named_parameters() if id(p) in positional_parameter_ids(model)
+    } == scaled
+    trainer = trainer_for(model, 10.0, tmp_path)
+    trainer.args.warmup_steps = 0
+    trainer.create_optimizer_and_scheduler(num_training_steps=4)
+    rates = {
+        id(p): group["lr"] for group in trainer.optimizer.param_groups for p in group["params"]
+    }
+    base = trainer.args.learning_rate
+    for name, parameter in encoding_module.named_parameters():
+        assert rates[id(parameter)] == pytest.approx(base * (10.0 if name in scaled else 1.0))
+
+
+def test_linformer_without_input_positions_has_no_positional_rate_to_scale(tmp_path):
+    model = PosAttnForMaskedLM(
+        tiny_config("linformer", encoding_options={"input_positions": False})
+    )
+    assert list(model.posattn.encoder.encoding.parameters())  # E and F
+    assert not positional_parameter_ids(model)
+    with pytest.raises(PosAttnConfigError, match=r"positional_lr_scale=10.0.*'linformer'"):
+        trainer_for(model, 10.0, tmp_path).create_optimizer_and_scheduler(num_training_steps=4)

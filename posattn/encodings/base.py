@@ -395,6 +395,12 @@ class PositionalEncoding(OwnsParameters, nn.Module):
     def reset_parameters(self) -> None:
         """No parameters of its own: child modules (tables, layers) reset theirs."""
 
+    def positional_parameters(self) -> list[nn.Parameter]:
+        """The parameters of the position terms, the ones `trainer.positional_lr_scale`
+        reaches: every parameter of the encoding unless a subclass holds others (Linformer's
+        sequence projections)."""
+        return list(self.parameters())
+
     # Encodings with a position table cannot index past it; None means any length works.
     @property
     def max_positions(self) -> int | None:

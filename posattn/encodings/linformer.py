@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from torch import Tensor
+from torch.nn import Parameter
 
 from ..errors import require, require_positive_int
 from ..initialization import normal_
@@ -56,6 +57,14 @@ class SequenceProjection(PositionalEncoding):
         for projection in (self.key_projection, self.value_projection):
             if projection is not None:
                 normal_(projection, std=self.options.k**-0.5)
+
+    def positional_parameters(self) -> list[Parameter]:
+        """E and F are the attention's projections along the sequence, initialised like a
+        linear layer's weight (N(0, 1/k), std 0.18 at k=32) rather than a position term's
+        N(0, init_std): they train at the run's rate, so that `trainer.positional_lr_scale`
+        moves DIET-ABS's factors (or BERT's input table) alone."""
+        projections = {id(self.key_projection), id(self.value_projection)}
+        return [p for p in self.parameters() if id(p) not in projections]
 
     @property
     def max_positions(self) -> int:

@@ -58,12 +58,13 @@ def split_arm(arm: str) -> tuple[str, str | None]:
 
 
 def has_positional_parameters(model) -> bool:
-    """Whether the encoding of a model section trains parameters of its own, the ones
-    `trainer.positional_lr_scale` reaches (built on the meta device: no memory, no init)."""
+    """Whether the encoding of a model section trains position terms of its own, the
+    parameters `trainer.positional_lr_scale` reaches (built on the meta device: no memory,
+    no init)."""
     dims = ModelDims(model.d_model, model.num_heads, model.num_layers, model.max_len)
     with torch.device("meta"):
         encoding = build_encoding(model.encoding, dims, model.encoding_options)
-    return next(encoding.parameters(), None) is not None
+    return bool(encoding.positional_parameters())
 
 
 def arm_config(config: RunConfig, arm: str) -> RunConfig:

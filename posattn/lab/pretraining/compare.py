@@ -193,7 +193,7 @@ def check_before_training(config: RunConfig, tokenizer, tasks) -> None:
                 config.finetune.max_len,
                 f"at most model.max_len={table}: arm {arm!r} has a position table",
             )
-        has_parameters = next(encoding.parameters(), None) is not None
+        has_parameters = bool(encoding.positional_parameters())
         if has_parameters:
             reached.append(arm)
         if arm_run.trainer.positional_lr_scale != 1.0 and not has_parameters:

@@ -15,12 +15,13 @@ from ...encodings import PositionalEncoding
 
 
 def positional_parameter_ids(model: nn.Module) -> set[int]:
-    """ids of every parameter held by a PositionalEncoding module of `model`."""
+    """ids of the position terms' parameters of every PositionalEncoding module of `model`
+    (`PositionalEncoding.positional_parameters`: Linformer's E and F are not among them)."""
     return {
         id(parameter)
         for module in model.modules()
         if isinstance(module, PositionalEncoding)
-        for parameter in module.parameters()
+        for parameter in module.positional_parameters()
     }
 
 
