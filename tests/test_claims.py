@@ -210,6 +210,27 @@ def test_rate_raised_diet_claims_take_the_faster_diet_arms_and_plain_bert_a():
     )
 
 
+def test_rate_raised_linformer_claim_takes_the_faster_factors_and_plain_linformer():
+    tasks = {
+        "x": {
+            "linformer": [70.0, 71.0, 72.0],
+            "linformer/positional-lr-x10": [80.0, 81.0, 82.0],  # not Linformer's arm here
+            "diet-abs-lin/positional-lr-x10": [71.0, 73.0, 72.0],
+        }
+    }
+    claim = by_id(measured(tasks))["diet-abs-lin>linformer:positional-lr-x10"]
+    # differences 1.0, 2.0, 0.0: mean 1.0, s = 1.0, half width t(0.975, 2) / sqrt(3)
+    half = T2 / math.sqrt(3)
+    assert (claim["values"]["a"], claim["values"]["b"]) == (
+        "diet-abs-lin/positional-lr-x10",
+        "linformer",
+    )
+    assert claim["values"]["difference"]["interval"] == pytest.approx([1.0 - half, 1.0 + half])
+    assert claim["verdict"] == INCONCLUSIVE
+    tasks["x"]["linformer"] = [69.0, 71.5, 70.5]  # differences 2.0, 1.5, 1.5
+    assert by_id(measured(tasks))["diet-abs-lin>linformer:positional-lr-x10"]["verdict"] == HOLDS
+
+
 # --- task kinds -------------------------------------------------------------------------------
 
 
@@ -415,7 +436,7 @@ def test_linformer_claim_reads_diet_abs_inside_linformer_against_linformer():
 
 def test_default_claims_have_unique_ids_and_every_result_field():
     claims = default_claims()
-    assert len({c.id for c in claims}) == len(claims) == 20
+    assert len({c.id for c in claims}) == len(claims) == 21
     results = evaluate_claims(Measurements())
     assert [r["id"] for r in results] == [c.id for c in claims]
     for r in results:
@@ -513,7 +534,7 @@ def test_report_shows_the_claims_table(tmp_path):
         c["verdict"] == HOLDS for c in output["claims"]
     )
     # the flattened JSON table names the claims instead of repeating them
-    assert "<td>claims</td><td>20 claims: see the Claims section</td>" in page
+    assert "<td>claims</td><td>21 claims: see the Claims section</td>" in page
     assert "<td>downstream.sst2.learned.mean</td><td>84</td>" in page
     text = (run / "report.md").read_text()
     assert "| `diet-theorem1` | DIET (Chen et al., EMNLP 2021) |" in text
