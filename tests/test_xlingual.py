@@ -5,6 +5,7 @@ that writes every output and reuses its finished cells."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict
 from pathlib import Path
 
@@ -284,3 +285,32 @@ def test_every_xlingual_preset_arm_builds_a_model_on_the_xlingual_tasks(preset):
         PosAttnConfig(vocab_size=100, **asdict(arm_config(config, arm).model))
     with pytest.raises(PosAttnConfigError, match="one of 'smoke', 'quick'"):
         load_xlingual_config("standard")
+
+
+def test_the_linformer_claim_reads_zero_shot_diet_abs_lin_against_linformer():
+    """DIET Table 3's Linformer rows: the mean over target languages and tasks, paired by
+    pretrained model; a run with full attention only names the arms it needs."""
+    from posattn.lab.pretraining.xlingual_summary import xlingual_claims
+    from posattn.lab.runs.claims import Measurements, evaluate_claims
+
+    def runs(scores):
+        return [{"seed": i, "score": s, "per_example": None} for i, s in enumerate(scores)]
+
+    scores = {
+        "chapter/de-DE": {"diet-abs-lin": [30.0, 32.0, 31.0], "linformer": [29.0, 30.0, 30.0]},
+        "chapter/ru-RU": {"diet-abs-lin": [28.0, 30.0, 29.0], "linformer": [27.0, 29.0, 27.0]},
+    }
+    measurements = Measurements(
+        {task: {arm: runs(s) for arm, s in arms.items()} for task, arms in scores.items()},
+        {task: "single" for task in scores},
+    )
+    claims = {c["id"]: c for c in evaluate_claims(measurements, xlingual_claims())}
+    claim = claims["xnli-diet-abs-lin>linformer"]
+    # per model, the mean over the two languages: differences 1.0, 1.5, 1.5
+    assert (claim["values"]["a"], claim["values"]["b"]) == ("diet-abs-lin", "linformer")
+    assert claim["values"]["difference"]["difference"] == pytest.approx(4 / 3)
+    half = 4.302652729911275 * math.sqrt(1 / 12) / math.sqrt(3)  # t(0.975, 2) s / sqrt(3)
+    interval = claim["values"]["difference"]["interval"]
+    assert interval == pytest.approx([4 / 3 - half, 4 / 3 + half])
+    assert claim["verdict"] == "holds"
+    assert claims["xnli-diet-abs>learned"]["reason"].startswith("not tested by this run")
