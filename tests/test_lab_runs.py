@@ -56,7 +56,7 @@ def tensorboard_scalars(run_dir: Path, tag: str = "train/loss") -> list[tuple[in
 def test_compare_smoke_writes_table_results_claims_and_plots(data_dir, tmp_path):
     output = tmp_path / "compare"
     assert main(["compare", "--preset", "smoke", "--data-dir", str(data_dir),
-                 "--output", str(output)]) == 0  # fmt: skip
+                 "--output", str(output), "compare.paired_with=[tupe-r]"]) == 0  # fmt: skip
     summary = json.loads((output / "results.json").read_text())
     results = summary["results"]
     assert list(results) == ["learned", "tupe-r", "random-init"]
@@ -109,10 +109,18 @@ def test_compare_smoke_writes_table_results_claims_and_plots(data_dir, tmp_path)
     for task in ("sentiment", "paraphrase"):
         means = [summary["downstream"][task][arm]["mean"] for arm in ("tupe-r", "learned")]
         assert paired["tasks"][task]["difference"] == pytest.approx(means[0] - means[1])
+    # compare.paired_with: every other arm against tupe-r, the learned pairing turned round
+    against = summary["paired_with_arms"]["tupe-r"]["learned"]
+    assert against["mlm_loss"]["difference"] == pytest.approx(-paired["mlm_loss"]["difference"])
+    for task in ("sentiment", "paraphrase"):
+        turned = -paired["tasks"][task]["difference"]
+        assert against["tasks"][task]["difference"] == pytest.approx(turned)
+    assert set(summary["paired_with_arms"]["tupe-r"]) == {"learned", "random-init"}
     verdicts = {claim["verdict"] for claim in summary["claims"]}
     assert verdicts <= {"holds", "does not hold", "inconclusive"} and summary["claims"]
     table = (output / "results.md").read_text()
     assert "| `tupe-r` |" in table and "claims" in table and "bag of words" in table
+    assert "## Paired against `tupe-r`" in table and "| arm - `tupe-r` |" in table
     assert "## Fine-tuning runs not told from the majority class" in table
     assert (output / "validation_loss.png").stat().st_size > 1000
     # the Trainer's TensorBoard callback logged the same losses into the run directory

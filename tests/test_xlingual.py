@@ -240,6 +240,19 @@ def test_compare_xlingual_writes_every_output_and_reuses_its_cells(data_dir, tmp
     cells = json.loads((output / "results.json").read_text())["context"]["cells"]
     assert cells == {"total": 9, "reused": 9}  # 3 arms x (pretraining + 2 tasks)
     assert "0 of 9 cells this invocation computed" in (output / "results.md").read_text()
+    # compare.paired_with only re-summarises: nothing trains, and diet-abs's pairing with
+    # learned comes back turned round
+    assert main([*args, "compare.paired_with=[diet-abs]"]) == 0
+    assert [marker.stat().st_mtime_ns, model.stat().st_mtime_ns] == stamps
+    again = json.loads((output / "results.json").read_text())
+    for task in ("next-block", "chapter", "all_tasks"):
+        for language_set in ("zero_shot", "english"):
+            turned = again["paired_with_arms"]["diet-abs"]["learned"][task][language_set]
+            paired = summary["paired_with_learned"]["diet-abs"][task][language_set]
+            assert turned["difference"] == pytest.approx(-paired["difference"])
+    assert "| arm - `diet-abs` | next-block zero-shot |" in (output / "results.md").read_text()
+    with pytest.raises(PosAttnConfigError, match=r"compare\.paired_with.*'tupe-r'.*learned"):
+        main([*args, "compare.paired_with=[tupe-r]"])
     with pytest.raises(PosAttnConfigError, match=r"finetune\.epochs: 1 -> 2"):
         main([*args, "finetune.epochs=2"])
     assert main(["report", str(output)]) == 0

@@ -179,6 +179,13 @@ def run_cells(
 def check_before_training(config: RunConfig, tokenizer, tasks) -> None:
     """Every arm against the model and every task name, before the first step trains."""
     check_arms(config.encodings)
+    for base in config.compare.paired_with:
+        if base not in config.encodings:
+            raise invalid(
+                "compare.paired_with",
+                base,
+                f"an arm of this run ({', '.join(config.encodings)})",
+            )
     reached = []  # the arms with positional parameters for the run's positional rate
     for arm in config.encodings:
         arm_run = arm_config(config, arm)

@@ -85,10 +85,13 @@ class CompareSection:
     """How `compare` spreads and repeats its cells: every arm is pretrained once per seed in
     pretrain_seeds (pretrain.seed is then ignored) and each pretrained model is fine-tuned with
     every finetune seed; workers: processes that run independent cells side by side, one torch
-    thread each (1: everything in this process)."""
+    thread each (1: everything in this process); paired_with: arms of the run that every other
+    arm is also paired against, beside `learned` and `none` (results.json's
+    `paired_with_arms`). Only the summary reads it, so changing it re-summarises a finished run."""
 
     pretrain_seeds: list[int] = field(default_factory=lambda: [0])
     workers: int = 1
+    paired_with: list[str] = field(default_factory=list)
 
     RANGES: ClassVar[dict[str, r.Range]] = {"pretrain_seeds": r.SEEDS, "workers": r.AT_LEAST_1}
 

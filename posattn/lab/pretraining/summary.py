@@ -220,6 +220,28 @@ def paired_table(paired: dict, tasks: list[str], base: str = BASELINE_ARM) -> st
     return markdown_table(header, rows)
 
 
+def other_bases(config: RunConfig) -> list[str]:
+    """The arms of compare.paired_with that the `learned` and `none` pairings do not already
+    cover, in the order given."""
+    covered = {BASELINE_ARM, CONTROL_ARM}
+    return [b for b in dict.fromkeys(config.compare.paired_with) if b not in covered]
+
+
+def other_bases_section(tables: dict[str, str]) -> list[str]:
+    """A section per arm of compare.paired_with: `tables` maps it to its paired table."""
+    parts = []
+    for base, table in tables.items():
+        parts += [
+            f"## Paired against `{base}`",
+            "",
+            f"Each arm minus `{base}` (`compare.paired_with`), paired the same way.",
+            "",
+            table,
+            "",
+        ]
+    return parts
+
+
 def start_sentence(pretrain) -> str:
     """What pretraining started from, when not random weights."""
     if not pretrain.init_from:
@@ -298,6 +320,9 @@ def results_markdown(config, summary: dict, zero_shot_section: str = "") -> str:
             "and its lead over `learned` is then the cost of BERT-A's input table, not a gain "
             "from its own method.",
         ),
+        *other_bases_section(
+            {base: paired_table(p, tasks, base) for base, p in summary["paired_with_arms"].items()}
+        ),
         "## Baselines (same training and test examples)",
         "",
         baselines_table(table, tasks) if tasks else "(no fine-tuning tasks in this run)",
@@ -333,6 +358,7 @@ def write_summary(config: RunConfig, output: Path, results: dict, context: dict,
     }
     paired = paired_with_arm(results, measurements)
     control = paired_with_arm(results, measurements, CONTROL_ARM)
+    others = {base: paired_with_arm(results, measurements, base) for base in other_bases(config)}
     zero_shot, zero_shot_paired = zero_shot_summary(zero_shot_runs(results))
     summary = {
         "context": context,
@@ -342,6 +368,7 @@ def write_summary(config: RunConfig, output: Path, results: dict, context: dict,
         "failed_finetuning": failed,
         "paired_with_learned": paired,
         "paired_with_none": control,
+        "paired_with_arms": others,
         "zero_shot": zero_shot,
         "zero_shot_paired_with_learned": zero_shot_paired,
         "results": results,

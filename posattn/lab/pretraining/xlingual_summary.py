@@ -46,6 +46,8 @@ from .summary import (
     difference_text,
     loss_cell,
     mlm_curves,
+    other_bases,
+    other_bases_section,
     percent_or_none,
     score_cell,
 )
@@ -275,8 +277,9 @@ def plot_languages(downstream: dict, tasks: list[str], languages: list[str], pat
 
 
 def results_markdown(
-    config, results, runs, summary, tables, claims, paired, context, control=None
+    config, results, runs, summary, tables, claims, paired, context, control=None, others=None
 ) -> str:
+    """results.md; others: compare.paired_with's pairings, by base arm."""
     tasks = list(config.finetune.tasks)
     languages = context["languages"]
     parts = [
@@ -312,6 +315,9 @@ def results_markdown(
             paired_table(control, tasks, CONTROL_ARM) if control else "",
             "where an interval contains 0, these seeds cannot tell the arm's positions from none "
             "at all.",
+        ),
+        *other_bases_section(
+            {base: paired_table(p, tasks, base) for base, p in (others or {}).items()}
         ),
         claims_markdown(claims),
         "",
@@ -349,9 +355,12 @@ def write_xlingual_summary(config: RunConfig, output: Path, results: dict, conte
     claims = evaluate_claims(zero_shot, xlingual_claims())
     paired = paired_with_arm(everything, tasks, targets)
     control = paired_with_arm(everything, tasks, targets, CONTROL_ARM)
+    others = {
+        base: paired_with_arm(everything, tasks, targets, base) for base in other_bases(config)
+    }
     tables = {task: baselines(config, data, task, runs[task]) for task in tasks}
     markdown = results_markdown(
-        config, results, runs, summary, tables, claims, paired, context, control
+        config, results, runs, summary, tables, claims, paired, context, control, others
     )
     output_json = {
         "context": context,
@@ -361,6 +370,7 @@ def write_xlingual_summary(config: RunConfig, output: Path, results: dict, conte
         "baselines": {f"{t}/{x}": tables[t][x] for t in tasks for x in languages},
         "paired_with_learned": paired,
         "paired_with_none": control,
+        "paired_with_arms": others,
         "results": results,
     }
     save_run(output, {"results.json": output_json, "results.md": markdown})
