@@ -214,6 +214,13 @@ def test_compare_xlingual_writes_every_output_and_reuses_its_cells(data_dir, tmp
             control = summary["paired_with_none"]["learned"][task][language_set]["difference"]
             against = summary["paired_with_learned"]["none"][task][language_set]["difference"]
             assert control == pytest.approx(-against)
+    # the MLM losses paired by seed too: one seed, the difference of the two final losses
+    losses = [
+        summary["results"][arm]["pretrain"]["0"]["final_eval_loss"] for arm in ("diet-abs", "none")
+    ]
+    paired_loss = summary["paired_with_none"]["diet-abs"]["mlm_loss"]
+    assert paired_loss["difference"] == pytest.approx(losses[0] - losses[1])
+    assert paired_loss["runs"] == 1 and paired_loss["interval"] is None
     claims = {c["id"]: c for c in summary["claims"]}
     assert claims["xnli-shaw>learned"]["verdict"] == "inconclusive"
     assert claims["xnli-diet-abs>learned"]["values"]["b"] == "learned"
@@ -228,7 +235,7 @@ def test_compare_xlingual_writes_every_output_and_reuses_its_cells(data_dir, tmp
     assert everything["difference"] == pytest.approx(sum(halves) / 2)
     table = (output / "results.md").read_text()
     assert "| `diet-abs` |" in table and "## next-block" in table and "majority" in table
-    assert "| arm - `none` | next-block zero-shot |" in table
+    assert "| arm - `none` | MLM val loss | next-block zero-shot |" in table
     assert "all tasks zero-shot | all tasks English |" in table
     assert (output / "xlingual.png").stat().st_size > 1000
     assert (output / "validation_loss.png").stat().st_size > 1000
@@ -250,7 +257,10 @@ def test_compare_xlingual_writes_every_output_and_reuses_its_cells(data_dir, tmp
             turned = again["paired_with_arms"]["diet-abs"]["learned"][task][language_set]
             paired = summary["paired_with_learned"]["diet-abs"][task][language_set]
             assert turned["difference"] == pytest.approx(-paired["difference"])
-    assert "| arm - `diet-abs` | next-block zero-shot |" in (output / "results.md").read_text()
+    assert (
+        "| arm - `diet-abs` | MLM val loss | next-block zero-shot |"
+        in (output / "results.md").read_text()
+    )
     with pytest.raises(PosAttnConfigError, match=r"compare\.paired_with.*'tupe-r'.*learned"):
         main([*args, "compare.paired_with=[tupe-r]"])
     with pytest.raises(PosAttnConfigError, match=r"finetune\.epochs: 1 -> 2"):

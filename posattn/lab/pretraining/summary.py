@@ -183,6 +183,20 @@ def difference_text(comparison: dict | None, digits: int = 1) -> str:
     return text
 
 
+def paired_loss(results: dict, arm: str, base: str) -> dict | None:
+    """`arm`'s final MLM validation loss minus `base`'s, paired by pretraining seed (t-interval,
+    exact sign-flip p-value); None when either lacks a loss (random-init) or a seed."""
+    runs, base_runs = results[arm]["pretrain"], results[base]["pretrain"]
+    if set(runs) != set(base_runs):
+        return None
+    seeds = sorted(runs, key=int)
+    losses = [runs[seed]["final_eval_loss"] for seed in seeds]
+    base_losses = [base_runs[seed]["final_eval_loss"] for seed in seeds]
+    if None in losses + base_losses:
+        return None
+    return paired_permutation(losses, base_losses).to_dict()
+
+
 def paired_with_arm(results: dict, measurements: Measurements, base: str = BASELINE_ARM) -> dict:
     """Per arm other than `base` (BERT-A, `learned`, unless given): its final MLM validation
     loss minus the base's, paired by pretraining seed (t-interval, exact sign-flip p-value),
@@ -191,14 +205,10 @@ def paired_with_arm(results: dict, measurements: Measurements, base: str = BASEL
     if base not in results:
         return {}
     paired = {}
-    base_losses = [m["final_eval_loss"] for m in results[base]["pretrain"].values()]
-    for arm, result in results.items():
+    for arm in results:
         if arm == base:
             continue
-        losses = [m["final_eval_loss"] for m in result["pretrain"].values()]
-        loss = None
-        if None not in losses + base_losses and len(losses) == len(base_losses):
-            loss = paired_permutation(losses, base_losses).to_dict()
+        loss = paired_loss(results, arm, base)
         tasks = {}
         for task in measurements.downstream:
             _, comparison = paired_downstream(measurements, arm, base, [task])

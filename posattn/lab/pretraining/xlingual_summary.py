@@ -48,6 +48,7 @@ from .summary import (
     mlm_curves,
     other_bases,
     other_bases_section,
+    paired_loss,
     percent_or_none,
     score_cell,
 )
@@ -196,6 +197,8 @@ def baselines_table(table: dict, languages: list[str]) -> str:
 
 # The key of the average over every task, the measure of the xlingual claims.
 ALL_TASKS = "all_tasks"
+# The key of the paired MLM loss beside the tasks' keys in an arm's pairing.
+MLM_LOSS = "mlm_loss"
 
 
 def task_groups(tasks: list[str]) -> dict[str, list[str]]:
@@ -207,18 +210,23 @@ def task_groups(tasks: list[str]) -> dict[str, list[str]]:
 
 
 def paired_with_arm(
-    measurements: Measurements, tasks: list[str], targets: list[str], base: str = BASELINE_ARM
+    results: dict,
+    measurements: Measurements,
+    tasks: list[str],
+    targets: list[str],
+    base: str = BASELINE_ARM,
 ) -> dict:
-    """Per arm other than `base` (`learned` unless given), per task and over all tasks
-    (`ALL_TASKS`, what the claims compare): the zero-shot and the English accuracy minus the
-    base's, paired by pretraining seed (bootstrap over models and test examples). Empty when
-    the run has no `base` arm."""
+    """Per arm other than `base` (`learned` unless given): its final MLM validation loss minus
+    the base's (`mlm_loss`, paired by pretraining seed, t-interval), and per task and over all
+    tasks (`ALL_TASKS`, what the claims compare) the zero-shot and the English accuracy minus
+    the base's, paired by pretraining seed (bootstrap over models and test examples). Empty
+    when the run has no `base` arm."""
     arms = {arm for runs in measurements.downstream.values() for arm in runs}
     if base not in arms:
         return {}
     paired: dict = {}
     for arm in sorted(arms - {base}):
-        paired[arm] = {}
+        paired[arm] = {MLM_LOSS: paired_loss(results, arm, base)}
         for key, group in task_groups(tasks).items():
             entry = {}
             for label, languages in (("zero_shot", targets), ("english", [ENGLISH])):
@@ -234,11 +242,13 @@ def paired_table(paired: dict, tasks: list[str], base: str = BASELINE_ARM) -> st
     titles = {ALL_TASKS: "all tasks"}
     header = [
         f"arm - `{base}`",
+        "MLM val loss",
         *(f"{titles.get(g, g)} {w}" for g in groups for w in ("zero-shot", "English")),
     ]
     rows = [
         [
             f"`{arm}`",
+            difference_text(values[MLM_LOSS], digits=3),
             *(difference_text(values[g][w]) for g in groups for w in ("zero_shot", "english")),
         ]
         for arm, values in paired.items()
@@ -353,10 +363,11 @@ def write_xlingual_summary(config: RunConfig, output: Path, results: dict, conte
         bounds=ACCURACY_PERCENT,
     )
     claims = evaluate_claims(zero_shot, xlingual_claims())
-    paired = paired_with_arm(everything, tasks, targets)
-    control = paired_with_arm(everything, tasks, targets, CONTROL_ARM)
+    paired = paired_with_arm(results, everything, tasks, targets)
+    control = paired_with_arm(results, everything, tasks, targets, CONTROL_ARM)
     others = {
-        base: paired_with_arm(everything, tasks, targets, base) for base in other_bases(config)
+        base: paired_with_arm(results, everything, tasks, targets, base)
+        for base in other_bases(config)
     }
     tables = {task: baselines(config, data, task, runs[task]) for task in tasks}
     markdown = results_markdown(
