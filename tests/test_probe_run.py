@@ -1,5 +1,6 @@
 """`posattn probe` in the smoke setting: outputs, the learning sanity check, position tables
-that stop at max_len, unsupported pairs, metrics, resuming a killed run, bad input."""
+that stop at max_len, the pairings against reference encodings, unsupported pairs, metrics,
+resuming a killed run, bad input."""
 
 from __future__ import annotations
 
@@ -82,6 +83,33 @@ def test_a_killed_run_redoes_only_its_unfinished_cells(smoke_run, tmp_path, monk
         ["probe", "--preset", "smoke", "--output", str(run), "--steps", "1", "--tasks", "majority"]
     )
     assert len(computed) == 2
+
+
+def test_a_run_writes_its_pairings_and_resummarises_without_training(
+    tmp_path, monkeypatch, smoke_run
+):
+    run = tmp_path / "run"
+    shutil.copytree(smoke_run, run)
+    output = json.loads((run / "results.json").read_text())
+    one_seed = output["paired"]["learned"]["relative"]["diet-rel"]["16"]["token"]
+    results = output["results"]["relative"]
+    mine, theirs = (results[e]["lengths"]["16"]["token"]["mean"] for e in ("diet-rel", "learned"))
+    assert one_seed["difference"] == pytest.approx(100 * (mine - theirs))
+    assert one_seed["interval"] is None and one_seed["runs"] == 1
+    assert "(one seed)" in (run / "results.md").read_text()
+
+    def no_training(*args):
+        raise AssertionError("a stored cell was trained again")
+
+    monkeypatch.setattr(grid, "compute_cell", no_training)
+    main(["probe", "--preset", "smoke", "--output", str(run), "--paired-with", "diet-rel"])
+    again = json.loads((run / "results.json").read_text())
+    assert list(again["paired"]) == ["diet-rel"]
+    flipped = again["paired"]["diet-rel"]["relative"]["learned"]["16"]["token"]
+    assert flipped["difference"] == pytest.approx(-one_seed["difference"])
+    main(["probe", "--preset", "smoke", "--output", str(run), "--paired-with", ""])
+    assert json.loads((run / "results.json").read_text())["paired"] == {}
+    assert "Paired against" not in (run / "results.md").read_text()
 
 
 def test_unsupported_pairs_are_reported_not_raised():

@@ -18,6 +18,8 @@ def settings_from(args: argparse.Namespace):
         overrides["encodings"] = names_of("--encodings", args.encodings)
     if args.test_lens:
         overrides["test_lens"] = positive_integers_of("--test-lens", args.test_lens)
+    if args.paired_with is not None:
+        overrides["paired_with"] = names_of("--paired-with", args.paired_with, none_allowed=True)
     for key in ("train_len", "seeds", "steps", "workers", "segments"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
@@ -55,6 +57,11 @@ def register(commands) -> None:
     parser.add_argument("--steps", type=int, help="training steps per cell")
     parser.add_argument("--segments", help="input (BERT, default) | attention (DIET Eq. 2) | none")
     parser.add_argument("--workers", type=int, help="processes training cells in parallel")
+    parser.add_argument(
+        "--paired-with",
+        help="comma-separated encodings of the run that every other one is paired with, seed "
+        "by seed ('' for none; default: learned and none, where the run has them)",
+    )
     parser.add_argument("--output", help="the run directory (default runs/probe-PRESET)")
     add_device_option(parser)
     parser.set_defaults(func=run)

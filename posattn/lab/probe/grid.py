@@ -20,6 +20,7 @@ from ...data.manifest import write_atomic
 from ..runs.device import resolve_device
 from ..runs.pool_worker import start_pool_worker
 from .cell import run_cell
+from .paired import paired_results
 from .settings import ProbeSettings
 from .tasks import probe_task
 
@@ -174,15 +175,17 @@ def run_probe(
     start = time.perf_counter()
     cells = run_cells(settings, run_dir, console, device)
     results = aggregate(cells, settings)
+    paired = paired_results(results, settings)
     output = {
         "settings": asdict(settings),
         "results": results,
+        "paired": paired,
         "cell_seconds": sum(c.get("seconds", 0.0) for c in cells),
         "cell_cpu_seconds": sum(c.get("cpu_seconds", 0.0) for c in cells),
         "wall_seconds": time.perf_counter() - start,
     }
     write_atomic(run_dir / "results.json", json.dumps(output, indent=1) + "\n")
-    write_atomic(run_dir / "results.md", results_markdown(results, settings))
+    write_atomic(run_dir / "results.md", results_markdown(results, settings, paired))
     for task in settings.tasks:
         plot_task(results[task], task, settings, run_dir / f"accuracy-{task}.png")
     console.print(f"results in {run_dir}")

@@ -26,24 +26,77 @@ def unsupported_reason(reason: str) -> str:
     return reason
 
 
-def table(results: dict, settings: ProbeSettings, metric: str) -> list[str]:
+def difference_text(difference: dict) -> str:
+    """'+89.8 [+89.0, +90.6]' (points, the 95% interval over seeds), or why there is none."""
+    if "status" in difference:
+        return "n/a" if difference["status"] == "unsupported" else difference["status"]
+    if difference["interval"] is None:
+        return f"{difference['difference']:+.1f} (one seed)"
+    low, high = difference["interval"]
+    return f"{difference['difference']:+.1f} [{low:+.1f}, {high:+.1f}]"
+
+
+def lengths_shown(settings: ProbeSettings) -> list[int]:
+    """The training length, and the longest test length where there is one."""
     shortest, longest = min(settings.test_lens), max(settings.test_lens)
-    header = ["encoding"]
-    for task in settings.tasks:
-        header += [f"{task} @{shortest}", f"{task} @{longest}"] if longest > shortest else [task]
-    rows = []
-    for encoding in settings.encodings:
-        row = [f"`{encoding}`"]
-        for task in settings.tasks:
-            result = results[task][encoding]
-            row.append(cell_text(result, shortest, metric))
-            if longest > shortest:
-                row.append(cell_text(result, longest, metric))
-        rows.append(row)
-    return table_lines(header, rows)
+    return [shortest, longest] if longest > shortest else [shortest]
 
 
-def results_markdown(results: dict, settings: ProbeSettings) -> str:
+def header(settings: ProbeSettings) -> list[str]:
+    shown = lengths_shown(settings)
+    return ["encoding"] + [
+        f"{task} @{length}" if len(shown) > 1 else task
+        for task in settings.tasks
+        for length in shown
+    ]
+
+
+def table(results: dict, settings: ProbeSettings, metric: str) -> list[str]:
+    rows = [
+        [f"`{encoding}`"]
+        + [
+            cell_text(results[task][encoding], length, metric)
+            for task in settings.tasks
+            for length in lengths_shown(settings)
+        ]
+        for encoding in settings.encodings
+    ]
+    return table_lines(header(settings), rows)
+
+
+def paired_table(paired: dict, settings: ProbeSettings, metric: str) -> list[str]:
+    rows = [
+        [f"`{encoding}`"]
+        + [
+            difference_text(paired[task][encoding][str(length)][metric])
+            for task in settings.tasks
+            for length in lengths_shown(settings)
+        ]
+        for encoding in settings.encodings
+        if encoding in paired[settings.tasks[0]]
+    ]
+    return table_lines(header(settings), rows)
+
+
+def paired_sections(paired: dict, settings: ProbeSettings) -> list[str]:
+    lines = []
+    for reference, by_task in paired.items():
+        lines += [
+            f"## Paired against `{reference}` (token accuracy, points)",
+            "",
+            f"Each encoding's token accuracy minus `{reference}`'s, seed by seed (a seed's cells "
+            f"saw the same examples): the mean over {settings.seeds} seed(s) and its 95% "
+            "t-interval; sign-flip p-values, and exact match, in results.json. "
+            f"{len(settings.tasks) * len(settings.encodings)} cells of comparisons are read "
+            "together here: an interval is one comparison's, not a family's.",
+            "",
+            *paired_table(by_task, settings, "token"),
+            "",
+        ]
+    return lines
+
+
+def results_markdown(results: dict, settings: ProbeSettings, paired: dict | None = None) -> str:
     tasks = [
         f"- `{name}` ({probe_task(name).model}): {probe_task(name).skill}"
         for name in settings.tasks
@@ -68,5 +121,6 @@ def results_markdown(results: dict, settings: ProbeSettings) -> str:
         "",
         *table(results, settings, "exact"),
         "",
+        *paired_sections(paired or {}, settings),
     ]
     return "\n".join(parts)

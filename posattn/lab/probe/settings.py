@@ -47,6 +47,10 @@ class ProbeSettings:
     segments: str = "input"
     eval_examples: int = 64
     workers: int = 2
+    # Encodings every other one is paired with, seed by seed (`paired.py`); None: `learned`
+    # (BERT-A, the papers' baseline) and `none` (no positions, the control) where the run
+    # has them. Only the summary reads it: changing it re-summarises a finished run.
+    paired_with: list[str] | None = None
 
     def __post_init__(self) -> None:
         for name in ("seeds", "train_len", "steps", "batch_size", "d_model", "num_layers"):
@@ -82,11 +86,26 @@ class ProbeSettings:
                 self.test_lens,
                 f"lengths >= train_len={self.train_len} (the training length and longer)",
             )
+        for name in self.paired_with or []:
+            require_choice("paired_with", name, tuple(self.encodings))
+        if self.paired_with is not None:
+            require(
+                len(set(self.paired_with)) == len(self.paired_with),
+                "paired_with",
+                self.paired_with,
+                "encodings of the run, none repeated",
+            )
+
+    def references(self) -> list[str]:
+        """The encodings every other one is paired with (see `paired_with`)."""
+        if self.paired_with is not None:
+            return list(self.paired_with)
+        return [name for name in ("learned", "none") if name in self.encodings]
 
     def cell_settings(self) -> dict:
         """Everything a (task, encoding, seed) cell's result depends on besides those three,
         and the posattn version."""
-        skip = {"tasks", "encodings", "seeds", "workers"}
+        skip = {"tasks", "encodings", "seeds", "workers", "paired_with"}
         return run_settings(
             probe={f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         )
