@@ -182,6 +182,23 @@ def test_bad_settings_name_the_parameter():
         main(["probe", "--preset", "huge"])
     with pytest.raises(PosAttnConfigError, match="train_len"):
         preset("smoke", train_len=3, test_lens=[3])
+    # a head size that does not divide the width is refused, not run as "unsupported" cells
+    with pytest.raises(PosAttnConfigError, match=r"d_model=60 .*num_heads=8"):
+        main(["probe", "--preset", "smoke", "--d-model", "60", "--num-heads", "8"])
+
+
+def test_the_model_size_options_reach_the_cells(tmp_path, monkeypatch):
+    seen = []
+
+    def recording(task, encoding, seed, settings, path, device):
+        seen.append((settings["d_model"], settings["num_heads"]))
+        raise SystemExit(0)  # nothing needs training to see the settings
+
+    monkeypatch.setattr(grid, "compute_cell", recording)
+    args = ["probe", "--preset", "smoke", "--output", str(tmp_path / "run"), "--tasks", "majority"]
+    with pytest.raises(SystemExit):
+        main([*args, "--encodings", "learned", "--d-model", "32", "--num-heads", "2"])
+    assert seen == [(32, 2)]
 
 
 def test_training_is_deterministic_for_a_seed():

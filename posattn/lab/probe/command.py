@@ -20,7 +20,7 @@ def settings_from(args: argparse.Namespace):
         overrides["test_lens"] = positive_integers_of("--test-lens", args.test_lens)
     if args.paired_with is not None:
         overrides["paired_with"] = names_of("--paired-with", args.paired_with, none_allowed=True)
-    for key in ("train_len", "seeds", "steps", "workers", "segments"):
+    for key in ("train_len", "seeds", "steps", "workers", "segments", "d_model", "num_heads"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
     return preset(args.preset, **overrides)
@@ -55,6 +55,10 @@ def register(commands) -> None:
     parser.add_argument("--test-lens", help="comma-separated test lengths, e.g. 32,64,128,256")
     parser.add_argument("--seeds", type=int, help="seeds per cell (default 3)")
     parser.add_argument("--steps", type=int, help="training steps per cell")
+    parser.add_argument("--d-model", type=int, help="model width (default 64)")
+    parser.add_argument(
+        "--num-heads", type=int, help="attention heads (default 4; head size d-model / heads)"
+    )
     parser.add_argument("--segments", help="input (BERT, default) | attention (DIET Eq. 2) | none")
     parser.add_argument("--workers", type=int, help="processes training cells in parallel")
     parser.add_argument(

@@ -57,6 +57,12 @@ class ProbeSettings:
             require_positive_int(name, getattr(self, name))
         for name in ("num_heads", "ffn_dim", "eval_examples", "workers"):
             require_positive_int(name, getattr(self, name))
+        require(
+            self.d_model % self.num_heads == 0,
+            "d_model",
+            self.d_model,
+            f"a multiple of num_heads={self.num_heads} (the head size is d_model / num_heads)",
+        )
         require(self.learning_rate > 0, "learning_rate", self.learning_rate, "a positive rate")
         require(
             self.position_lr_scale > 0,
