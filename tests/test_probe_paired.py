@@ -74,6 +74,8 @@ def test_a_length_or_encoding_without_accuracy_has_no_difference(three_seeds):
     line = next(row for row in text.splitlines() if row.startswith("| `diet-rel`") and "[" in row)
     assert line == f"| `diet-rel` | +71.7 [+35.8, +100.0] | {PAST_MAX_LEN} |"
     assert "| `xpos` | n/a | n/a |" in text
+    # diet-rel at 16 has a difference; at 32 it is past learned's table, xpos has none
+    assert "The run's pairings hold 1 difference of token accuracy" in text
 
 
 def test_the_references_a_run_picks_and_refuses():

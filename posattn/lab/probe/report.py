@@ -78,8 +78,20 @@ def paired_table(paired: dict, settings: ProbeSettings, metric: str) -> list[str
     return table_lines(header(settings), rows)
 
 
+def comparisons(paired: dict) -> int:
+    """How many differences with a number the pairings hold (token accuracy, every length)."""
+    return sum(
+        "difference" in by_length[length]["token"]
+        for by_task in paired.values()
+        for by_encoding in by_task.values()
+        for by_length in by_encoding.values()
+        for length in by_length
+    )
+
+
 def paired_sections(paired: dict, settings: ProbeSettings) -> list[str]:
     lines = []
+    count = comparisons(paired)
     for reference, by_task in paired.items():
         lines += [
             f"## Paired against `{reference}` (token accuracy, points)",
@@ -87,8 +99,9 @@ def paired_sections(paired: dict, settings: ProbeSettings) -> list[str]:
             f"Each encoding's token accuracy minus `{reference}`'s, seed by seed (a seed's cells "
             f"saw the same examples): the mean over {settings.seeds} seed(s) and its 95% "
             "t-interval; sign-flip p-values, and exact match, in results.json. "
-            f"{len(settings.tasks) * len(settings.encodings)} cells of comparisons are read "
-            "together here: an interval is one comparison's, not a family's.",
+            f"The run's pairings hold {count} difference{'s' * (count != 1)} of token accuracy "
+            "(every reference "
+            "and length): an interval here is one comparison's evidence, not the family's.",
             "",
             *paired_table(by_task, settings, "token"),
             "",
