@@ -17,7 +17,7 @@ from ...models.causal_lm import PosAttnForCausalLM
 from ...models.config import PosAttnConfig
 from ...models.segments import reads_segments
 from ..runs.device import model_device, synchronize, to_device
-from .settings import PROBE_OPTIONS, ProbeSettings
+from .settings import ProbeSettings
 from .tasks import CAUSAL_LM, IGNORE, PAD, VOCAB_SIZE, ProbeTask
 
 PAST_MAX_LEN = "cannot run past max_len"
@@ -36,7 +36,7 @@ def probe_config(task: ProbeTask, encoding: str, settings: ProbeSettings) -> Pos
         attention_dropout=0.0,
         norm="pre",
         encoding=encoding,
-        encoding_options=PROBE_OPTIONS.get(encoding, {}),
+        encoding_options=settings.options_of(encoding),
         segments=settings.segments,
         causal=task.model == CAUSAL_LM,
         pad_token_id=PAD,

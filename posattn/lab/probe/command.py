@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ...option_lists import names_of, positive_integers_of
+from ...option_lists import encoding_options_of, names_of, positive_integers_of
 
 
 def settings_from(args: argparse.Namespace):
@@ -18,6 +18,8 @@ def settings_from(args: argparse.Namespace):
         overrides["encodings"] = names_of("--encodings", args.encodings)
     if args.test_lens:
         overrides["test_lens"] = positive_integers_of("--test-lens", args.test_lens)
+    if args.option:
+        overrides["encoding_options"] = encoding_options_of("--option", args.option)
     if args.paired_with is not None:
         overrides["paired_with"] = names_of("--paired-with", args.paired_with, none_allowed=True)
     for key in ("train_len", "seeds", "steps", "workers", "segments", "d_model", "num_heads"):
@@ -61,6 +63,13 @@ def register(commands) -> None:
     )
     parser.add_argument("--segments", help="input (BERT, default) | attention (DIET Eq. 2) | none")
     parser.add_argument("--workers", type=int, help="processes training cells in parallel")
+    parser.add_argument(
+        "--option",
+        action="append",
+        metavar="ENCODING.KEY=VALUE",
+        help="an option of one encoding of the run (diet-abs.rank=2, t5.num_buckets=64); "
+        "repeatable",
+    )
     parser.add_argument(
         "--paired-with",
         help="comma-separated encodings of the run that every other one is paired with, seed "

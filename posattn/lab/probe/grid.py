@@ -48,7 +48,7 @@ def compute_cell(
     """Train and evaluate one cell on `device` and store it atomically."""
     probe_settings = ProbeSettings(**settings)
     cell = run_cell(probe_task(task), encoding, seed, probe_settings, device)
-    cell["fingerprint"] = probe_settings.cell_fingerprint()
+    cell["fingerprint"] = probe_settings.cell_fingerprint(encoding)
     write_atomic(Path(path), json.dumps(cell, indent=1) + "\n")
     return cell
 
@@ -69,14 +69,14 @@ def run_cells(
     settings: ProbeSettings, run_dir: Path, console: Console, device: str = "cpu"
 ) -> list[dict]:
     """Every cell of the grid on `device`, computing only those not stored yet."""
-    fingerprint = settings.cell_fingerprint()
     grid = [
         (task, encoding, seed)
         for task in settings.tasks
         for encoding in settings.encodings
         for seed in range(settings.seeds)
     ]
-    done = {key: stored_cell(cell_path(run_dir, *key), fingerprint) for key in grid}
+    fingerprints = {name: settings.cell_fingerprint(name) for name in settings.encodings}
+    done = {key: stored_cell(cell_path(run_dir, *key), fingerprints[key[1]]) for key in grid}
     todo = [key for key in grid if done[key] is None]
     console.print(f"{len(grid) - len(todo)} of {len(grid)} cells already done, {len(todo)} to run")
     arguments = [(*key, asdict(settings), str(cell_path(run_dir, *key)), device) for key in todo]

@@ -109,6 +109,16 @@ def paired_sections(paired: dict, settings: ProbeSettings) -> list[str]:
     return lines
 
 
+def options_lines(settings: ProbeSettings) -> list[str]:
+    """The options given for encodings of the run (`--option`), or nothing."""
+    given = [
+        f"`{name}` " + ", ".join(f"{key}={value!r}" for key, value in options.items())
+        for name, options in settings.encoding_options.items()
+        if options
+    ]
+    return ["Encoding options given: " + "; ".join(given) + ".", ""] if given else []
+
+
 def results_markdown(results: dict, settings: ProbeSettings, paired: dict | None = None) -> str:
     tasks = [
         f"- `{name}` ({probe_task(name).model}): {probe_task(name).skill}"
@@ -123,6 +133,7 @@ def results_markdown(results: dict, settings: ProbeSettings, paired: dict | None
         f"{settings.seeds} seed(s), in percent. Position tables hold {settings.train_len} "
         "positions.",
         "",
+        *options_lines(settings),
         "Tasks:",
         *tasks,
         "",

@@ -4,8 +4,9 @@ CPU cores, `smoke` is for the tests."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
 
-from ...encodings import encoding_class
+from ...encodings import encoding_class, encoding_options
 from ...errors import invalid, require, require_choice, require_positive_int
 from ...models.segments import SEGMENT_MODES
 from ..runs.fingerprint import fingerprint, run_settings
@@ -51,6 +52,9 @@ class ProbeSettings:
     # (BERT-A, the papers' baseline) and `none` (no positions, the control) where the run
     # has them. Only the summary reads it: changing it re-summarises a finished run.
     paired_with: list[str] | None = None
+    # Options per encoding (`--option diet-abs.rank=2`), over PROBE_OPTIONS; they enter the
+    # fingerprint of that encoding's cells alone.
+    encoding_options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("seeds", "train_len", "steps", "batch_size", "d_model", "num_layers"):
@@ -92,6 +96,9 @@ class ProbeSettings:
                 self.test_lens,
                 f"lengths >= train_len={self.train_len} (the training length and longer)",
             )
+        for name in self.encoding_options:
+            require_choice("--option's encoding", name, tuple(self.encodings))
+            encoding_options(name, self.options_of(name))  # an unknown or bad option fails
         for name in self.paired_with or []:
             require_choice("paired_with", name, tuple(self.encodings))
         if self.paired_with is not None:
@@ -108,17 +115,23 @@ class ProbeSettings:
             return list(self.paired_with)
         return [name for name in ("learned", "none") if name in self.encodings]
 
-    def cell_settings(self) -> dict:
-        """Everything a (task, encoding, seed) cell's result depends on besides those three,
-        and the posattn version."""
-        skip = {"tasks", "encodings", "seeds", "workers", "paired_with"}
-        return run_settings(
-            probe={f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
-        )
+    def options_of(self, encoding: str) -> dict[str, Any]:
+        """The options encoding `encoding` is built with."""
+        return {**PROBE_OPTIONS.get(encoding, {}), **self.encoding_options.get(encoding, {})}
 
-    def cell_fingerprint(self) -> str:
-        """The shared run fingerprint (lab/runs/fingerprint.py) of `cell_settings`."""
-        return fingerprint(self.cell_settings())
+    def cell_settings(self, encoding: str | None = None) -> dict:
+        """Everything a (task, encoding, seed) cell's result depends on besides those three,
+        and the posattn version: with `encoding`, the options given for it (none given: the
+        settings every cell shares, so cells run before options existed keep their
+        fingerprint)."""
+        skip = {"tasks", "encodings", "seeds", "workers", "paired_with", "encoding_options"}
+        probe = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+        given = self.encoding_options.get(encoding, {}) if encoding else {}
+        return run_settings(probe={**probe, "encoding_options": given} if given else probe)
+
+    def cell_fingerprint(self, encoding: str | None = None) -> str:
+        """The run fingerprint (lab/runs/fingerprint.py) of `cell_settings`."""
+        return fingerprint(self.cell_settings(encoding))
 
     def to_dict(self) -> dict:
         return asdict(self)
