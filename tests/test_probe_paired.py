@@ -79,6 +79,8 @@ def test_a_length_or_encoding_without_accuracy_has_no_difference(three_seeds):
 
 
 def test_the_references_a_run_picks_and_refuses():
+    # the default grid has both: BERT-A and the model without positions, its control
+    assert preset("default").references() == ["learned", "none"]
     assert preset("smoke").references() == ["learned"]
     both = preset("smoke", encodings=["none", "rope", "learned"])
     assert both.references() == ["learned", "none"]

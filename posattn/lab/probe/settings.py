@@ -12,8 +12,9 @@ from ...models.segments import SEGMENT_MODES
 from ..runs.fingerprint import fingerprint, run_settings
 from .tasks import TASKS, probe_task
 
-# The papers' encodings (TUPE: BERT-A, BERT-R, TUPE-A, TUPE-R; DIET: DIET-ABS, DIET-REL) and
-# the two most used modern ones.
+# The papers' encodings (TUPE: BERT-A, BERT-R, TUPE-A, TUPE-R; DIET: DIET-ABS, DIET-REL), the
+# two most used modern ones, and the same model without positions: the control every other
+# encoding is paired with (below BERT-A's input table on every task but `absolute`, README).
 DEFAULT_ENCODINGS = [
     "learned",
     "bert-r",
@@ -23,6 +24,7 @@ DEFAULT_ENCODINGS = [
     "diet-rel",
     "rope",
     "alibi",
+    "none",
 ]
 # Options posattn never picks silently elsewhere; a probe needs one value to run.
 PROBE_OPTIONS = {"rope": {"layout": "half"}, "xpos": {"layout": "half"}}
