@@ -100,8 +100,8 @@ def paired_sections(paired: dict, settings: ProbeSettings) -> list[str]:
             f"saw the same examples): the mean over {settings.seeds} seed(s) and its 95% "
             "t-interval; sign-flip p-values, and exact match, in results.json. "
             f"The run's pairings hold {count} difference{'s' * (count != 1)} of token accuracy "
-            "(every reference "
-            "and length): an interval here is one comparison's evidence, not the family's.",
+            "(every reference and length): an interval here is one comparison's evidence, not "
+            "the family's.",
             "",
             *paired_table(by_task, settings, "token"),
             "",
