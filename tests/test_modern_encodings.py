@@ -142,10 +142,14 @@ def test_alibi_causal_bias_equals_mpt_up_to_a_row_constant():
 
 
 def deberta_bucket(r: int, bucket_size: int, max_position: int) -> int:
-    """DeBERTa-v2 log bucket of one r = i - j (in the default float dtype, as DeBERTa)."""
+    """DeBERTa-v2 log bucket of one r = i - j (in the default float dtype, as DeBERTa). With
+    max_position - 1 <= mid there are no log buckets, and every longer distance lies at or past
+    max_position: past the last bucket (2 mid - 1), which the row's clip holds at the edge."""
     mid = bucket_size // 2
     if abs(r) <= mid:
         return r
+    if max_position - 1 <= mid:
+        return int(math.copysign(2 * mid, r))
     ratio = torch.log(torch.tensor(abs(r) / mid)) / torch.log(
         torch.tensor((max_position - 1) / mid)
     )
@@ -158,20 +162,22 @@ DEBERTA_OPTIONS = {"position_buckets": 6, "max_relative_positions": 16}
 @pytest.mark.parametrize("share", [True, False])
 @pytest.mark.parametrize("terms", [("c2p", "p2c"), ("c2p",), ("p2c",)])
 @pytest.mark.parametrize("skew", [False, True])
-@pytest.mark.parametrize("span", [6, 4, 32])
-def test_deberta_matches_disentangled_eq(share, terms, skew, span, hidden, choose):
+@pytest.mark.parametrize(("span", "max_relative"), [(6, 16), (4, 16), (32, 16), (8, 5)])
+def test_deberta_matches_disentangled_eq(share, terms, skew, span, max_relative, hidden, choose):
     """By index gather (CPU) and by offset windows (GPU training); with fewer keys (9) than
     embedding rows (2s = 12) and more (2s = 8), where p2c gathers along the keys' rows or
     along the embeddings'; with 2s = 64 the 9 keys read rows 24-40, the gathers rows 24-55
-    (widened to 32) of P."""
+    (widened to 32) of P. With max_relative_positions 5 and 8 buckets (mid 4) there are no
+    log buckets: a model of max_len 5 run at 9 tokens reads distances 5-8 at the edge rows
+    (the gathers had read past the rows they took: "index out of bounds")."""
     choose(skew=skew)
     options = {
         "position_buckets": span,
-        "max_relative_positions": 16,
+        "max_relative_positions": max_relative,
         "share_att_key": share,
         "terms": terms,
     }
-    model = tiny_encoder("deberta", encoding_options=options)
+    model = tiny_encoder("deberta", encoding_options=options, max_len=max_relative)
     layer = 1
     encoding = model.encoding
     attention = model.layers[layer].attention
@@ -195,7 +201,7 @@ def test_deberta_matches_disentangled_eq(share, terms, skew, span, hidden, choos
     )
 
     def index(r):
-        return max(0, min(2 * span - 1, deberta_bucket(r, span, 16) + span))
+        return max(0, min(2 * span - 1, deberta_bucket(r, span, max_relative) + span))
 
     def logit(b, h, i, j):
         total = content(q, k, b, h, i, j)
@@ -218,6 +224,24 @@ def test_deberta_buckets_equal_transformers():
     for buckets, max_position in [(256, 512), (6, 16), (32, 100)]:
         theirs = make_log_bucket_position(relative, buckets, max_position).long()
         assert torch.equal(deberta_log_bucket(relative, buckets, max_position), theirs)
+
+
+def test_deberta_buckets_without_a_log_region_stay_monotone():
+    """max_relative_positions <= mid + 1 (a model of max_len 32 with DeBERTa's 256 buckets):
+    transformers' formula divides by log(31 / 128) < 0 and sends |r| = 255 back to bucket 67;
+    posattn puts every distance past mid past the last bucket, as log buckets would."""
+    from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
+
+    from posattn.encodings.deberta import deberta_log_bucket
+
+    relative = torch.arange(-300, 301)
+    ours = deberta_log_bucket(relative, 256, 32)
+    near = relative.abs() <= 128
+    assert torch.equal(ours[near], relative[near])
+    assert torch.equal(ours[~near], 256 * relative[~near].sign())
+    assert torch.all(ours[1:] >= ours[:-1])
+    assert int(make_log_bucket_position(torch.tensor([255]), 256, 32)) == 67  # why ours differs
+    assert torch.equal(ours, torch.tensor([deberta_bucket(r, 256, 32) for r in range(-300, 301)]))
 
 
 @pytest.mark.parametrize("share", [True, False])

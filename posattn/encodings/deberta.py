@@ -21,9 +21,20 @@ TERMS = ("c2p", "p2c")
 
 def deberta_log_bucket(relative: Tensor, bucket_size: int, max_position: int) -> Tensor:
     """DeBERTa-v2's log buckets of r = i - j: |r| <= bucket_size/2 keeps r; longer distances
-    get sign(r) * (mid + ceil(log(|r| / mid) / log((max_position - 1) / mid) * (mid - 1)))."""
+    get sign(r) * (mid + ceil(log(|r| / mid) / log((max_position - 1) / mid) * (mid - 1))),
+    which reaches the last bucket, 2 mid - 1, at |r| = max_position - 1, and passes it beyond
+    (the embedding row's clip then holds it at the edge).
+
+    Where max_position - 1 <= mid there are no log buckets: every distance past mid lies at or
+    past max_position, so it gets sign(r) * 2 mid, past the last bucket, as it would with log
+    buckets. The formula itself would divide by log((max_position - 1) / mid) <= 0 there:
+    transformers' `make_log_bucket_position` then maps distances past mid back onto nearer
+    buckets (at max_position 32 and 256 buckets, |r| = 255 onto bucket 67) or onto a NaN. A
+    model whose max_len fits below mid reaches these distances only when run past max_len."""
     mid = bucket_size // 2
     distance = relative.abs()
+    if max_position - 1 <= mid:
+        return torch.where(distance <= mid, relative, 2 * mid * relative.sign())
     # In the default float dtype, as DeBERTa computes it, so that bucket edges agree.
     ratio = torch.log(distance.clamp(min=1) / mid) / torch.log(
         torch.tensor((max_position - 1) / mid)
