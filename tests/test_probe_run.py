@@ -211,3 +211,18 @@ def test_training_is_deterministic_for_a_seed():
     assert first["lengths"] == again["lengths"]
     assert first["final_train_loss"] == again["final_train_loss"]
     assert third["final_train_loss"] == first["final_train_loss"]
+
+
+def test_a_failed_cell_ends_the_run_without_training_the_rest(tmp_path):
+    """Two worker processes; the first cell cannot be stored (a folder stands at its path):
+    the error comes back, and the cells not started by then are not trained."""
+    run = tmp_path / "run"
+    blocked = grid.cell_path(run, "majority", "learned", 0)
+    blocked.mkdir(parents=True)
+    seeds = 8
+    args = ["probe", "--preset", "smoke", "--output", str(run), "--tasks", "majority"]
+    args += ["--encodings", "learned,none", "--seeds", str(seeds), "--steps", "20"]
+    with pytest.raises(IsADirectoryError):
+        main([*args, "--workers", "2"])
+    stored = list((run / "cells").glob("*.json"))
+    assert len(stored) < seeds, [path.name for path in stored]  # of 2 x 8 cells

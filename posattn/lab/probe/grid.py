@@ -96,10 +96,17 @@ def run_cells(
                 pool.submit(compute_cell, *args): key
                 for key, args in zip(todo, arguments, strict=True)
             }
-            for future in as_completed(futures):
-                done[futures[future]] = future.result()
-                finished = len(grid) - sum(v is None for v in done.values())
-                report_cell(console, done[futures[future]], finished)
+            try:
+                for future in as_completed(futures):
+                    done[futures[future]] = future.result()
+                    finished = len(grid) - sum(v is None for v in done.values())
+                    report_cell(console, done[futures[future]], finished)
+            except BaseException:
+                # A failed cell (or an interrupt) ends the run now: cells not started are
+                # dropped, those training finish and are stored. Leaving the pool's block
+                # instead waited for every other cell of the grid before raising.
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
     return [done[key] for key in grid]
 
 
