@@ -38,6 +38,7 @@ from ...encodings import build_encoding
 from ...errors import invalid
 from ..runs.config import to_yaml
 from ..runs.context import run_context
+from ..runs.pool_errors import cancelled_on_error
 from ..runs.pool_worker import start_pool_worker
 from ..runs.ranks import barrier, world_size
 from ..runs.sources import PreparedData
@@ -170,7 +171,10 @@ def run_cells(
             runner(config, cell, output, overwrite)
         return
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=one_thread_worker) as pool:
+    with (
+        ProcessPoolExecutor(workers, mp_context=context, initializer=one_thread_worker) as pool,
+        cancelled_on_error(pool),
+    ):
         futures = [pool.submit(runner, config, cell, output, overwrite) for cell in cells]
         for index, future in enumerate(futures, start=1):
             console.print(f"[{index}/{len(cells)}] done: {future.result()}")

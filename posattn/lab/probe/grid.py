@@ -18,6 +18,7 @@ from rich.console import Console
 
 from ...data.manifest import write_atomic
 from ..runs.device import resolve_device
+from ..runs.pool_errors import cancelled_on_error
 from ..runs.pool_worker import start_pool_worker
 from .cell import run_cell
 from .paired import paired_results
@@ -89,24 +90,20 @@ def run_cells(
     else:
         # spawn: fresh interpreters, no forked torch thread pools
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(
-            settings.workers, mp_context=context, initializer=start_pool_worker
-        ) as pool:
+        with (
+            ProcessPoolExecutor(
+                settings.workers, mp_context=context, initializer=start_pool_worker
+            ) as pool,
+            cancelled_on_error(pool),
+        ):
             futures = {
                 pool.submit(compute_cell, *args): key
                 for key, args in zip(todo, arguments, strict=True)
             }
-            try:
-                for future in as_completed(futures):
-                    done[futures[future]] = future.result()
-                    finished = len(grid) - sum(v is None for v in done.values())
-                    report_cell(console, done[futures[future]], finished)
-            except BaseException:
-                # A failed cell (or an interrupt) ends the run now: cells not started are
-                # dropped, those training finish and are stored. Leaving the pool's block
-                # instead waited for every other cell of the grid before raising.
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise
+            for future in as_completed(futures):
+                done[futures[future]] = future.result()
+                finished = len(grid) - sum(v is None for v in done.values())
+                report_cell(console, done[futures[future]], finished)
     return [done[key] for key in grid]
 
 
