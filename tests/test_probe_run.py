@@ -219,10 +219,11 @@ def test_a_failed_cell_ends_the_run_without_training_the_rest(tmp_path):
     run = tmp_path / "run"
     blocked = grid.cell_path(run, "majority", "learned", 0)
     blocked.mkdir(parents=True)
-    seeds = 8
+    seeds = 12
     args = ["probe", "--preset", "smoke", "--output", str(run), "--tasks", "majority"]
     args += ["--encodings", "learned,none", "--seeds", str(seeds), "--steps", "20"]
     with pytest.raises(IsADirectoryError):
         main([*args, "--workers", "2"])
     stored = list((run / "cells").glob("*.json"))
-    assert len(stored) < seeds, [path.name for path in stored]  # of 2 x 8 cells
+    # those running or queued to a worker when it failed, not the other 23 of 2 x 12 cells
+    assert len(stored) <= seeds, [path.name for path in stored]
