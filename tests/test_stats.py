@@ -175,6 +175,10 @@ def test_paired_permutation_difference_interval_and_p():
     assert shift.p_value == 2 / 16
     one = paired_permutation([2.0], [1.0])
     assert (one.difference, one.bounds, one.p_value) == (1.0, None, 1.0)
+    # cut to the limits of a difference on the scale, the mean and p unchanged
+    cut = paired_permutation(a, b, bounds=(-3.0, 3.0))
+    assert (cut.difference, cut.p_value) == (2.0, 0.25)
+    assert (cut.low, cut.high) == pytest.approx((2 - half, 3.0), abs=1e-9)
 
 
 def test_sign_flip_beyond_the_exact_limit_is_a_seeded_monte_carlo():

@@ -29,7 +29,8 @@ def deberta_log_bucket(relative: Tensor, bucket_size: int, max_position: int) ->
     past max_position, so it gets sign(r) * 2 mid, past the last bucket, as it would with log
     buckets. The formula itself would divide by log((max_position - 1) / mid) <= 0 there:
     transformers' `make_log_bucket_position` then maps distances past mid back onto nearer
-    buckets (at max_position 32 and 256 buckets, |r| = 255 onto bucket 67) or onto a NaN. A
+    buckets (at max_position 32 and 256 buckets, |r| = 255 onto bucket 67), or to infinity
+    where max_position - 1 = mid (a division by log 1 = 0). A
     model whose max_len fits below mid reaches these distances only when run past max_len."""
     mid = bucket_size // 2
     distance = relative.abs()

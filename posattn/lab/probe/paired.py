@@ -14,6 +14,7 @@ from ..runs.statistics import paired_permutation
 from .settings import ProbeSettings
 
 METRICS = ("token", "exact")
+DIFFERENCE_BOUNDS = (-100.0, 100.0)
 
 
 def difference_at(mine: dict, reference: dict, length: str, metric: str) -> dict:
@@ -26,13 +27,8 @@ def difference_at(mine: dict, reference: dict, length: str, metric: str) -> dict
             return {"status": side["lengths"][length]["status"]}
     a = [100 * value for value in mine["lengths"][length][metric]["by_seed"]]
     b = [100 * value for value in reference["lengths"][length][metric]["by_seed"]]
-    difference = paired_permutation(a, b).to_dict()
-    if difference["interval"] is not None:
-        # A difference of two accuracies lies within +-100 points; so does its cut interval
-        # (the mean cannot lie outside, so it covers it as often as the whole one).
-        difference["interval"] = [max(-100.0, difference["interval"][0]),
-                                  min(100.0, difference["interval"][1])]  # fmt: skip
-    return difference
+    # A difference of two accuracies lies within +-100 points: its interval is cut there.
+    return paired_permutation(a, b, bounds=DIFFERENCE_BOUNDS).to_dict()
 
 
 def paired_results(results: dict, settings: ProbeSettings) -> dict:

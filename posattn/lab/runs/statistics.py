@@ -261,15 +261,18 @@ def smallest_sign_flip_p(runs: int) -> float:
     return 1.0 if runs < 2 else 2.0 / 2**runs
 
 
-def paired_permutation(a, b, confidence: float = 0.95) -> PairedComparison:
+def paired_permutation(
+    a, b, confidence: float = 0.95, bounds: tuple[float, float] | None = None
+) -> PairedComparison:
     """One number per seed for each encoding (a[i], b[i] from seed i): the mean difference
-    a - b, its Student-t interval over seeds (None for one seed) and the exact two-sided
-    sign-flip permutation p-value."""
+    a - b, its Student-t interval over seeds (None for one seed; cut to `bounds`, the limits
+    of a difference on the scale, as `mean_interval` cuts) and the exact two-sided sign-flip
+    permutation p-value."""
     x = np.asarray(a, dtype=np.float64).ravel()
     y = np.asarray(b, dtype=np.float64).ravel()
     if x.shape != y.shape or x.size == 0:
         raise ValueError(f"a ({x.size}) and b ({y.size}): one value per seed, as many in each")
-    interval = mean_interval(x - y, confidence)
+    interval = mean_interval(x - y, confidence, bounds=bounds)
     method = "sign-flip permutation over seeds, t-interval"
     return PairedComparison(
         interval.mean,
