@@ -35,6 +35,20 @@ def positive_integers_of(option: str, value: str, *, none_allowed: bool = False)
     return numbers
 
 
+def positive_numbers_of(option: str, value: str) -> list[float]:
+    """The positive numbers of a comma-separated option (rates, multipliers), at least one,
+    none repeated."""
+    allowed = "comma-separated positive numbers, at least one, none repeated"
+    try:
+        numbers = [float(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        numbers = []
+    finite = all(0 < number < float("inf") for number in numbers)
+    require(bool(numbers) and finite, option, value, allowed)
+    require(len(set(numbers)) == len(numbers), option, value, allowed)
+    return numbers
+
+
 def value_of(text: str) -> Any:
     """An option's value from the command line: JSON where it parses (64, 0.5, true, null,
     [1, 2]), else the text itself ("interleaved")."""

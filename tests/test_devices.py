@@ -89,7 +89,7 @@ def test_probe_cells_move_batches_to_the_model(step):
     task = probe_task("majority")
     model = probe_cell.build_model(task, "learned", settings).to(META)
     if step == "train":
-        run = lambda: probe_cell.train(model, task, settings, seed=0)  # noqa: E731
+        run = lambda: probe_cell.train(model, task, settings, 0, 10.0)  # noqa: E731
     else:
         run = lambda: probe_cell.evaluate(model, task, 8, 4, seed=0)  # noqa: E731
     assert input_devices(model, run) == {META}

@@ -42,12 +42,13 @@ def test_only_that_encodings_cells_change_fingerprint():
 def test_a_stored_cell_of_other_options_is_trained_again(tmp_path, monkeypatch):
     trained = []
 
-    def recording(task, encoding, seed, settings, path, device):
+    def recording(task, encoding, seed, scale, settings, path, device):
         """compute_cell without the training: the cell it stores carries its fingerprint."""
         trained.append((encoding, settings["encoding_options"]))
-        fingerprint = ProbeSettings(**settings).cell_fingerprint(encoding)
+        fingerprint = ProbeSettings(**settings).cell_fingerprint(encoding, scale)
         cell = {"task": task, "encoding": encoding, "seed": seed, "status": "unsupported",
-                "reason": "recorded", "fingerprint": fingerprint}  # fmt: skip
+                "reason": "recorded", "fingerprint": fingerprint,
+                "position_lr_scale": scale}  # fmt: skip
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(cell))
         return cell

@@ -62,15 +62,15 @@ def test_a_killed_run_redoes_only_its_unfinished_cells(smoke_run, tmp_path, monk
     shutil.copytree(smoke_run, run)
     before = json.loads((run / "results.json").read_text())["results"]
     # the kill: one cell never finished (only its partial file exists), results not written
-    lost = run / "cells" / "majority__learned__seed0.json"
+    lost = run / "cells" / "majority__learned__lr10__seed0.json"
     lost.rename(lost.with_name(lost.name + ".partial"))
     (run / "results.json").unlink()
     computed = []
     real_compute = grid.compute_cell
 
-    def counting_compute(task, encoding, seed, settings, path, device):
+    def counting_compute(task, encoding, seed, scale, settings, path, device):
         computed.append((task, encoding, seed))
-        return real_compute(task, encoding, seed, settings, path, device)
+        return real_compute(task, encoding, seed, scale, settings, path, device)
 
     monkeypatch.setattr(grid, "compute_cell", counting_compute)
     main(["probe", "--preset", "smoke", "--output", str(run)])
@@ -190,7 +190,7 @@ def test_bad_settings_name_the_parameter():
 def test_the_model_size_options_reach_the_cells(tmp_path, monkeypatch):
     seen = []
 
-    def recording(task, encoding, seed, settings, path, device):
+    def recording(task, encoding, seed, scale, settings, path, device):
         seen.append((settings["d_model"], settings["num_heads"]))
         raise SystemExit(0)  # nothing needs training to see the settings
 
@@ -217,7 +217,7 @@ def test_a_failed_cell_ends_the_run_without_training_the_rest(tmp_path):
     """Two worker processes; the first cell cannot be stored (a folder stands at its path):
     the error comes back, and the cells not started by then are not trained."""
     run = tmp_path / "run"
-    blocked = grid.cell_path(run, "majority", "learned", 0)
+    blocked = grid.cell_path(run, "majority", "learned", 0, 10.0)
     blocked.mkdir(parents=True)
     seeds = 12
     args = ["probe", "--preset", "smoke", "--output", str(run), "--tasks", "majority"]

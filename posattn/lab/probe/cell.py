@@ -62,7 +62,9 @@ def logits_of(model, batch: dict) -> torch.Tensor:
     ).logits
 
 
-def train(model, task: ProbeTask, settings: ProbeSettings, seed: int) -> list[float]:
+def train(
+    model, task: ProbeTask, settings: ProbeSettings, seed: int, position_lr_scale: float
+) -> list[float]:
     """AdamW with warm-up and cosine decay, the encoding's parameters at position_lr_scale
     times the rate; each batch has one length drawn uniformly from [task.min_length,
     train_len]. Returns the loss of every step."""
@@ -71,7 +73,7 @@ def train(model, task: ProbeTask, settings: ProbeSettings, seed: int) -> list[fl
     groups = [
         {
             "params": [p for p in model.parameters() if id(p) in positional],
-            "lr": settings.learning_rate * settings.position_lr_scale,
+            "lr": settings.learning_rate * position_lr_scale,
         },
         {"params": [p for p in model.parameters() if id(p) not in positional]},
     ]
@@ -123,19 +125,29 @@ def run_cell(
     seed: int,
     settings: ProbeSettings,
     device: torch.device | str = "cpu",
+    position_lr_scale: float | None = None,
 ) -> dict:
     """The cell's result: status "ok" with per-length metrics, or "unsupported" with the
     reason (a causal-only encoding on an encoder task, a bidirectional-only one on a causal
     task). Lengths past an encoding's position table are marked PAST_MAX_LEN. The model
-    trains on `device` (weights are drawn on the CPU first: the same on every device)."""
-    result = {"task": task.name, "encoding": encoding, "seed": seed}
+    trains on `device` (weights are drawn on the CPU first: the same on every device), its
+    encoding's parameters at position_lr_scale times the rate (default: the first of
+    settings.position_lr_scales)."""
+    if position_lr_scale is None:
+        position_lr_scale = settings.position_lr_scales[0]
+    result = {
+        "task": task.name,
+        "encoding": encoding,
+        "seed": seed,
+        "position_lr_scale": position_lr_scale,
+    }
     start, cpu_start = time.perf_counter(), time.process_time()
     torch.manual_seed(seed)
     try:
         model = build_model(task, encoding, settings).to(device)
     except PosAttnConfigError as error:
         return {**result, "status": "unsupported", "reason": str(error)}
-    losses = train(model, task, settings, seed)
+    losses = train(model, task, settings, seed, position_lr_scale)
     limit = encoding_of(model).max_positions
     lengths = {}
     for length in settings.test_lens:

@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ...option_lists import encoding_options_of, names_of, positive_integers_of
+from ...option_lists import (
+    encoding_options_of,
+    names_of,
+    positive_integers_of,
+    positive_numbers_of,
+)
 
 
 def settings_from(args: argparse.Namespace):
@@ -18,6 +23,10 @@ def settings_from(args: argparse.Namespace):
         overrides["encodings"] = names_of("--encodings", args.encodings)
     if args.test_lens:
         overrides["test_lens"] = positive_integers_of("--test-lens", args.test_lens)
+    if args.position_lr_scales is not None:
+        overrides["position_lr_scales"] = positive_numbers_of(
+            "--position-lr-scales", args.position_lr_scales
+        )
     if args.option:
         overrides["encoding_options"] = encoding_options_of("--option", args.option)
     if args.paired_with is not None:
@@ -63,6 +72,12 @@ def register(commands) -> None:
     )
     parser.add_argument("--segments", help="input (BERT, default) | attention (DIET Eq. 2) | none")
     parser.add_argument("--workers", type=int, help="processes training cells in parallel")
+    parser.add_argument(
+        "--position-lr-scales",
+        help="comma-separated rates of each encoding's own parameters, as multiples of the "
+        "learning rate (default 1,10); each task and encoding reports the one whose training "
+        "loss ends lowest",
+    )
     parser.add_argument(
         "--option",
         action="append",

@@ -1,5 +1,7 @@
-"""The probe grid: one cell per (task, encoding, seed), each stored atomically as it finishes
-so that a killed run redoes none of them; then results.json, the tables and the plots."""
+"""The probe grid: one cell per (task, encoding, seed, positional rate), each stored
+atomically as it finishes so that a killed run redoes none of them; then, for each (task,
+encoding), the rate whose training loss ended lowest, and results.json, the tables and the
+plots at it."""
 
 from __future__ import annotations
 
@@ -28,7 +30,13 @@ from .tasks import probe_task
 CELLS = "cells"
 
 
-def cell_path(run_dir: Path, task: str, encoding: str, seed: int) -> Path:
+def cell_path(run_dir: Path, task: str, encoding: str, seed: int, scale: float) -> Path:
+    return run_dir / CELLS / f"{task}__{encoding}__lr{scale:g}__seed{seed}.json"
+
+
+def single_rate_path(run_dir: Path, task: str, encoding: str, seed: int) -> Path:
+    """Where a cell was stored when a run had one positional rate: its fingerprint holds
+    that rate, so it is reused for the same rate alone."""
     return run_dir / CELLS / f"{task}__{encoding}__seed{seed}.json"
 
 
@@ -44,14 +52,28 @@ def stored_cell(path: Path, fingerprint: str) -> dict | None:
 
 
 def compute_cell(
-    task: str, encoding: str, seed: int, settings: dict, path: str, device: str = "cpu"
+    task: str,
+    encoding: str,
+    seed: int,
+    scale: float,
+    settings: dict,
+    path: str,
+    device: str = "cpu",
 ) -> dict:
     """Train and evaluate one cell on `device` and store it atomically."""
     probe_settings = ProbeSettings(**settings)
-    cell = run_cell(probe_task(task), encoding, seed, probe_settings, device)
-    cell["fingerprint"] = probe_settings.cell_fingerprint(encoding)
+    cell = run_cell(probe_task(task), encoding, seed, probe_settings, device, scale)
+    cell["fingerprint"] = probe_settings.cell_fingerprint(encoding, scale)
     write_atomic(Path(path), json.dumps(cell, indent=1) + "\n")
     return cell
+
+
+def finished_cell(run_dir: Path, key: tuple, fingerprint: str) -> dict | None:
+    """The stored cell of `key` (task, encoding, seed, rate) for these settings, also from a
+    run of that one rate (`single_rate_path`), or None."""
+    cell = stored_cell(cell_path(run_dir, *key), fingerprint)
+    cell = cell or stored_cell(single_rate_path(run_dir, *key[:3]), fingerprint)
+    return cell and {**cell, "position_lr_scale": key[3]}
 
 
 @contextmanager
@@ -71,13 +93,18 @@ def run_cells(
 ) -> list[dict]:
     """Every cell of the grid on `device`, computing only those not stored yet."""
     grid = [
-        (task, encoding, seed)
+        (task, encoding, seed, scale)
         for task in settings.tasks
         for encoding in settings.encodings
+        for scale in settings.position_lr_scales
         for seed in range(settings.seeds)
     ]
-    fingerprints = {name: settings.cell_fingerprint(name) for name in settings.encodings}
-    done = {key: stored_cell(cell_path(run_dir, *key), fingerprints[key[1]]) for key in grid}
+    fingerprints = {
+        (name, scale): settings.cell_fingerprint(name, scale)
+        for name in settings.encodings
+        for scale in settings.position_lr_scales
+    }
+    done = {key: finished_cell(run_dir, key, fingerprints[key[1], key[3]]) for key in grid}
     todo = [key for key in grid if done[key] is None]
     console.print(f"{len(grid) - len(todo)} of {len(grid)} cells already done, {len(todo)} to run")
     arguments = [(*key, asdict(settings), str(cell_path(run_dir, *key)), device) for key in todo]
@@ -108,7 +135,8 @@ def run_cells(
 
 
 def report_cell(console: Console, cell: dict, finished: int) -> None:
-    where = f"{cell['task']} / {cell['encoding']} / seed {cell['seed']}"
+    rate = f"positional rate x{cell['position_lr_scale']:g}"
+    where = f"{cell['task']} / {cell['encoding']} / {rate} / seed {cell['seed']}"
     if cell["status"] != "ok":
         console.print(f"[{finished}] {where}: unsupported")
         return
@@ -129,18 +157,50 @@ def summarise(values: list[float]) -> dict:
     }
 
 
+def mean_loss(runs: list[dict]) -> float:
+    return statistics.fmean(c["final_train_loss"] for c in runs)
+
+
+def at_chosen_rate(by_rate: dict[float, list[dict]]) -> float:
+    """The positional rate whose final training loss, averaged over the seeds, is lowest (the
+    first candidate on a tie). The loss is that of the last steps' examples, each drawn fresh:
+    no example of it was trained on before, so the choice reads no test example."""
+    return min(by_rate, key=lambda scale: mean_loss(by_rate[scale]))
+
+
+def rate_summary(by_rate: dict[float, list[dict]], settings: ProbeSettings) -> dict:
+    """Per candidate rate: the mean final training loss and token accuracy at the shortest
+    test length (None past a position table)."""
+    shortest = str(min(settings.test_lens))
+    summary = {}
+    for scale, runs in by_rate.items():
+        at_length = [c["lengths"][shortest] for c in runs]
+        token = (
+            None if "status" in at_length[0] else statistics.fmean(m["token"] for m in at_length)
+        )
+        summary[f"{scale:g}"] = {"final_train_loss": mean_loss(runs), "token": token}
+    return summary
+
+
 def aggregate(cells: list[dict], settings: ProbeSettings) -> dict:
-    """results[task][encoding] = {"status", "reason"?, "lengths": {n: {"token", "exact"} as
-    mean/std/by_seed, or {"status": ...}}}."""
+    """results[task][encoding] = {"status", "reason"?, "position_lr_scale" (the rate chosen,
+    `at_chosen_rate`), "rates" (`rate_summary`), "lengths": {n: {"token", "exact"} as
+    mean/std/by_seed at that rate, or {"status": ...}}}."""
     results: dict = {}
     for task in settings.tasks:
         results[task] = {}
         for encoding in settings.encodings:
-            runs = [c for c in cells if c["task"] == task and c["encoding"] == encoding]
-            if any(c["status"] != "ok" for c in runs):
-                reason = next(c["reason"] for c in runs if c["status"] != "ok")
+            every = [c for c in cells if c["task"] == task and c["encoding"] == encoding]
+            if any(c["status"] != "ok" for c in every):
+                reason = next(c["reason"] for c in every if c["status"] != "ok")
                 results[task][encoding] = {"status": "unsupported", "reason": reason}
                 continue
+            by_rate = {
+                scale: [c for c in every if c["position_lr_scale"] == scale]
+                for scale in settings.position_lr_scales
+            }
+            chosen = at_chosen_rate(by_rate)
+            runs = by_rate[chosen]
             lengths = {}
             for length in map(str, settings.test_lens):
                 at_length = [c["lengths"][length] for c in runs]
@@ -154,6 +214,8 @@ def aggregate(cells: list[dict], settings: ProbeSettings) -> dict:
             results[task][encoding] = {
                 "status": "ok",
                 "model": probe_task(task).model,
+                "position_lr_scale": chosen,
+                "rates": rate_summary(by_rate, settings),
                 "final_train_loss": summarise([c["final_train_loss"] for c in runs]),
                 "lengths": lengths,
             }

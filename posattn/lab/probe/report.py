@@ -109,6 +109,34 @@ def paired_sections(paired: dict, settings: ProbeSettings) -> list[str]:
     return lines
 
 
+def rate_lines(results: dict, settings: ProbeSettings) -> list[str]:
+    """Which positional rate each (task, encoding) reports, where the run had candidates."""
+    if len(settings.position_lr_scales) == 1:
+        return []
+
+    def chosen(result: dict) -> str:
+        if result["status"] != "ok":
+            return "n/a"
+        return f"x{result['position_lr_scale']:g}"
+
+    rows = [
+        [f"`{encoding}`"] + [chosen(results[task][encoding]) for task in settings.tasks]
+        for encoding in settings.encodings
+    ]
+    candidates = ", ".join(f"x{scale:g}" for scale in settings.position_lr_scales)
+    return [
+        "## Positional rate",
+        "",
+        f"Each encoding's own parameters trained at {candidates} the learning rate; every "
+        "table reports, per task and encoding, the rate whose final training loss (examples "
+        "drawn fresh at each step) was lowest on average over the seeds. Losses and accuracy "
+        "at every rate: results.json's `rates`.",
+        "",
+        *table_lines(["encoding", *settings.tasks], rows),
+        "",
+    ]
+
+
 def options_lines(settings: ProbeSettings) -> list[str]:
     """The options given for encodings of the run (`--option`), or nothing."""
     given = [
@@ -145,6 +173,7 @@ def results_markdown(results: dict, settings: ProbeSettings, paired: dict | None
         "",
         *table(results, settings, "exact"),
         "",
+        *rate_lines(results, settings),
         *paired_sections(paired or {}, settings),
     ]
     return "\n".join(parts)

@@ -1,5 +1,5 @@
-"""What a probe run trains and evaluates; `default` fits the full grid in ten minutes on two
-CPU cores, `smoke` is for the tests."""
+"""What a probe run trains and evaluates: `default` is every task, nine encodings, three seeds
+and two positional rates (432 cells), `smoke` is for the tests."""
 
 from __future__ import annotations
 
@@ -40,9 +40,13 @@ class ProbeSettings:
     steps: int = 250
     batch_size: int = 32
     learning_rate: float = 3e-3
-    # The encoding's own parameters train faster: a logit bias must grow to O(log n) to pick
-    # one offset, which the shared rate does not reach in a few hundred steps.
-    position_lr_scale: float = 10.0
+    # Rates for the encoding's own parameters, as multiples of learning_rate. A logit bias
+    # must grow to O(log n) to pick one offset, which the shared rate does not reach in a few
+    # hundred steps (T5, DIET-REL), while ten times it over-drives a position table behind
+    # projections (TUPE: every entry of p U moves by up to d steps of U's). Each (task,
+    # encoding) trains at every rate and reports the one whose training loss ends lowest - a
+    # loss on examples drawn fresh at each step, so on unseen data (`grid.at_chosen_rate`).
+    position_lr_scales: list[float] = field(default_factory=lambda: [1.0, 10.0])
     d_model: int = 64
     num_layers: int = 2
     num_heads: int = 4
@@ -70,11 +74,14 @@ class ProbeSettings:
             f"a multiple of num_heads={self.num_heads} (the head size is d_model / num_heads)",
         )
         require(self.learning_rate > 0, "learning_rate", self.learning_rate, "a positive rate")
+        scales = self.position_lr_scales
         require(
-            self.position_lr_scale > 0,
-            "position_lr_scale",
-            self.position_lr_scale,
-            "a positive multiplier of the learning rate",
+            bool(scales)
+            and all(isinstance(s, int | float) and s > 0 for s in scales)
+            and len(set(scales)) == len(scales),
+            "position_lr_scales",
+            scales,
+            "positive multipliers of the learning rate, at least one, none repeated",
         )
         require_choice("segments", self.segments, SEGMENT_MODES)
         require(bool(self.tasks), "tasks", self.tasks, "at least one task")
@@ -121,19 +128,27 @@ class ProbeSettings:
         """The options encoding `encoding` is built with."""
         return {**PROBE_OPTIONS.get(encoding, {}), **self.encoding_options.get(encoding, {})}
 
-    def cell_settings(self, encoding: str | None = None) -> dict:
-        """Everything a (task, encoding, seed) cell's result depends on besides those three,
-        and the posattn version: with `encoding`, the options given for it (none given: the
-        settings every cell shares, so cells run before options existed keep their
-        fingerprint)."""
+    def cell_settings(
+        self, encoding: str | None = None, position_lr_scale: float | None = None
+    ) -> dict:
+        """Everything a (task, encoding, seed, rate) cell's result depends on besides the
+        first three, and the posattn version: with `encoding`, the options given for it (none
+        given: the settings every cell shares, so cells run before options existed keep their
+        fingerprint); the cell's own positional rate (default: the first candidate) where the
+        candidates were, so cells run when one rate was the setting keep theirs."""
         skip = {"tasks", "encodings", "seeds", "workers", "paired_with", "encoding_options"}
+        skip.add("position_lr_scales")
         probe = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+        scale = self.position_lr_scales[0] if position_lr_scale is None else position_lr_scale
+        probe["position_lr_scale"] = float(scale)
         given = self.encoding_options.get(encoding, {}) if encoding else {}
         return run_settings(probe={**probe, "encoding_options": given} if given else probe)
 
-    def cell_fingerprint(self, encoding: str | None = None) -> str:
+    def cell_fingerprint(
+        self, encoding: str | None = None, position_lr_scale: float | None = None
+    ) -> str:
         """The run fingerprint (lab/runs/fingerprint.py) of `cell_settings`."""
-        return fingerprint(self.cell_settings(encoding))
+        return fingerprint(self.cell_settings(encoding, position_lr_scale))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -150,6 +165,7 @@ PRESETS = {
         steps=200,
         eval_examples=32,
         workers=1,
+        position_lr_scales=[10.0],
     ),
 }
 
