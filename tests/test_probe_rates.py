@@ -104,6 +104,29 @@ def test_a_cell_of_a_one_rate_run_is_reused_and_the_other_rate_trained(tmp_path,
     ]
 
 
+def test_an_encoding_without_parameters_trains_at_the_first_rate_alone(tmp_path, monkeypatch):
+    trained = []
+
+    def recording(task, encoding, seed, scale, settings, path, device):
+        trained.append((encoding, scale))
+        cell = {**made_cell(seed, scale, 0.5, 0.5), "encoding": encoding, "seconds": 0.0}
+        return {**cell, "fingerprint": ProbeSettings(**settings).cell_fingerprint(encoding, scale)}
+
+    monkeypatch.setattr(grid, "compute_cell", recording)
+    encodings = ["none", "alibi", "rope", "learned"]
+    settings = preset("smoke", tasks=["majority"], encodings=encodings, seeds=1,
+                      test_lens=[16], position_lr_scales=[1.0, 10.0])  # fmt: skip
+    cells = grid.run_cells(settings, tmp_path, Console(quiet=True))
+    assert trained == [("none", 1.0), ("alibi", 1.0), ("rope", 1.0), ("learned", 1.0),
+                       ("learned", 10.0)]  # fmt: skip
+    results = grid.aggregate(cells, settings)["majority"]
+    assert list(results["none"]["rates"]) == ["1"] and list(results["learned"]["rates"]) == [
+        "1",
+        "10",
+    ]
+    assert "| `none` | - |" in results_markdown(grid.aggregate(cells, settings), settings)
+
+
 def test_the_encodings_parameters_train_at_the_cells_rate(monkeypatch):
     rates = []
 

@@ -92,17 +92,18 @@ def run_cells(
     settings: ProbeSettings, run_dir: Path, console: Console, device: str = "cpu"
 ) -> list[dict]:
     """Every cell of the grid on `device`, computing only those not stored yet."""
+    rates = {name: settings.rates_of(name) for name in settings.encodings}
     grid = [
         (task, encoding, seed, scale)
         for task in settings.tasks
         for encoding in settings.encodings
-        for scale in settings.position_lr_scales
+        for scale in rates[encoding]
         for seed in range(settings.seeds)
     ]
     fingerprints = {
         (name, scale): settings.cell_fingerprint(name, scale)
         for name in settings.encodings
-        for scale in settings.position_lr_scales
+        for scale in rates[name]
     }
     done = {key: finished_cell(run_dir, key, fingerprints[key[1], key[3]]) for key in grid}
     todo = [key for key in grid if done[key] is None]
@@ -197,7 +198,7 @@ def aggregate(cells: list[dict], settings: ProbeSettings) -> dict:
                 continue
             by_rate = {
                 scale: [c for c in every if c["position_lr_scale"] == scale]
-                for scale in settings.position_lr_scales
+                for scale in settings.rates_of(encoding)
             }
             chosen = at_chosen_rate(by_rate)
             runs = by_rate[chosen]

@@ -117,7 +117,7 @@ def rate_lines(results: dict, settings: ProbeSettings) -> list[str]:
     def chosen(result: dict) -> str:
         if result["status"] != "ok":
             return "n/a"
-        return f"x{result['position_lr_scale']:g}"
+        return f"x{result['position_lr_scale']:g}" if len(result["rates"]) > 1 else "-"
 
     rows = [
         [f"`{encoding}`"] + [chosen(results[task][encoding]) for task in settings.tasks]
@@ -129,8 +129,8 @@ def rate_lines(results: dict, settings: ProbeSettings) -> list[str]:
         "",
         f"Each encoding's own parameters trained at {candidates} the learning rate; every "
         "table reports, per task and encoding, the rate whose final training loss (examples "
-        "drawn fresh at each step) was lowest on average over the seeds. Losses and accuracy "
-        "at every rate: results.json's `rates`.",
+        "drawn fresh at each step) was lowest on average over the seeds (-: no parameters of "
+        "its own, one rate). Losses and accuracy at every rate: results.json's `rates`.",
         "",
         *table_lines(["encoding", *settings.tasks], rows),
         "",

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from ...encodings import encoding_class, encoding_options
-from ...errors import invalid, require, require_choice, require_positive_int
+from ...encodings import ModelDims, build_encoding, encoding_class, encoding_options
+from ...errors import PosAttnConfigError, invalid, require, require_choice, require_positive_int
 from ...models.segments import SEGMENT_MODES
 from ..runs.fingerprint import fingerprint, run_settings
 from .tasks import TASKS, probe_task
@@ -123,6 +123,26 @@ class ProbeSettings:
         if self.paired_with is not None:
             return list(self.paired_with)
         return [name for name in ("learned", "none") if name in self.encodings]
+
+    def rates_of(self, encoding: str) -> list[float]:
+        """The positional rates `encoding` trains at: every candidate, or the first alone for
+        an encoding without parameters of its own (none, sinusoidal, rope, xpos, alibi),
+        which no rate moves."""
+        return self.position_lr_scales if self.learns(encoding) else self.position_lr_scales[:1]
+
+    def learns(self, encoding: str) -> bool:
+        """Whether `encoding` has parameters at this model's sizes (built in whichever
+        direction it serves)."""
+        for causal in (False, True):
+            dims = ModelDims(
+                self.d_model, self.num_heads, self.num_layers, self.train_len, causal=causal
+            )
+            try:
+                built = build_encoding(encoding, dims, self.options_of(encoding))
+            except PosAttnConfigError:
+                continue
+            return any(True for _ in built.parameters())
+        return True
 
     def options_of(self, encoding: str) -> dict[str, Any]:
         """The options encoding `encoding` is built with."""
