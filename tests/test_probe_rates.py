@@ -173,3 +173,26 @@ def test_settings_refuse_an_empty_or_repeated_list():
     for scales in ([], [1.0, 1.0], [0.0]):
         with pytest.raises(PosAttnConfigError, match="position_lr_scales"):
             preset("smoke", position_lr_scales=scales)
+
+
+def test_linformers_sequence_projections_keep_the_shared_rate(monkeypatch):
+    """As in `posattn pretrain`: the rate reaches the position terms alone, and the cells of
+    an encoding that holds other parameters say so in their fingerprint (cells from before
+    trained E and F at the positional rate)."""
+    groups_seen = []
+
+    def recorded(groups, **kwargs):
+        groups_seen.append([len(group["params"]) for group in groups])
+        raise SystemExit
+
+    monkeypatch.setattr(torch.optim, "AdamW", recorded)
+    settings = preset("smoke")
+    with pytest.raises(SystemExit):
+        probe_cell.run_cell(probe_task("majority"), "linformer", 0, settings)
+    model = probe_cell.build_model(probe_task("majority"), "linformer", settings)
+    encoding = probe_cell.encoding_of(model)
+    positional = encoding.positional_parameters()
+    assert 0 < len(positional) < len(list(encoding.parameters()))  # E and F left out
+    assert groups_seen == [[len(positional), len(list(model.parameters())) - len(positional)]]
+    assert settings.cell_settings("linformer")["probe"]["rate_reaches"] == "positional parameters"
+    assert "rate_reaches" not in settings.cell_settings("learned")["probe"]

@@ -65,11 +65,12 @@ def logits_of(model, batch: dict) -> torch.Tensor:
 def train(
     model, task: ProbeTask, settings: ProbeSettings, seed: int, position_lr_scale: float
 ) -> list[float]:
-    """AdamW with warm-up and cosine decay, the encoding's parameters at position_lr_scale
-    times the rate; each batch has one length drawn uniformly from [task.min_length,
-    train_len]. Returns the loss of every step."""
+    """AdamW with warm-up and cosine decay, the encoding's position parameters at
+    position_lr_scale times the rate; each batch has one length drawn uniformly from
+    [task.min_length, train_len]. Returns the loss of every step."""
     rng = random.Random(f"probe:{task.name}:train:{seed}")
-    positional = {id(p) for p in encoding_of(model).parameters()}
+    # the position terms alone (Linformer's sequence projections keep the shared rate)
+    positional = {id(p) for p in encoding_of(model).positional_parameters()}
     groups = [
         {
             "params": [p for p in model.parameters() if id(p) in positional],

@@ -6,7 +6,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from ...encodings import ModelDims, build_encoding, encoding_class, encoding_options
+from ...encodings import (
+    ModelDims,
+    PositionalEncoding,
+    build_encoding,
+    encoding_class,
+    encoding_options,
+)
 from ...errors import PosAttnConfigError, invalid, require, require_choice, require_positive_int
 from ...models.segments import SEGMENT_MODES
 from ..runs.fingerprint import fingerprint, run_settings
@@ -131,18 +137,30 @@ class ProbeSettings:
         return self.position_lr_scales if self.learns(encoding) else self.position_lr_scales[:1]
 
     def learns(self, encoding: str) -> bool:
-        """Whether `encoding` has parameters at this model's sizes (built in whichever
-        direction it serves)."""
+        """Whether `encoding` has position parameters at this model's sizes, the ones a
+        positional rate moves (`PositionalEncoding.positional_parameters`)."""
+        built = self.built(encoding)
+        return built is None or bool(built.positional_parameters())
+
+    def holds_other_parameters(self, encoding: str) -> bool:
+        """Whether some of `encoding`'s parameters are not position terms (Linformer's sequence
+        projections E and F): they train at the shared rate, as in `posattn pretrain`."""
+        built = self.built(encoding)
+        every = list(built.parameters()) if built is not None else []
+        return built is not None and len(built.positional_parameters()) != len(every)
+
+    def built(self, encoding: str) -> PositionalEncoding | None:
+        """`encoding` built at this model's sizes, in whichever direction it serves (None if
+        neither: the cells then say why)."""
         for causal in (False, True):
             dims = ModelDims(
                 self.d_model, self.num_heads, self.num_layers, self.train_len, causal=causal
             )
             try:
-                built = build_encoding(encoding, dims, self.options_of(encoding))
+                return build_encoding(encoding, dims, self.options_of(encoding))
             except PosAttnConfigError:
                 continue
-            return any(True for _ in built.parameters())
-        return True
+        return None
 
     def options_of(self, encoding: str) -> dict[str, Any]:
         """The options encoding `encoding` is built with."""
@@ -161,6 +179,9 @@ class ProbeSettings:
         probe = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         scale = self.position_lr_scales[0] if position_lr_scale is None else position_lr_scale
         probe["position_lr_scale"] = float(scale)
+        if encoding and self.holds_other_parameters(encoding):
+            # Since the rate left Linformer's E and F: cells from before trained them at it.
+            probe["rate_reaches"] = "positional parameters"
         given = self.encoding_options.get(encoding, {}) if encoding else {}
         return run_settings(probe={**probe, "encoding_options": given} if given else probe)
 
