@@ -196,9 +196,11 @@ def aggregate(cells: list[dict], settings: ProbeSettings) -> dict:
                 reason = next(c["reason"] for c in every if c["status"] != "ok")
                 results[task][encoding] = {"status": "unsupported", "reason": reason}
                 continue
+            # the rates its cells trained at (`settings.rates_of`), in the candidates' order
             by_rate = {
-                scale: [c for c in every if c["position_lr_scale"] == scale]
-                for scale in settings.rates_of(encoding)
+                scale: runs
+                for scale in settings.position_lr_scales
+                if (runs := [c for c in every if c["position_lr_scale"] == scale])
             }
             chosen = at_chosen_rate(by_rate)
             runs = by_rate[chosen]

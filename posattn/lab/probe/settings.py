@@ -147,8 +147,9 @@ class ProbeSettings:
         """Whether some of `encoding`'s parameters are not position terms (Linformer's sequence
         projections E and F): they train at the shared rate, as in `posattn pretrain`."""
         built = self.built(encoding)
-        every = list(built.parameters()) if built is not None else []
-        return built is not None and len(built.positional_parameters()) != len(every)
+        if built is None:
+            return False
+        return len(built.positional_parameters()) < len(list(built.parameters()))
 
     def built(self, encoding: str) -> PositionalEncoding | None:
         """`encoding` built at this model's sizes, in whichever direction it serves (None if
@@ -175,8 +176,9 @@ class ProbeSettings:
         given: the settings every cell shares, so cells run before options existed keep their
         fingerprint); the cell's own positional rate (default: the first candidate) where the
         candidates were, so cells run when one rate was the setting keep theirs."""
+        # the cell's own rate stands in for the candidates (position_lr_scales)
         skip = {"tasks", "encodings", "seeds", "workers", "paired_with", "encoding_options"}
-        skip.add("position_lr_scales")
+        skip |= {"position_lr_scales"}
         probe = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         scale = self.position_lr_scales[0] if position_lr_scale is None else position_lr_scale
         probe["position_lr_scale"] = float(scale)
