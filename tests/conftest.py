@@ -140,10 +140,15 @@ def randomised(model):
 
 
 def tiny_encoder(encoding: str = "learned", seed: int = 0, **overrides) -> Encoder:
+    """A float64 encoder of `tiny_config` with every parameter random (`random_encoder`)."""
+    return random_encoder(tiny_config(encoding, **overrides), seed)
+
+
+def random_encoder(config: PosAttnConfig, seed: int = 0) -> Encoder:
     """A float64 encoder in eval mode whose every parameter is random (LayerNorms and biases
     included, so no term can hide behind a zero or a one)."""
     torch.manual_seed(seed)
-    model = Encoder(tiny_config(encoding, **overrides)).eval()
+    model = Encoder(config).eval()
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.copy_(torch.randn_like(parameter) * 0.5)

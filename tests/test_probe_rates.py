@@ -32,6 +32,18 @@ def made_cell(seed: int, scale: float, loss: float, token: float) -> dict:
     }
 
 
+def compute_without_training(trained: list):
+    """A stand-in for `grid.compute_cell` that records (encoding, rate) and returns a cell of
+    loss 0.5 with its fingerprint, nothing trained or stored."""
+
+    def compute(task, encoding, seed, scale, settings, path, device):
+        trained.append((encoding, scale))
+        cell = {**made_cell(seed, scale, 0.5, 0.5), "encoding": encoding, "seconds": 0.0}
+        return {**cell, "fingerprint": ProbeSettings(**settings).cell_fingerprint(encoding, scale)}
+
+    return compute
+
+
 TWO_RATES = preset(
     "smoke", tasks=["majority"], encodings=["learned"], seeds=2, test_lens=[16],
     position_lr_scales=[1.0, 10.0],
@@ -81,23 +93,17 @@ def test_a_rates_cells_keep_the_fingerprint_of_a_run_of_that_rate_alone():
 def test_a_cell_of_a_one_rate_run_is_reused_and_the_other_rate_trained(tmp_path, monkeypatch):
     trained = []
 
-    def recording(task, encoding, seed, scale, settings, path, device):
-        trained.append(scale)
-        cell = {**made_cell(seed, scale, 0.5, 0.5), "seconds": 0.0}
-        fingerprint = ProbeSettings(**settings).cell_fingerprint(encoding, scale)
-        return {**cell, "fingerprint": fingerprint}
-
     one_rate = preset("smoke", tasks=["majority"], encodings=["learned"], seeds=1)
     stored = {**made_cell(0, 10.0, 0.4, 0.7), "fingerprint": one_rate.cell_fingerprint("learned")}
     del stored["position_lr_scale"]  # cells of one-rate runs did not record it
     path = grid.single_rate_path(tmp_path, "majority", "learned", 0)
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(stored))
-    monkeypatch.setattr(grid, "compute_cell", recording)
+    monkeypatch.setattr(grid, "compute_cell", compute_without_training(trained))
     both = preset("smoke", tasks=["majority"], encodings=["learned"], seeds=1,
                   position_lr_scales=[1.0, 10.0])  # fmt: skip
     cells = grid.run_cells(both, tmp_path, Console(quiet=True))
-    assert trained == [1.0]
+    assert trained == [("learned", 1.0)]
     assert [(c["position_lr_scale"], c["final_train_loss"]) for c in cells] == [
         (1.0, 0.5),
         (10.0, 0.4),
@@ -107,12 +113,7 @@ def test_a_cell_of_a_one_rate_run_is_reused_and_the_other_rate_trained(tmp_path,
 def test_an_encoding_without_parameters_trains_at_the_first_rate_alone(tmp_path, monkeypatch):
     trained = []
 
-    def recording(task, encoding, seed, scale, settings, path, device):
-        trained.append((encoding, scale))
-        cell = {**made_cell(seed, scale, 0.5, 0.5), "encoding": encoding, "seconds": 0.0}
-        return {**cell, "fingerprint": ProbeSettings(**settings).cell_fingerprint(encoding, scale)}
-
-    monkeypatch.setattr(grid, "compute_cell", recording)
+    monkeypatch.setattr(grid, "compute_cell", compute_without_training(trained))
     encodings = ["none", "alibi", "rope", "learned"]
     settings = preset("smoke", tasks=["majority"], encodings=encodings, seeds=1,
                       test_lens=[16], position_lr_scales=[1.0, 10.0])  # fmt: skip

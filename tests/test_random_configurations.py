@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from conftest import CAUSAL_ONLY, PROJECTED, REQUIRED_OPTIONS
+from conftest import CAUSAL_ONLY, PROJECTED, REQUIRED_OPTIONS, random_encoder
 from transformers import DynamicCache
 
 from posattn import Encoder, PosAttnConfig, PosAttnConfigError
@@ -107,16 +107,6 @@ def draw(encoding: str, seed: int, *, causal: bool | None = None, segments: bool
         return Drawn(config, lengths)
 
 
-def random_model(drawn: Drawn, seed: int) -> Encoder:
-    """Every parameter random (LayerNorms and biases included): no term hides behind a zero."""
-    torch.manual_seed(seed)
-    model = Encoder(drawn.config).eval()
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.copy_(torch.randn_like(parameter) * 0.5)
-    return model
-
-
 def batch(drawn: Drawn, seed: int):
     """Right-padded ids, mask and segment ids [B, n] for `drawn.lengths` (the second segment
     from half of each sequence on)."""
@@ -138,7 +128,7 @@ def padded(tensors, extra: int):
 @pytest.mark.parametrize(("encoding", "seed"), EVERY)
 def test_every_cpu_kernel_gives_eagers_outputs_and_gradients(encoding, seed, choose):
     drawn = draw(encoding, seed)
-    model = random_model(drawn, seed)
+    model = random_encoder(drawn.config, seed)
     ids, mask, segments = batch(drawn, seed)
     # the recomputing backward of sdpa-lowmem and auto at any size, and folded factors
     choose(recompute_threshold_bytes=0, fold=seed % 2 == 0)
@@ -167,7 +157,7 @@ def test_every_cpu_kernel_gives_eagers_outputs_and_gradients(encoding, seed, cho
 @pytest.mark.parametrize(("encoding", "seed"), EVERY)
 def test_appended_padding_changes_no_real_output(encoding, seed):
     drawn = draw(encoding, seed + 10)
-    model = random_model(drawn, seed)
+    model = random_encoder(drawn.config, seed)
     ids, mask, segments = batch(drawn, seed)
     with torch.no_grad():
         out = model(ids, mask, segments)
@@ -180,7 +170,7 @@ def test_appended_padding_changes_no_real_output(encoding, seed):
 @pytest.mark.parametrize(("encoding", "seed"), ALONG_THE_ROW)
 def test_decoding_with_a_cache_gives_the_whole_forwards_outputs(encoding, seed):
     drawn = draw(encoding, seed + 20, causal=True)
-    model = random_model(drawn, seed)
+    model = random_encoder(drawn.config, seed)
     ids = batch(drawn, seed)[0].clamp(min=1)  # every sequence at the longest length
     # a forward shorter than TUPE's cls_index is refused: the prompt holds [CLS]
     cls_index = drawn.config.encoding_options.get("cls_index", 0)
@@ -199,7 +189,7 @@ def test_decoding_with_a_cache_gives_the_whole_forwards_outputs(encoding, seed):
 @pytest.mark.parametrize(("encoding", "seed"), ALONG_THE_ROW)
 def test_packed_documents_give_each_documents_own_outputs(encoding, seed):
     drawn = draw(encoding, seed + 30, segments=False)
-    model = random_model(drawn, seed)
+    model = random_encoder(drawn.config, seed)
     documents = [torch.randint(1, 40, (1, length)) for length in drawn.lengths]
     # a document alone shorter than TUPE's cls_index is refused: each holds its [CLS]
     cls_index = drawn.config.encoding_options.get("cls_index", 0)
