@@ -106,6 +106,15 @@ def test_arms_trained_apart_are_compared_pair_by_pair_with_their_setting_differe
     assert summary["unfinished"] == {"rel-x10": [unfinished]}
     assert f"Not finished, so left out: `rel-x10` {unfinished}." in markdown
     assert json.loads((output / "results.json").read_text())["pairwise"] == summary["pairwise"]
+    # Over training seeds, the same pairs: each seed's score of one arm minus the other's.
+    over_seeds = {(c["system"], c["against"]): c for c in summary["over_seeds"]}
+    assert set(over_seeds) == set(pairs)
+    per_seed = corpus_scores(HALF, REFERENCES)["bleu"] - corpus_scores(POOR, REFERENCES)["bleu"]
+    assert over_seeds["rel", "sinusoidal"]["bleu"]["difference"] == pytest.approx(per_seed)
+    assert over_seeds["rel", "sinusoidal"]["bleu"]["interval"] == pytest.approx([per_seed] * 2)
+    assert over_seeds["rel", "sinusoidal"]["bleu"]["p_value"] == pytest.approx(0.5)
+    assert over_seeds["rel-x10", "rel"]["bleu"]["interval"] is None  # one seed in common
+    assert markdown.index("Every pair of arms") < markdown.index("## Over training seeds")
 
 
 def test_runs_that_cannot_be_paired_are_refused(tmp_path):

@@ -216,4 +216,4 @@ def combine_runs(specs: list[str], output: Path, all_pairs: bool = False) -> dic
         extra["pairwise"] = pairwise_tests(results, tests)
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
-    return write_report(output, results, context, tests, extra)
+    return write_report(output, results, context, tests, extra, all_pairs=all_pairs)

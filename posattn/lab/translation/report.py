@@ -183,10 +183,15 @@ def length_tuned_lines(tuned: dict) -> list[str]:
 
 
 def translation_markdown(
-    results: dict, context: dict, tests: dict | None = None, extra: dict | None = None
+    results: dict,
+    context: dict,
+    tests: dict | None = None,
+    extra: dict | None = None,
+    over_seeds: list[str] | None = None,
 ) -> str:
     """The comparison's markdown; `extra` (posattn translate combine) may add the settings that
-    differ between arms and the paired tests of every pair."""
+    differ between arms and the paired tests of every pair; `over_seeds`, the section of the
+    arms' differences over training seeds (seed_pairs.py), follows the paired tests."""
     extra = extra or {}
     any_run = next(iter(next(iter(results.values())).values()))
     test = any_run["evaluation"]["test"]
@@ -219,6 +224,8 @@ def translation_markdown(
     ]
     if extra.get("pairwise"):
         parts += pairwise_lines(extra["pairwise"])
+    if over_seeds:
+        parts += ["", *over_seeds]
     if extra.get("length_tuned"):
         parts += ["", *length_tuned_lines(extra["length_tuned"])]
     parts += ["", time_line(context), data_line(context)]

@@ -1,0 +1,87 @@
+"""Translation arms compared over training seeds: each seed's test score (and dev loss) of one
+arm minus the other's, the mean difference with its Student-t interval over seeds and the exact
+sign-flip p-value (lab/runs/statistics.py, as the pretraining comparisons read their seeds).
+
+sacrebleu's paired tests (report.py) resample test sentences of seeds stacked together, so
+they say whether two sets of outputs differ, not whether a second training seed would land on
+the same side: a claim about encodings needs this one."""
+
+from __future__ import annotations
+
+from ..runs.statistics import paired_permutation, smallest_sign_flip_p
+from ..runs.tables import markdown_table as table
+
+# (key in a run's metrics, label); test scores of the beam at the run's decoding settings
+MEASURES = (("bleu", "BLEU"), ("chrf", "chrF"), ("dev_loss", "dev loss"))
+
+
+def measure(run: dict, key: str) -> float:
+    if key == "dev_loss":
+        return run["final_dev_loss"]
+    return run["evaluation"]["test"]["beam"][key]
+
+
+def arm_pairs(arms: list[str], all_pairs: bool) -> list[tuple[str, str]]:
+    """(system, against): every arm against the first, or every pair in the arms' order."""
+    if all_pairs:
+        return [(other, base) for i, base in enumerate(arms) for other in arms[i + 1 :]]
+    return [(other, arms[0]) for other in arms[1:]]
+
+
+def seed_comparisons(results: dict, all_pairs: bool = False) -> list[dict]:
+    """[{system, against, seeds, bleu, chrf, dev_loss}] with each measure's paired comparison
+    (`PairedComparison.to_dict`: difference system - against, interval or None for one seed,
+    p_value, runs, method) over the seeds both arms ran; pairs with no seed in common are
+    left out."""
+    comparisons = []
+    for system, against in arm_pairs(list(results), all_pairs):
+        seeds = sorted(set(results[system]) & set(results[against]))
+        if not seeds:
+            continue
+        entry = {"system": system, "against": against, "seeds": seeds}
+        for key, _ in MEASURES:
+            mine = [measure(results[system][s], key) for s in seeds]
+            theirs = [measure(results[against][s], key) for s in seeds]
+            entry[key] = paired_permutation(mine, theirs).to_dict()
+        comparisons.append(entry)
+    return comparisons
+
+
+def difference_cell(comparison: dict, digits: int) -> str:
+    interval = comparison["interval"]
+    text = f"{comparison['difference']:+.{digits}f}"
+    if interval is None:
+        return text
+    return f"{text} [{interval[0]:+.{digits}f}, {interval[1]:+.{digits}f}]"
+
+
+def seed_comparison_lines(comparisons: list[dict]) -> list[str]:
+    """The markdown section: one row a pair, each measure's difference [95% interval] and p."""
+    if not comparisons:
+        return []
+    rows = []
+    for c in comparisons:
+        row = [f"`{c['system']}` - `{c['against']}`", ", ".join(map(str, c["seeds"]))]
+        for key, _ in MEASURES:
+            digits = 3 if key == "dev_loss" else 2
+            row += [difference_cell(c[key], digits), f"{c[key]['p_value']:.3f}"]
+        rows.append(row)
+    header = ["comparison", "seeds"]
+    for _, label in MEASURES:
+        header += [f"{label} diff [95%]", "p"]
+    fewest = min(len(c["seeds"]) for c in comparisons)
+    lines = [
+        "## Over training seeds",
+        "Each seed's test score (beam) and dev loss of one arm minus the other's, paired by "
+        "seed: the mean difference, its 95% Student-t interval over seeds and the exact "
+        "sign-flip p-value. These cover seed noise, which the test over sentences above does "
+        "not; a verdict reads the interval.",
+    ]
+    if fewest < 2:
+        lines.append("A pair with one seed in common has no interval.")
+    elif fewest < 6:
+        lines.append(
+            f"With {fewest} seeds the smallest sign-flip p is "
+            f"{smallest_sign_flip_p(fewest):.3f}: read the interval."
+        )
+    return [*lines, "", table(header, rows)]
