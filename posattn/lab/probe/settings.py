@@ -178,7 +178,7 @@ class ProbeSettings:
         candidates were, so cells run when one rate was the setting keep theirs."""
         # the cell's own rate stands in for the candidates (position_lr_scales)
         skip = {"tasks", "encodings", "seeds", "workers", "paired_with", "encoding_options"}
-        skip |= {"position_lr_scales"}
+        skip.add("position_lr_scales")
         probe = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         scale = self.position_lr_scales[0] if position_lr_scale is None else position_lr_scale
         probe["position_lr_scale"] = float(scale)

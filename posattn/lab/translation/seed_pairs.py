@@ -10,15 +10,18 @@ from __future__ import annotations
 
 from ..runs.statistics import paired_permutation, smallest_sign_flip_p
 from ..runs.tables import markdown_table as table
+from .report import METRICS, dev_losses, test_scores
 
-# (key in a run's metrics, label); test scores of the beam at the run's decoding settings
-MEASURES = (("bleu", "BLEU"), ("chrf", "chrF"), ("dev_loss", "dev loss"))
+# (key, label): the beam's test scores at the runs' decoding settings, then the dev loss
+MEASURES = (*METRICS, ("dev_loss", "dev loss"))
+# A sign-flip p below this needs six seeds or more; with fewer the interval is the reading.
+SIGNIFICANCE = 0.05
 
 
-def measure(run: dict, key: str) -> float:
-    if key == "dev_loss":
-        return run["final_dev_loss"]
-    return run["evaluation"]["test"]["beam"][key]
+def measured(runs: dict, seeds: list[int], key: str) -> list[float]:
+    """`key` of the given seeds' runs, in the seeds' order."""
+    chosen = {seed: runs[seed] for seed in seeds}
+    return dev_losses(chosen) if key == "dev_loss" else test_scores(chosen, "beam", key)
 
 
 def arm_pairs(arms: list[str], all_pairs: bool) -> list[tuple[str, str]]:
@@ -40,8 +43,8 @@ def seed_comparisons(results: dict, all_pairs: bool = False) -> list[dict]:
             continue
         entry = {"system": system, "against": against, "seeds": seeds}
         for key, _ in MEASURES:
-            mine = [measure(results[system][s], key) for s in seeds]
-            theirs = [measure(results[against][s], key) for s in seeds]
+            mine = measured(results[system], seeds, key)
+            theirs = measured(results[against], seeds, key)
             entry[key] = paired_permutation(mine, theirs).to_dict()
         comparisons.append(entry)
     return comparisons
@@ -79,7 +82,7 @@ def seed_comparison_lines(comparisons: list[dict]) -> list[str]:
     ]
     if fewest < 2:
         lines.append("A pair with one seed in common has no interval.")
-    elif fewest < 6:
+    elif smallest_sign_flip_p(fewest) > SIGNIFICANCE:
         lines.append(
             f"With {fewest} seeds the smallest sign-flip p is "
             f"{smallest_sign_flip_p(fewest):.3f}: read the interval."
