@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from posattn.lab.runs.tables import markdown_table, table_lines
+from posattn.lab.pretraining.summary import difference_text, loss_cell, score_cell
+from posattn.lab.probe.report import difference_text as probe_difference_text
+from posattn.lab.runs.tables import estimate_text, markdown_table, table_lines
+from posattn.lab.translation.seed_pairs import difference_cell
 
 
 def test_markdown_table_writes_header_rule_and_rows():
@@ -20,6 +23,32 @@ def test_markdown_table_aligns_columns_and_rejects_ragged_rows():
         table_lines(["a", "b"], [[1, 2, 3]])
     with pytest.raises(ValueError, match="alignment"):
         table_lines(["a"], [], align=["middle"])
+
+
+def test_estimate_text_writes_value_and_interval_alike():
+    assert estimate_text(1.25, (-0.349, 2.71), signed=True) == "+1.2 [-0.3, +2.7]"
+    assert estimate_text(0.5124, [0.4981, 0.5262], digits=3) == "0.512 [0.498, 0.526]"
+    assert estimate_text(-0.0004, None, digits=3, signed=True) == "-0.000"
+    assert estimate_text(7.0, None, without_interval=" (one seed)") == "7.0 (one seed)"
+
+
+def test_every_report_writes_its_estimates_through_one_format():
+    # pretraining, probes and translation read the same dicts of statistics.paired_permutation
+    paired = {"difference": 2.345, "interval": [-1.05, 5.75]}
+    alone = {"difference": -0.5, "interval": None}
+    assert difference_text(paired) == "+2.3 [-1.1, +5.8]"
+    assert difference_text(paired, digits=2) == difference_cell(paired, 2) == "+2.35 [-1.05, +5.75]"
+    assert difference_text(alone) == "-0.5" and difference_text(None) == "-"
+    assert probe_difference_text(paired) == "+2.3 [-1.1, +5.8]"
+    assert probe_difference_text(alone) == "-0.5 (one seed)"
+    assert probe_difference_text({"status": "unsupported"}) == "n/a"
+    assert score_cell({"mean": 71.25, "interval": [65.0, 77.55]}) == "71.2 [65.0, 77.5]"
+    assert score_cell({"mean": 71.25, "interval": None}) == "71.2" and score_cell(None) == "-"
+    one = {"pretrain": {"0": {"final_eval_loss": 5.1234}}}
+    assert loss_cell(one) == "5.123"
+    two = {"pretrain": {"0": {"final_eval_loss": 5.0}, "1": {"final_eval_loss": 6.0}}}
+    # mean 5.5, sd 0.7071, t(0.975, 1) = 12.706: half-width 6.353
+    assert loss_cell(two) == "5.500 [-0.853, 11.853]"
 
 
 def test_verdict_names_a_clear_winner_only_without_overlap():

@@ -22,7 +22,7 @@ from ..runs.context import data_line, wall_time_line
 from ..runs.results import claims_markdown, downstream_summary, plot_downstream
 from ..runs.stages import save_run
 from ..runs.statistics import mean_interval, paired_permutation
-from ..runs.tables import markdown_table
+from ..runs.tables import estimate_text, markdown_table
 from .arms import RANDOM_INIT, scaled_arm
 from .baselines import task_baselines
 from .failed_runs import failed_runs, failed_runs_markdown
@@ -127,18 +127,14 @@ def loss_cell(result: dict) -> str:
     if any(final is None for final in finals):
         return "-"
     interval = mean_interval(finals)
-    if interval.low is None:
-        return f"{interval.mean:.3f}"
-    return f"{interval.mean:.3f} [{interval.low:.3f}, {interval.high:.3f}]"
+    bounds = None if interval.low is None else (interval.low, interval.high)
+    return estimate_text(interval.mean, bounds, digits=3)
 
 
 def score_cell(summary: dict | None) -> str:
     if summary is None:
         return "-"
-    if summary["interval"] is None:
-        return f"{summary['mean']:.1f}"
-    low, high = summary["interval"]
-    return f"{summary['mean']:.1f} [{low:.1f}, {high:.1f}]"
+    return estimate_text(summary["mean"], summary["interval"])
 
 
 def results_table(results: dict, downstream: dict, tasks: list[str]) -> str:
@@ -176,11 +172,7 @@ def difference_text(comparison: dict | None, digits: int = 1) -> str:
     """ "+1.2 [-0.3, +2.7]": a paired difference with its 95% interval (no interval: one pair)."""
     if comparison is None:
         return "-"
-    text = f"{comparison['difference']:+.{digits}f}"
-    if comparison["interval"] is not None:
-        low, high = comparison["interval"]
-        text += f" [{low:+.{digits}f}, {high:+.{digits}f}]"
-    return text
+    return estimate_text(comparison["difference"], comparison["interval"], digits, signed=True)
 
 
 def paired_loss(results: dict, arm: str, base: str) -> dict | None:

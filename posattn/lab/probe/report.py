@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..runs.tables import table_lines
+from ..runs.tables import estimate_text, table_lines
 from .settings import ProbeSettings
 from .tasks import probe_task
 
@@ -30,10 +30,8 @@ def difference_text(difference: dict) -> str:
     """'+89.8 [+89.0, +90.6]' (points, the 95% interval over seeds), or why there is none."""
     if "status" in difference:
         return "n/a" if difference["status"] == "unsupported" else difference["status"]
-    if difference["interval"] is None:
-        return f"{difference['difference']:+.1f} (one seed)"
-    low, high = difference["interval"]
-    return f"{difference['difference']:+.1f} [{low:+.1f}, {high:+.1f}]"
+    value, interval = difference["difference"], difference["interval"]
+    return estimate_text(value, interval, signed=True, without_interval=" (one seed)")
 
 
 def lengths_shown(settings: ProbeSettings) -> list[int]:

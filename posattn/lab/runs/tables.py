@@ -41,3 +41,24 @@ def markdown_table(
 ) -> str:
     """`table_lines` joined by newlines (no trailing newline)."""
     return "\n".join(table_lines(header, rows, align))
+
+
+def estimate_text(
+    value: float,
+    interval: Sequence[float] | None,
+    digits: int = 1,
+    signed: bool = False,
+    without_interval: str = "",
+) -> str:
+    """A measured value and its interval, every number written alike: "+1.2 [-0.3, +2.7]"
+    (signed, for differences) or "0.512 [0.498, 0.526]". Without an interval (one seed) the
+    value alone, followed by `without_interval` (e.g. " (one seed)")."""
+    sign = "+" if signed else ""
+
+    def number(x: float) -> str:
+        return f"{x:{sign}.{digits}f}"
+
+    if interval is None:
+        return number(value) + without_interval
+    low, high = interval
+    return f"{number(value)} [{number(low)}, {number(high)}]"

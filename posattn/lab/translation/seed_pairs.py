@@ -9,6 +9,7 @@ the same side: a claim about encodings needs this one."""
 from __future__ import annotations
 
 from ..runs.statistics import paired_permutation, smallest_sign_flip_p
+from ..runs.tables import estimate_text
 from ..runs.tables import markdown_table as table
 from .report import METRICS, dev_losses, test_scores
 
@@ -51,11 +52,7 @@ def seed_comparisons(results: dict, all_pairs: bool = False) -> list[dict]:
 
 
 def difference_cell(comparison: dict, digits: int) -> str:
-    interval = comparison["interval"]
-    text = f"{comparison['difference']:+.{digits}f}"
-    if interval is None:
-        return text
-    return f"{text} [{interval[0]:+.{digits}f}, {interval[1]:+.{digits}f}]"
+    return estimate_text(comparison["difference"], comparison["interval"], digits, signed=True)
 
 
 def seed_comparison_lines(comparisons: list[dict]) -> list[str]:
