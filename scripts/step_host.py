@@ -34,7 +34,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from posattn.errors import PosAttnConfigError
 from posattn.kernels import triton_aot
-from posattn.lab.bench.bench import BENCH_OPTIONS, CAUSAL_ONLY
+from posattn.lab.bench.settings import BENCH_OPTIONS, CAUSAL_ONLY
 from posattn.lab.bench.timing import step_functions as bench_steps
 from posattn.models import PosAttnForMaskedLM
 from posattn.models.config import PosAttnConfig

@@ -21,7 +21,8 @@ os.environ.pop("TRITON_INTERPRET", None)  # the kernels built for the compiler
 
 from posattn.kernels import triton_aot
 from posattn.lab.bench import memory
-from posattn.lab.bench.bench import BenchSettings, attention_call
+from posattn.lab.bench.attention_rows import attention_call
+from posattn.lab.bench.settings import BenchSettings
 
 
 def main() -> None:

@@ -9,15 +9,17 @@ import torch
 
 from posattn.cli import main
 from posattn.errors import PosAttnConfigError
-from posattn.lab.bench.bench import BenchSettings, bench
+from posattn.lab.bench import attention_rows, model_rows, report, timing
+from posattn.lab.bench.bench import bench
+from posattn.lab.bench.settings import BENCH_OPTIONS, BenchSettings
+from posattn.lab.bench.targets import targets
 
 
 def test_bench_writes_json_markdown_and_plots(tmp_path, monkeypatch):
     """Every level's tables, plots and report (the model level's models small: a real
     BERT-small's steps on the CPU took half of this test's minute)."""
-    from posattn.lab.bench import bench as bench_module
 
-    monkeypatch.setattr(bench_module, "bert_small", small_model)
+    monkeypatch.setattr(model_rows, "bert_small", small_model)
     torch.set_default_dtype(torch.float32)
     try:
         settings = BenchSettings(
@@ -51,8 +53,6 @@ def test_benchs_collections_reach_only_what_it_made(tmp_path, monkeypatch):
     ends; what the bench made in between is still collected."""
     import gc
 
-    from posattn.lab.bench import bench as bench_module
-
     frozen_at_collections = []
     collect = gc.collect
 
@@ -61,14 +61,14 @@ def test_benchs_collections_reach_only_what_it_made(tmp_path, monkeypatch):
         return collect(*args)
 
     monkeypatch.setattr(gc, "collect", recorded)
-    monkeypatch.setattr(bench_module, "bert_small", small_model)
+    monkeypatch.setattr(model_rows, "bert_small", small_model)
     before = gc.get_freeze_count()
     torch.set_default_dtype(torch.float32)
     try:
         settings = BenchSettings(lengths=[16], batch=1, heads=2, head_dim=8, repeats=1,
                                  model_lengths=[8], model_batch=1, long_lengths=[],
                                  encodings=["alibi"])  # fmt: skip
-        bench_module.bench(settings, tmp_path)
+        bench(settings, tmp_path)
     finally:
         torch.set_default_dtype(torch.float64)
     assert len(frozen_at_collections) >= 6
@@ -81,13 +81,13 @@ def test_benchs_collections_reach_only_what_it_made(tmp_path, monkeypatch):
     for name in ("freeze", "unfreeze"):
         real = getattr(gc, name)
         monkeypatch.setattr(gc, name, lambda real=real, name=name: (calls.append(name), real())[1])
-    with bench_module.collections_of_new_objects_only():
+    with timing.collections_of_new_objects_only():
         assert gc.get_freeze_count() > 100_000
         cycle = []
         cycle.append(cycle)
         del cycle
         assert collect() >= 1
-        with bench_module.collections_of_new_objects_only():
+        with timing.collections_of_new_objects_only():
             assert calls == ["freeze"]
         assert calls == ["freeze"]
     assert calls == ["freeze", "unfreeze"] and gc.get_freeze_count() == before
@@ -96,7 +96,8 @@ def test_benchs_collections_reach_only_what_it_made(tmp_path, monkeypatch):
 def test_bench_skips_what_a_kernel_refuses_and_says_why(monkeypatch, capsys):
     """kernel="triton" on a CPU (no interpreter) and for Shaw: skipped with the kernel's own
     reason, while SDPA is measured beside it."""
-    from posattn.lab.bench.bench import attention_level, skipped_markdown
+    from posattn.lab.bench.attention_rows import attention_level
+    from posattn.lab.bench.report import skipped_markdown
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     torch.set_default_dtype(torch.float32)
@@ -163,7 +164,6 @@ def test_targets_follow_the_device():
     """CPU: table-based biases train within 1.5x at n=512 and 1024, and hold less than one
     [B, H, n, n] tensor more than no-bias SDPA; GPU: 1.3x training and 1.15x forward at
     n=1024-8192, memory within 10% of no-bias SDPA's."""
-    from posattn.lab.bench.bench import targets
 
     def row(encoding, n, train, ratio, mib=100.0):
         return dict(encoding=encoding, kernel="auto", n=n, train=train, ratio=ratio,
@@ -185,7 +185,6 @@ def test_targets_follow_the_device():
 
 def test_targets_take_the_fastest_kernel_and_name_it():
     """A target is met when some kernel meets it; the target names that kernel."""
-    from posattn.lab.bench.bench import targets
 
     def row(kernel, ratio):
         return dict(encoding="t5", kernel=kernel, n=1024, train=True, ratio=ratio, extra_mib=1.0)
@@ -208,36 +207,34 @@ def test_paired_ratios_come_with_their_spread(monkeypatch):
     """The median ratio of the alternated pairs, with the least and the greatest of them: a
     call twice, then four times, then three times the floor's time reads 3 (2 - 4), in the
     rows and in the targets table."""
-    from posattn.lab.bench import bench as bench_module
 
     clock = iter([0, 1, 3, 3, 4, 8, 8, 9, 12, 12])  # floor 1, call 2; 1, 4; 1, 3
-    monkeypatch.setattr(bench_module, "now", lambda: next(clock))
-    timed = bench_module.paired(lambda: None, lambda: None, repeats=3)
+    monkeypatch.setattr(timing, "now", lambda: next(clock))
+    timed = timing.paired(lambda: None, lambda: None, repeats=3)
     assert (timed.ms, timed.ratio, timed.low, timed.high) == (3000, 3.0, 2.0, 4.0)
     row = dict(encoding="t5", kernel="triton", n=1024, train=True, extra_mib=1.0,
-               **bench_module.timed_fields(timed))  # fmt: skip
-    text = bench_module.targets_markdown(bench_module.targets([row], [], "cuda"))
+               **timing.timed_fields(timed))  # fmt: skip
+    text = report.targets_markdown(targets([row], [], "cuda"))
     assert "| t5 [triton] train n=1024 <= 1.3x | 3.00 (2.00, 4.00) | no |" in text
 
 
 def test_out_of_memory_skips_the_call_and_says_so(monkeypatch):
     """A call that runs out of GPU memory (a materialised bias at large n) is a skipped row
     with the reason, and the benchmark goes on."""
-    from posattn.lab.bench import bench as bench_module
 
-    original = bench_module.attention_call
+    original = attention_rows.attention_call
 
     def failing(name, *args, **kwargs):
         if name == "t5":
             raise torch.OutOfMemoryError("CUDA out of memory")
         return original(name, *args, **kwargs)
 
-    monkeypatch.setattr(bench_module, "attention_call", failing)
+    monkeypatch.setattr(attention_rows, "attention_call", failing)
     torch.set_default_dtype(torch.float32)
     try:
         settings = BenchSettings(lengths=[16], batch=1, heads=2, head_dim=8, repeats=1,
                                  encodings=["t5", "alibi"], kernels=["sdpa"])  # fmt: skip
-        rows, skipped = bench_module.attention_level(settings, torch.device("cpu"))
+        rows, skipped = attention_rows.attention_level(settings, torch.device("cpu"))
     finally:
         torch.set_default_dtype(torch.float64)
     assert {r["encoding"] for r in rows} == {"sdpa (no bias)", "alibi"}
@@ -248,15 +245,14 @@ def test_out_of_memory_skips_the_call_and_says_so(monkeypatch):
 def test_model_level_measures_each_kernel_and_skips_a_refusal(monkeypatch):
     """BERT-small per (encoding, kernel): triton without a GPU or interpreter is refused and
     left out, sdpa measured and labelled."""
-    from posattn.lab.bench import bench as bench_module
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    monkeypatch.setattr(bench_module, "bert_small", small_model)
+    monkeypatch.setattr(model_rows, "bert_small", small_model)
     torch.set_default_dtype(torch.float32)
     try:
         settings = BenchSettings(repeats=1, model_lengths=[8], model_batch=1,
                                  encodings=["t5"], kernels=["sdpa", "triton"])  # fmt: skip
-        rows = bench_module.model_level(settings, torch.device("cpu"))
+        rows = model_rows.model_level(settings, torch.device("cpu"))
     finally:
         torch.set_default_dtype(torch.float64)
     assert [(r["encoding"], r["kernel"], r["n"]) for r in rows] == [("t5", "sdpa", 8)]
@@ -266,7 +262,6 @@ def test_model_level_measures_each_kernel_and_skips_a_refusal(monkeypatch):
 def small_model(encoding, n, kernel="auto", attention_dropout=0.0, options=None):
     """`bench.bert_small`'s stand-in: the same encodings and options, at a size whose steps
     cost milliseconds on the CPU."""
-    from posattn.lab.bench.bench import BENCH_OPTIONS
     from posattn.models import PosAttnForMaskedLM
     from posattn.models.config import PosAttnConfig
 
@@ -283,23 +278,21 @@ def test_bert_small_is_diet_table_1s_model(monkeypatch):
     """The model level's model: 4 layers, hidden 512, 8 heads, BERT's vocabulary, the
     encoding's bench options, no dropout inside attention unless asked for (its config read
     as it is handed to the model: building BERT-small twice took 7 s)."""
-    from posattn.lab.bench import bench as bench_module
 
-    monkeypatch.setattr(bench_module, "PosAttnForMaskedLM", lambda config: config)
-    config = bench_module.bert_small("rope", 16, attention_dropout=0.1)
+    monkeypatch.setattr(model_rows, "PosAttnForMaskedLM", lambda config: config)
+    config = model_rows.bert_small("rope", 16, attention_dropout=0.1)
     sizes = (config.num_layers, config.d_model, config.num_heads, config.ffn_dim)
     assert sizes == (4, 512, 8, 2048)
     assert (config.vocab_size, config.max_len, config.kernel) == (30522, 16, "auto")
     assert config.attention_dropout == 0.1 and config.encoding == "rope"
-    assert bench_module.BENCH_OPTIONS["rope"].items() <= dict(config.encoding_options).items()
-    assert bench_module.bert_small("t5", 16, "triton").kernel == "triton"
-    assert bench_module.bert_small("t5", 16).attention_dropout == 0.0
+    assert BENCH_OPTIONS["rope"].items() <= dict(config.encoding_options).items()
+    assert model_rows.bert_small("t5", 16, "triton").kernel == "triton"
+    assert model_rows.bert_small("t5", 16).attention_dropout == 0.0
 
 
 def test_attention_dropout_reaches_every_model_of_the_model_level(tmp_path, monkeypatch):
     """`--attention-dropout 0.1`: `learned` and each encoding's BERT-small are built with it,
     bench.json and bench.md say so; a probability outside [0, 1) is refused by name."""
-    from posattn.lab.bench import bench as bench_module
 
     built = []
 
@@ -307,7 +300,7 @@ def test_attention_dropout_reaches_every_model_of_the_model_level(tmp_path, monk
         built.append((encoding, attention_dropout))
         return small_model(encoding, n, kernel, attention_dropout, options)
 
-    monkeypatch.setattr(bench_module, "bert_small", recorded)
+    monkeypatch.setattr(model_rows, "bert_small", recorded)
     torch.set_default_dtype(torch.float32)
     try:
         main(
@@ -340,10 +333,9 @@ def test_encoding_options_reach_every_level_and_are_recorded(tmp_path, monkeypat
     """`--option rope.layout=interleaved`: the attention level's encoding and the model
     level's BERT-small are built with it over the bench's own options (`learned` as it is);
     bench.json and bench.md say so."""
-    from posattn.lab.bench import bench as bench_module
 
     built, models = [], []
-    build = bench_module.build_encoding
+    build = attention_rows.build_encoding
 
     def recorded_build(name, dims, options=None):
         built.append((name, dict(options)))
@@ -353,8 +345,8 @@ def test_encoding_options_reach_every_level_and_are_recorded(tmp_path, monkeypat
         models.append((encoding, options))
         return small_model(encoding, n, kernel, attention_dropout, options)
 
-    monkeypatch.setattr(bench_module, "build_encoding", recorded_build)
-    monkeypatch.setattr(bench_module, "bert_small", recorded_model)
+    monkeypatch.setattr(attention_rows, "build_encoding", recorded_build)
+    monkeypatch.setattr(model_rows, "bert_small", recorded_model)
     torch.set_default_dtype(torch.float32)
     try:
         main(["bench", "--lengths", "8", "--encodings", "rope,t5", "--model-lengths", "8",
@@ -396,7 +388,7 @@ def test_paired_timing_holds_the_garbage_collector_off_and_restores_it():
     raises."""
     import gc
 
-    from posattn.lab.bench.bench import paired
+    from posattn.lab.bench.timing import paired
 
     seen = []
     timed = paired(lambda: seen.append(gc.isenabled()), lambda: None, repeats=3)
@@ -416,7 +408,8 @@ def test_sdpa_pinned_to_each_backend_beside_its_own_choice(capsys):
     """The floor's rows pinned to SDPA's kernels: one that runs is a ratio to the floor (the
     same call); one not built for this device is skipped with torch's reason; the table
     shows a '-' where a row has no measurement; a name outside SDPA's kernels is refused."""
-    from posattn.lab.bench.bench import attention_level, markdown
+    from posattn.lab.bench.attention_rows import attention_level
+    from posattn.lab.bench.report import markdown
 
     torch.set_default_dtype(torch.float32)
     try:
@@ -518,7 +511,7 @@ def test_cpu_memory_is_the_tensors_a_call_holds():
     row or two): no tensor of scores per batch element, and no widened copy of q, k, v or dO
     for the whole batch (it had held four: 8 [4, H, n, d_h] tensors of growth)."""
     from posattn import execution
-    from posattn.lab.bench.bench import BenchSettings, attention_call
+    from posattn.lab.bench.attention_rows import attention_call
     from posattn.lab.bench.memory import call_peak_mib
 
     n, heads, head_dim = 256, 2, 16

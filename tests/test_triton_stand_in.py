@@ -398,8 +398,9 @@ def test_tupe_r_keeps_no_folded_copy_of_q_and_k(aot, monkeypatch):
     (the default), its extra peak memory is below the folded copy's by at least two [B, H,
     n, 128] copies (53 MiB against 93; with the gradients a row per batch element and head
     it took 65; at n = 8192: 425 MiB against 745)."""
-    from posattn.lab.bench.bench import BenchSettings, attention_call
+    from posattn.lab.bench.attention_rows import attention_call
     from posattn.lab.bench.memory import extra_peak_mib
+    from posattn.lab.bench.settings import BenchSettings
 
     settings = BenchSettings(dtype="bfloat16")
     peaks = {}
@@ -488,7 +489,8 @@ def test_low_rank_encodings_launch_at_the_benchs_head_size_in_either_dtype(aot, 
     a float32 call that wide folds them (`table_bias.triton_attention`). float32 runs TUPE-R
     alone: the widest of the three (table, [CLS] untie and factors) and the same width rule,
     for a third of the nine cold builds (125 s on a 2-core CI with Triton's cache empty)."""
-    from posattn.lab.bench.bench import BenchSettings, attention_call
+    from posattn.lab.bench.attention_rows import attention_call
+    from posattn.lab.bench.settings import BenchSettings
 
     settings = BenchSettings(dtype=dtype)
     with aot.stand_in_gpu() as launches:

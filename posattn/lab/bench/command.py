@@ -9,7 +9,8 @@ from pathlib import Path
 def run_bench(args: argparse.Namespace) -> int:
     from ... import execution
     from ...option_lists import encoding_options_of, names_of, positive_integers_of
-    from .bench import BenchSettings, bench
+    from .bench import bench
+    from .settings import BenchSettings
 
     settings = BenchSettings.quick() if args.quick else BenchSettings()
     if args.lengths is not None:  # the attention level is always measured
