@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from posattn.lab.pretraining.summary import difference_text, loss_cell, score_cell
+from posattn.lab.pretraining.summary import (
+    baselines_table,
+    difference_text,
+    loss_cell,
+    score_cell,
+)
 from posattn.lab.probe.report import difference_text as probe_difference_text
 from posattn.lab.runs.tables import estimate_text, markdown_table, table_lines
 from posattn.lab.translation.seed_pairs import difference_cell
@@ -49,6 +54,23 @@ def test_every_report_writes_its_estimates_through_one_format():
     two = {"pretrain": {"0": {"final_eval_loss": 5.0}, "1": {"final_eval_loss": 6.0}}}
     # mean 5.5, sd 0.7071, t(0.975, 1) = 12.706: half-width 6.353
     assert loss_cell(two) == "5.500 [-0.853, 11.853]"
+
+
+def test_baselines_table_has_a_row_per_baseline_that_scored_somewhere():
+    table = {
+        "topic": {"majority": 25.0, "bag_of_words": 61.26, "word_overlap": None},
+        "mnli": {"majority": 35.4, "bag_of_words": 40.0, "word_overlap": 41.04},
+    }
+    assert baselines_table(table, ["topic", "mnli"]).splitlines() == [
+        "| baseline | topic | mnli |",
+        "|---|---|---|",
+        "| majority | 25.0 | 35.4 |",
+        "| bag of words | 61.3 | 40.0 |",
+        "| word overlap | - | 41.0 |",
+    ]
+    by_language = baselines_table({"de": {"majority": 50.0}}, ["de"], "baseline (on English)")
+    assert by_language.splitlines()[0] == "| baseline (on English) | de |"
+    assert by_language.splitlines()[2:] == ["| majority | 50.0 |"]
 
 
 def test_verdict_names_a_clear_winner_only_without_overlap():

@@ -147,16 +147,19 @@ def results_table(results: dict, downstream: dict, tasks: list[str]) -> str:
     return markdown_table(header, rows)
 
 
-def baselines_table(table: dict, tasks: list[str]) -> str:
+def baselines_table(table: dict, columns: list[str], title: str = "baseline") -> str:
+    """A row per baseline that scored somewhere, a column per task (or language) of `table`
+    ({column: {baseline: percent or None}})."""
+
     def percent(value):
         return "-" if value is None else f"{value:.1f}"
 
     rows = [
-        [name.replace("_", " "), *(percent(table[task].get(name)) for task in tasks)]
+        [name.replace("_", " "), *(percent(table[column].get(name)) for column in columns)]
         for name in BASELINE_NAMES
-        if any(table[task].get(name) is not None for task in tasks)
+        if any(table[column].get(name) is not None for column in columns)
     ]
-    return markdown_table(["baseline", *tasks], rows)
+    return markdown_table([title, *columns], rows)
 
 
 def percent_or_none(fraction: float | None) -> float | None:

@@ -18,7 +18,6 @@ import numpy as np
 from ...data.multilingual import ENGLISH
 from ..runs.claims import (
     ACCURACY_PERCENT,
-    BASELINE_NAMES,
     DIET,
     Claim,
     Measurements,
@@ -42,6 +41,7 @@ from .subset import fixed_subset
 from .summary import (
     BASELINE_ARM,
     CONTROL_ARM,
+    baselines_table,
     control_section,
     difference_text,
     loss_cell,
@@ -183,18 +183,6 @@ def task_table(results: dict, task: str, runs: dict, languages: list[str], summa
     return markdown_table(header, rows)
 
 
-def baselines_table(table: dict, languages: list[str]) -> str:
-    def percent(value):
-        return "-" if value is None else f"{value:.1f}"
-
-    rows = [
-        [name.replace("_", " "), *(percent(table[x].get(name)) for x in languages)]
-        for name in BASELINE_NAMES
-        if any(table[x].get(name) is not None for x in languages)
-    ]
-    return markdown_table(["baseline (fitted on English)", *languages], rows)
-
-
 # The key of the average over every task, the measure of the xlingual claims.
 ALL_TASKS = "all_tasks"
 # The key of the paired MLM loss beside the tasks' keys in an arm's pairing.
@@ -308,7 +296,7 @@ def results_markdown(
             "",
             task_table(results, task, runs[task], languages, summary),
             "",
-            baselines_table(tables[task], languages),
+            baselines_table(tables[task], languages, "baseline (fitted on English)"),
         ]
     parts += [
         "",
