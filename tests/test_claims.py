@@ -17,12 +17,12 @@ from posattn.lab.runs.claims import (
     about_equal,
     better,
     chain,
-    default_claims,
     evaluate_claims,
     lower_final_loss,
     rank_theorem,
     steps_fraction,
 )
+from posattn.lab.runs.claims_table import default_claims
 
 T2 = 4.302652729911275  # t(0.975, 2)
 T2_1 = 12.706204736174707  # t(0.975, 1)
@@ -50,7 +50,7 @@ def result(claim_evaluator, m: Measurements) -> dict:
 
 
 def by_id(m: Measurements) -> dict:
-    return {r["id"]: r for r in evaluate_claims(m)}
+    return {r["id"]: r for r in evaluate_claims(m, default_claims())}
 
 
 # --- directional ------------------------------------------------------------------------------
@@ -437,7 +437,7 @@ def test_linformer_claim_reads_diet_abs_inside_linformer_against_linformer():
 def test_default_claims_have_unique_ids_and_every_result_field():
     claims = default_claims()
     assert len({c.id for c in claims}) == len(claims) == 21
-    results = evaluate_claims(Measurements())
+    results = evaluate_claims(Measurements(), claims)
     assert [r["id"] for r in results] == [c.id for c in claims]
     for r in results:
         assert set(r) == {"id", "paper", "statement", "measure", "values", "verdict", "reason"}

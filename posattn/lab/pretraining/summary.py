@@ -18,6 +18,7 @@ from ..runs.claims import (
     evaluate_claims,
     paired_downstream,
 )
+from ..runs.claims_table import default_claims
 from ..runs.context import data_line, wall_time_line
 from ..runs.results import claims_markdown, downstream_summary, plot_downstream
 from ..runs.stages import save_run
@@ -356,7 +357,7 @@ def write_summary(config: RunConfig, output: Path, results: dict, context: dict,
         baselines=table,
         bounds=ACCURACY_PERCENT,
     )
-    claims = evaluate_claims(measurements)
+    claims = evaluate_claims(measurements, default_claims())
     seeds = list(config.finetune.seeds)
     failed = {
         task: failed_runs(results, task, seeds, table[task]["majority"]) for task in task_names

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .claims import BASELINE_NAMES, VERDICTS, Claim, Measurements, evaluate_claims
+from .claims_table import default_claims
 from .statistics import mean_interval
 from .tables import markdown_table
 
@@ -41,7 +42,9 @@ def downstream_summary(measurements: Measurements) -> dict:
 
 
 def results_json(measurements: Measurements, claims: Sequence[Claim] | None = None) -> dict:
-    """The top-level {"claims", "downstream", "baselines"} of results.json."""
+    """The top-level {"claims", "downstream", "baselines"} of results.json (claims: the papers'
+    table, `default_claims()`, where not given)."""
+    claims = default_claims() if claims is None else claims
     return {"claims": evaluate_claims(measurements, claims), **downstream_summary(measurements)}
 
 
