@@ -119,8 +119,20 @@ def test_fill_mask_pipeline_runs_with_it(saved):
     )
     model = BertForMaskedLM(config).float().eval()
     fill = pipeline("fill-mask", model=model, tokenizer=tokenizer, device="cpu")
-    predictions = fill("the captain [MASK] the whale", top_k=3)
-    assert len(predictions) == 3 and all("token_str" in p for p in predictions)
+    text = "the captain [MASK] the whale"
+    predictions = fill(text, top_k=3)
+    # The pipeline's three are the model's own top three at the [MASK], with its probabilities.
+    encoded = tokenizer(text, return_tensors="pt")
+    at_mask = encoded["input_ids"][0] == tokenizer.mask_token_id
+    assert int(at_mask.sum()) == 1
+    with torch.no_grad():
+        probabilities = model(**encoded).logits[0, at_mask][0].softmax(-1)
+    top = probabilities.topk(3)
+    assert [p["token"] for p in predictions] == top.indices.tolist()
+    expected_scores = torch.tensor([p["score"] for p in predictions], dtype=torch.float32)
+    torch.testing.assert_close(expected_scores, top.values, rtol=1e-5, atol=1e-7)
+    for prediction in predictions:
+        assert prediction["token_str"] == tokenizer.decode([prediction["token"]])
 
 
 def test_vocab_size_must_exceed_the_special_tokens(corpus_file):
