@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 
+from posattn.cli import main
 from posattn.errors import PosAttnConfigError
 from posattn.lab.translation.combine import combine_runs
 from posattn.lab.translation.scoring import corpus_scores
@@ -141,7 +142,31 @@ def test_runs_that_cannot_be_paired_are_refused(tmp_path):
         combine_runs([str(tmp_path / "c")], tmp_path / "out")
     with pytest.raises(PosAttnConfigError, match="an existing run directory"):
         combine_runs([str(tmp_path / "missing")], tmp_path / "out")
-    assert not (tmp_path / "out" / "results.json").exists()
+    with pytest.raises(PosAttnConfigError, match=r"--confidence=1\.5 is not allowed: a level in"):
+        combine_runs([str(tmp_path / "a" / "t5")], tmp_path / "out", confidence=1.5)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_command_sets_the_level_of_the_intervals_over_seeds(tmp_path):
+    for seed, outputs in enumerate((POOR, HALF, POOR)):
+        write_run(tmp_path / "a", "sinusoidal", seed, POOR)
+        write_run(tmp_path / "b", "t5", seed, outputs)
+    runs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    assert main(["translate", "combine", *runs, "--output", str(tmp_path / "95")]) == 0
+    wide = tmp_path / "97.5"
+    command = ["translate", "combine", *runs, "--output", str(wide), "--confidence", "0.975"]
+    assert main(command) == 0
+    at = {
+        level: json.loads((tmp_path / level / "results.json").read_text())["over_seeds"][0]
+        for level in ("95", "97.5")
+    }
+    assert (at["95"]["confidence"], at["97.5"]["confidence"]) == (0.95, 0.975)
+    gain = corpus_scores(HALF, REFERENCES)["bleu"] - corpus_scores(POOR, REFERENCES)["bleu"]
+    assert at["97.5"]["bleu"]["per_seed"] == pytest.approx([0.0, gain, 0.0])
+    low95, high95 = at["95"]["bleu"]["interval"]
+    low, high = at["97.5"]["bleu"]["interval"]
+    assert low < low95 < high95 < high
+    assert "| BLEU diff [97.5%] | p |" in (wide / "results.md").read_text()
 
 
 def test_runs_on_other_data_show_it_among_the_setting_differences(tmp_path):

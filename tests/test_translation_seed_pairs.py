@@ -11,6 +11,7 @@ import statistics
 import pytest
 from scipy import stats
 
+from posattn.errors import PosAttnConfigError
 from posattn.lab.translation.report import translation_markdown
 from posattn.lab.translation.seed_pairs import (
     arm_pairs,
@@ -55,6 +56,8 @@ def test_each_arm_against_the_first_by_the_seeds_both_ran():
         assert result["interval"] == pytest.approx([mean - half, mean + half])
         assert result["p_value"] == pytest.approx(sign_flip_p(differences))
         assert result["runs"] == 3
+        assert result["per_seed"] == pytest.approx(differences)
+    assert comparison["confidence"] == 0.95
     assert comparison["bleu"]["difference"] == pytest.approx(6.5 / 3)
     assert comparison["bleu"]["p_value"] == pytest.approx(0.25)  # all three above: 2 / 2^3
     assert comparison["chrf"]["p_value"] == pytest.approx(0.75)  # +0.5, +1.0, -0.5: 6 of 8 flips
@@ -79,6 +82,7 @@ def test_all_pairs_and_a_pair_with_one_seed():
         "p_value": 1.0,
         "runs": 1,
         "method": "sign-flip permutation over seeds, t-interval",
+        "per_seed": [pytest.approx(-3.0)],
     }
     assert found["b", "a"]["dev_loss"]["difference"] == pytest.approx(-0.75)
 
@@ -93,13 +97,35 @@ def test_the_section_shows_differences_intervals_and_what_few_seeds_allow():
     lines = seed_comparison_lines([comparison])
     assert lines[0] == "## Over training seeds"
     assert "With 3 seeds the smallest sign-flip p is 0.250: read the interval." in lines
-    row = lines[-1].splitlines()[-1]
+    assert "| comparison | seeds | BLEU diff [95%] | p |" in lines[-3]
+    row = lines[-3].splitlines()[-1]
     bleu = f"+2.17 [{low:+.2f}, {high:+.2f}]"
     assert row.startswith(f"| `t5` - `sinusoidal` | 0, 1, 2 | {bleu} | 0.250 |")
+    assert lines[-2:] == ["", "- `t5` - `sinusoidal`, BLEU by seed: 0: +2.50, 1: +1.00, 2: +3.00"]
     assert seed_comparison_lines([]) == []
     one = seed_comparisons({"a": arm((1.0, 2.0, 3.0)), "b": arm((2.0, 2.0, 3.0))})
     assert "A pair with one seed in common has no interval." in seed_comparison_lines(one)
-    assert "| +1.00 | 1.000 |" in seed_comparison_lines(one)[-1]
+    assert "| +1.00 | 1.000 |" in seed_comparison_lines(one)[-3]
+
+
+def test_a_second_look_widens_the_interval_to_its_level_and_says_so():
+    results = {
+        "sinusoidal": arm((10.0, 30.0, 3.0), (11.0, 31.0, 3.1), (12.0, 33.0, 2.9)),
+        "t5": arm((12.5, 30.5, 2.8), (12.0, 32.0, 2.9), (15.0, 32.5, 2.95)),
+    }
+    [comparison] = seed_comparisons(results, confidence=0.975)
+    differences = [2.5, 1.0, 3.0]
+    half = stats.t.ppf(0.9875, 2) * statistics.stdev(differences) / math.sqrt(3)
+    mean = statistics.fmean(differences)
+    assert comparison["confidence"] == 0.975
+    assert comparison["bleu"]["interval"] == pytest.approx([mean - half, mean + half])
+    assert comparison["bleu"]["p_value"] == pytest.approx(0.25)  # the level leaves p alone
+    lines = seed_comparison_lines([comparison])
+    assert "its 97.5% Student-t interval" in lines[1]
+    assert "| BLEU diff [97.5%] | p |" in lines[-3]
+    for level in (0.0, 1.0, 95):
+        with pytest.raises(PosAttnConfigError, match=f"confidence={level!r}.*in \\(0, 1\\)"):
+            seed_comparisons(results, confidence=level)
 
 
 def test_the_section_follows_the_paired_tests_in_the_report():

@@ -22,6 +22,7 @@ from ..runs.fingerprint import differences
 from ..runs.stages import DATA_KEY, STAGE_FILE
 from .report import significance
 from .report_files import write_report
+from .seed_pairs import DEFAULT_CONFIDENCE
 
 RESULT = "metrics.json"
 # A run's data digests (stage.json's "data") join its settings under this key: arms trained
@@ -205,8 +206,15 @@ def combined_data(settings: dict) -> dict | str:
     return digests[0]
 
 
-def combine_runs(specs: list[str], output: Path, all_pairs: bool = False) -> dict:
-    """Read the arms, check them and write output/results.{json,md} and curve.png."""
+def combine_runs(
+    specs: list[str],
+    output: Path,
+    all_pairs: bool = False,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> dict:
+    """Read the arms, check them and write output/results.{json,md} and curve.png (the
+    intervals over training seeds at `confidence`)."""
+    require(0.0 < confidence < 1.0, "--confidence", confidence, "a level in (0, 1), e.g. 0.95")
     results, settings, sources, unfinished = load_arms(specs)
     check_same_test_pairs(results, sources)
     context = combined_context(results, settings, sources)
@@ -216,4 +224,4 @@ def combine_runs(specs: list[str], output: Path, all_pairs: bool = False) -> dic
         extra["pairwise"] = pairwise_tests(results, tests)
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
-    return write_report(output, results, context, tests, extra, all_pairs=all_pairs)
+    return write_report(output, results, context, tests, extra, all_pairs, confidence)

@@ -130,6 +130,13 @@ def register(commands) -> None:
         action="store_true",
         help="a paired test of every pair of arms (default: each against the first)",
     )
+    combine.add_argument(
+        "--confidence",
+        type=float,
+        default=0.95,
+        help="the level of the intervals over training seeds (default 0.95; 0.975 for a "
+        "second look at seeds added after a first, two looks at 95%% together)",
+    )
     combine.set_defaults(func=run_combine)
     rescore = actions.add_parser(
         "rescore",
@@ -155,7 +162,7 @@ def register(commands) -> None:
 def run_combine(args: argparse.Namespace) -> int:
     from .combine import combine_runs
 
-    combine_runs(args.runs, Path(args.output), all_pairs=args.all_pairs)
+    combine_runs(args.runs, Path(args.output), args.all_pairs, args.confidence)
     return 0
 
 

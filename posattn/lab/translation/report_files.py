@@ -8,7 +8,7 @@ from pathlib import Path
 from ..runs.stages import is_main_process, save_run
 from .curve_report import curve_markdown, curve_summary, has_curves, plot_curves
 from .report import translation_markdown
-from .seed_pairs import seed_comparison_lines, seed_comparisons
+from .seed_pairs import DEFAULT_CONFIDENCE, seed_comparison_lines, seed_comparisons
 
 CURVE_FIGURE = "curve.png"
 
@@ -20,12 +20,13 @@ def write_report(
     tests: dict,
     extra: dict | None = None,
     all_pairs: bool = False,
+    confidence: float = DEFAULT_CONFIDENCE,
 ) -> dict:
     """results.json ({context, results, significance, over_seeds, curve?, **extra}), results.md
     and, where the runs kept learning curves, curve.png; the markdown is printed too. Returns
     the summary. over_seeds: each arm against the first over training seeds (every pair with
-    all_pairs)."""
-    over_seeds = seed_comparisons(results, all_pairs)
+    all_pairs), intervals at `confidence`."""
+    over_seeds = seed_comparisons(results, all_pairs, confidence)
     markdown = translation_markdown(
         results, context, tests, extra, seed_comparison_lines(over_seeds)
     )

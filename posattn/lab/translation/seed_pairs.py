@@ -8,6 +8,7 @@ the same side: a claim about encodings needs this one."""
 
 from __future__ import annotations
 
+from ...errors import require
 from ..runs.statistics import paired_permutation, smallest_sign_flip_p
 from ..runs.tables import estimate_text
 from ..runs.tables import markdown_table as table
@@ -17,6 +18,7 @@ from .report import METRICS, dev_losses, test_scores
 MEASURES = (*METRICS, ("dev_loss", "dev loss"))
 # A sign-flip p below this needs six seeds or more; with fewer the interval is the reading.
 SIGNIFICANCE = 0.05
+DEFAULT_CONFIDENCE = 0.95
 
 
 def measured(runs: dict, seeds: list[int], key: str) -> list[float]:
@@ -32,21 +34,28 @@ def arm_pairs(arms: list[str], all_pairs: bool) -> list[tuple[str, str]]:
     return [(other, arms[0]) for other in arms[1:]]
 
 
-def seed_comparisons(results: dict, all_pairs: bool = False) -> list[dict]:
-    """[{system, against, seeds, bleu, chrf, dev_loss}] with each measure's paired comparison
-    (`PairedComparison.to_dict`: difference system - against, interval or None for one seed,
-    p_value, runs, method) over the seeds both arms ran; pairs with no seed in common are
-    left out."""
+def seed_comparisons(
+    results: dict, all_pairs: bool = False, confidence: float = DEFAULT_CONFIDENCE
+) -> list[dict]:
+    """[{system, against, seeds, confidence, bleu, chrf, dev_loss}] with each measure's paired
+    comparison (`PairedComparison.to_dict`: difference system - against, interval at
+    `confidence` or None for one seed, p_value, runs, method) and its difference at each seed
+    (`per_seed`, in the seeds' order), over the seeds both arms ran; pairs with no seed in
+    common are left out. A level above 0.95 serves a second look at grown seeds (0.975 for
+    two looks at an overall 95%)."""
+    require(0.0 < confidence < 1.0, "confidence", confidence, "a level in (0, 1), e.g. 0.95")
     comparisons = []
     for system, against in arm_pairs(list(results), all_pairs):
         seeds = sorted(set(results[system]) & set(results[against]))
         if not seeds:
             continue
-        entry = {"system": system, "against": against, "seeds": seeds}
+        entry = {"system": system, "against": against, "seeds": seeds, "confidence": confidence}
         for key, _ in MEASURES:
             mine = measured(results[system], seeds, key)
             theirs = measured(results[against], seeds, key)
-            entry[key] = paired_permutation(mine, theirs).to_dict()
+            comparison = paired_permutation(mine, theirs, confidence).to_dict()
+            comparison["per_seed"] = [a - b for a, b in zip(mine, theirs, strict=True)]
+            entry[key] = comparison
         comparisons.append(entry)
     return comparisons
 
@@ -55,10 +64,24 @@ def difference_cell(comparison: dict, digits: int) -> str:
     return estimate_text(comparison["difference"], comparison["interval"], digits, signed=True)
 
 
+def level_text(confidence: float) -> str:
+    """0.95 -> "95%", 0.975 -> "97.5%"."""
+    return f"{100 * confidence:g}%"
+
+
+def per_seed_line(comparison: dict) -> str:
+    """Each seed's BLEU difference, where the mean and its interval come from."""
+    by_seed = zip(comparison["seeds"], comparison["bleu"]["per_seed"], strict=True)
+    differences = ", ".join(f"{seed}: {difference:+.2f}" for seed, difference in by_seed)
+    return f"- `{comparison['system']}` - `{comparison['against']}`, BLEU by seed: {differences}"
+
+
 def seed_comparison_lines(comparisons: list[dict]) -> list[str]:
-    """The markdown section: one row a pair, each measure's difference [95% interval] and p."""
+    """The markdown section: one row a pair, each measure's difference [interval] and p, then
+    each pair's BLEU difference seed by seed."""
     if not comparisons:
         return []
+    level = level_text(comparisons[0]["confidence"])
     rows = []
     for c in comparisons:
         row = [f"`{c['system']}` - `{c['against']}`", ", ".join(map(str, c["seeds"]))]
@@ -68,12 +91,12 @@ def seed_comparison_lines(comparisons: list[dict]) -> list[str]:
         rows.append(row)
     header = ["comparison", "seeds"]
     for _, label in MEASURES:
-        header += [f"{label} diff [95%]", "p"]
+        header += [f"{label} diff [{level}]", "p"]
     fewest = min(len(c["seeds"]) for c in comparisons)
     lines = [
         "## Over training seeds",
         "Each seed's test score (beam) and dev loss of one arm minus the other's, paired by "
-        "seed: the mean difference, its 95% Student-t interval over seeds and the exact "
+        f"seed: the mean difference, its {level} Student-t interval over seeds and the exact "
         "sign-flip p-value. These cover seed noise, which the test over sentences above does "
         "not; a verdict reads the interval.",
     ]
@@ -84,4 +107,4 @@ def seed_comparison_lines(comparisons: list[dict]) -> list[str]:
             f"With {fewest} seeds the smallest sign-flip p is "
             f"{smallest_sign_flip_p(fewest):.3f}: read the interval."
         )
-    return [*lines, "", table(header, rows)]
+    return [*lines, "", table(header, rows), "", *map(per_seed_line, comparisons)]
