@@ -22,7 +22,7 @@ from ..runs.fingerprint import differences
 from ..runs.stages import DATA_KEY, STAGE_FILE
 from .report import significance
 from .report_files import write_report
-from .seed_pairs import DEFAULT_CONFIDENCE
+from .seed_pairs import DEFAULT_CONFIDENCE, require_confidence
 
 RESULT = "metrics.json"
 # A run's data digests (stage.json's "data") join its settings under this key: arms trained
@@ -214,7 +214,7 @@ def combine_runs(
 ) -> dict:
     """Read the arms, check them and write output/results.{json,md} and curve.png (the
     intervals over training seeds at `confidence`)."""
-    require(0.0 < confidence < 1.0, "--confidence", confidence, "a level in (0, 1), e.g. 0.95")
+    require_confidence("--confidence", confidence)  # before any run is read
     results, settings, sources, unfinished = load_arms(specs)
     check_same_test_pairs(results, sources)
     context = combined_context(results, settings, sources)

@@ -8,7 +8,7 @@ the same side: a claim about encodings needs this one."""
 
 from __future__ import annotations
 
-from ...errors import require
+from ...errors import is_real, require
 from ..runs.statistics import paired_permutation, smallest_sign_flip_p
 from ..runs.tables import estimate_text
 from ..runs.tables import markdown_table as table
@@ -19,6 +19,12 @@ MEASURES = (*METRICS, ("dev_loss", "dev loss"))
 # A sign-flip p below this needs six seeds or more; with fewer the interval is the reading.
 SIGNIFICANCE = 0.05
 DEFAULT_CONFIDENCE = 0.95
+
+
+def require_confidence(parameter: str, confidence: float) -> None:
+    """A level of the intervals over seeds: a number in (0, 1)."""
+    allowed = "a level in (0, 1), e.g. 0.95"
+    require(is_real(confidence) and 0.0 < confidence < 1.0, parameter, confidence, allowed)
 
 
 def measured(runs: dict, seeds: list[int], key: str) -> list[float]:
@@ -43,7 +49,7 @@ def seed_comparisons(
     (`per_seed`, in the seeds' order), over the seeds both arms ran; pairs with no seed in
     common are left out. A level above 0.95 serves a second look at grown seeds (0.975 for
     two looks at an overall 95%)."""
-    require(0.0 < confidence < 1.0, "confidence", confidence, "a level in (0, 1), e.g. 0.95")
+    require_confidence("confidence", confidence)
     comparisons = []
     for system, against in arm_pairs(list(results), all_pairs):
         seeds = sorted(set(results[system]) & set(results[against]))
