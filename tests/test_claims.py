@@ -461,7 +461,9 @@ def test_measurements_are_checked():
 def compare_like_run(root):
     """A run directory as a comparison writes it: results.json with claims, downstream and
     baselines, and the downstream figure."""
-    from posattn.lab.runs.results import plot_downstream, results_json
+    from posattn.lab.runs.claims import evaluate_claims
+    from posattn.lab.runs.claims_table import default_claims
+    from posattn.lab.runs.results import downstream_summary, plot_downstream
 
     m = measured(
         {"sst2": dict(ORDER), "mnli": {"learned": [70.0]}},
@@ -469,7 +471,7 @@ def compare_like_run(root):
         baselines={"sst2": {"majority": 50.0, "bag_of_words": 78.0, "random_init": 60.0}},
     )
     root.mkdir()
-    output = results_json(m)
+    output = {"claims": evaluate_claims(m, default_claims()), **downstream_summary(m)}
     (root / "results.json").write_text(json.dumps(output))
     plot_downstream(output, root / "downstream.png")
     return root, output

@@ -19,8 +19,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from .claims import BASELINE_NAMES, VERDICTS, Claim, Measurements, evaluate_claims
-from .claims_table import default_claims
+from .claims import BASELINE_NAMES, VERDICTS, Measurements
 from .statistics import mean_interval
 from .tables import markdown_table
 
@@ -39,13 +38,6 @@ def downstream_summary(measurements: Measurements) -> dict:
     }
     baselines = {task: dict(values) for task, values in measurements.baselines.items()}
     return {"downstream": downstream, "baselines": baselines}
-
-
-def results_json(measurements: Measurements, claims: Sequence[Claim] | None = None) -> dict:
-    """The top-level {"claims", "downstream", "baselines"} of results.json (claims: the papers'
-    table, `default_claims()`, where not given)."""
-    claims = default_claims() if claims is None else claims
-    return {"claims": evaluate_claims(measurements, claims), **downstream_summary(measurements)}
 
 
 def cell(text: object) -> str:
