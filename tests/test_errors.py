@@ -101,6 +101,11 @@ def test_bad_encoding_options(name, options, fragments):
         # each was accepted, or failed inside torch's initialisation (init_std)
         ({"init_std": -0.02}, ("init_std=-0.02", "standard deviation >= 0")),
         ({"layer_norm_eps": 0.0}, ("layer_norm_eps=0.0", "> 0")),
+        ({"word_scale": 0.0}, ("word_scale=0.0", "a number > 0")),
+        ({"word_scale": -50}, ("word_scale=-50", "None (the model's own")),
+        ({"word_scale": "50"}, ("word_scale='50'",)),
+        ({"word_scale": True}, ("word_scale=True",)),
+        ({"word_scale": float("inf")}, ("word_scale=inf",)),
         ({"layer_norm_eps": float("nan")}, ("layer_norm_eps=nan",)),
         ({"dropout": "0.1"}, ("dropout='0.1'", "a probability")),  # a TypeError before
         ({"pad_token_id": 40}, ("pad_token_id=40", "[0, 40)")),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from posattn import PosAttnConfigError
 from posattn.lab.pretraining.summary import (
     baselines_table,
     difference_text,
@@ -198,3 +199,27 @@ def test_an_untied_mlm_decoder_keeps_absent_tokens_out_of_the_embeddings(tmp_pat
         # The softmax's push on every token reaches the input rows only through a tied decoder.
         assert bool(word.grad[absent].abs().sum() > 0) == leaks
         assert word.grad[~absent].abs().sum() > 0
+
+
+def test_word_scale_reaches_the_model_and_enters_fingerprints_only_when_set(tmp_path):
+    """model.word_scale, added after results existed: at its default (None) the pretraining
+    and translation stages keep the settings they had; set, it is in them and in the model."""
+    from posattn.lab.pretraining.pretrain import model_config, pretrain_stage
+    from posattn.lab.pretraining.runconfig import load_run_config
+    from posattn.lab.translation.runconfig import load_translation_config
+    from posattn.lab.translation.train import translation_stage
+    from posattn.models import PosAttnForMaskedLM
+
+    plain = load_run_config("smoke")
+    scaled = load_run_config("smoke", None, ["model.word_scale=50"])
+    assert "word_scale" not in pretrain_stage(plain, tmp_path).settings["model"]
+    assert pretrain_stage(scaled, tmp_path).settings["model"]["word_scale"] == 50.0
+    fingerprints = {pretrain_stage(c, tmp_path).fingerprint for c in (plain, scaled)}
+    assert len(fingerprints) == 2
+    model = PosAttnForMaskedLM(model_config(scaled, _Tokenizer()))
+    assert model.get_input_embeddings().scale == 50.0
+    assert PosAttnForMaskedLM(model_config(plain, _Tokenizer())).get_input_embeddings().scale == 1
+    translation = load_translation_config("smoke")
+    assert "word_scale" not in translation_stage(translation, tmp_path).settings["model"]
+    with pytest.raises(PosAttnConfigError, match=r"^model\.word_scale=0\.0 is not allowed"):
+        load_run_config("smoke", None, ["model.word_scale=0"])

@@ -203,3 +203,61 @@ def test_inputs_embeds_take_position_ids_like_input_ids():
         default = model(ids).logits
     torch.testing.assert_close(from_embeds, from_ids, rtol=0, atol=0)
     assert not torch.allclose(from_ids, default)
+
+
+@pytest.mark.parametrize("encoding", ["sinusoidal", "learned", "t5"])
+def test_word_scale_is_the_same_model_with_its_word_matrix_multiplied(encoding, tmp_path):
+    """word_scale=s multiplies the word vectors before positions, segments and LayerNorm: the
+    model equals one at the default whose word matrix is s times as large (x = s w + p; its
+    sinusoids, table or bias unchanged), and keeps s through save / load."""
+    scaled = randomised(PosAttnModel(tiny_config(encoding, word_scale=50.0)))
+    unscaled = PosAttnModel(tiny_config(encoding)).eval()
+    unscaled.load_state_dict(scaled.state_dict())
+    plain = PosAttnModel(tiny_config(encoding)).eval()
+    plain.load_state_dict(scaled.state_dict())
+    with torch.no_grad():
+        plain.get_input_embeddings().weight.mul_(50.0)
+    ids, mask = ids_and_mask()
+    segments = (torch.arange(8) >= 4).long().expand(2, 8)
+    with torch.no_grad():
+        expected = plain(ids, mask, segments)[0]
+        torch.testing.assert_close(scaled(ids, mask, segments)[0], expected, rtol=0, atol=1e-12)
+        # not a no-op: the default scale on the same weights gives another model
+        assert not torch.allclose(unscaled(ids, mask, segments)[0], expected, atol=1e-3)
+    scaled.save_pretrained(tmp_path)
+    loaded = PosAttnModel.from_pretrained(tmp_path).eval()
+    assert loaded.config.word_scale == 50.0 and loaded.config.input_word_scale() == 50.0
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids, mask, segments)[0], expected, rtol=0, atol=1e-12)
+
+
+def test_the_words_input_sinusoids_are_added_to_are_scaled_by_word_scale():
+    """The embedding layer's output from the equation: LayerNorm(s W[ids] + PE(i))."""
+    model = randomised(PosAttnModel(tiny_config("sinusoidal", word_scale=3.0, segments="none")))
+    ids, _ = ids_and_mask()
+    embeddings = model.encoder.embeddings
+    n, d = ids.shape[1], model.config.d_model
+    k = torch.arange(0, d, 2, dtype=torch.float64)
+    angles = torch.arange(n, dtype=torch.float64)[:, None] / 10000 ** (k / d)
+    sinusoids = torch.stack([angles.sin(), angles.cos()], -1).reshape(n, d)
+    expected = embeddings.norm(3.0 * embeddings.word.weight[ids] + sinusoids)
+    with torch.no_grad():
+        got = embeddings(ids, None, model.encoder.encoding.input_embedding(n, None, torch.float64))
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+
+
+def test_word_scale_sets_the_encoder_decoders_scale_and_a_set_embedding_takes_it():
+    """None keeps sqrt(d_model) in the encoder-decoder (Vaswani Sec. 3.4) and 1 in the
+    encoders; a number replaces either, in both stacks and in an embedding set later."""
+    sizes = dict(vocab_size=40, d_model=16, num_heads=2, num_layers=1, ffn_dim=20, max_len=16)
+    seq2seq = PosAttnForSeq2SeqLM(PosAttnSeq2SeqConfig(**sizes, word_scale=1.0))
+    for stack in (seq2seq.model.encoder, seq2seq.model.decoder):
+        assert stack.embeddings.word.scale == 1.0
+    assert PosAttnSeq2SeqConfig(**sizes).input_word_scale() == 4.0
+    assert PosAttnConfig(**sizes).input_word_scale() == 1.0
+    model = PosAttnForMaskedLM(tiny_config("learned", word_scale=2.5))
+    plain = torch.nn.Embedding(40, 24)
+    model.set_input_embeddings(plain)
+    assert model.get_input_embeddings() is plain  # transformers' contract
+    ids, _ = ids_and_mask()
+    torch.testing.assert_close(plain(ids), plain.weight[ids] * 2.5, rtol=0, atol=0)

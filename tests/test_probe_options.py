@@ -84,3 +84,17 @@ def test_bad_options_are_refused_by_name():
     with pytest.raises(PosAttnConfigError, match="rank"):
         main(["probe", "--preset", "smoke", "--encodings", "diet-abs", "--option",
               "diet-abs.rank=0"])  # fmt: skip
+
+
+def test_word_scale_reaches_the_probe_model_and_its_cells_fingerprints_when_set():
+    """--word-scale multiplies the probe model's word vectors; at its default the cells keep
+    the fingerprints they had before the setting existed."""
+    plain, scaled = preset("smoke"), preset("smoke", word_scale=50.0)
+    for settings, scale in ((scaled, 50.0), (plain, 1.0)):
+        model = build_model(probe_task("majority"), "sinusoidal", settings)
+        assert model.get_input_embeddings().scale == scale
+    assert "word_scale" not in plain.cell_settings("learned")["probe"]
+    assert scaled.cell_settings("learned")["probe"]["word_scale"] == 50.0
+    assert scaled.cell_fingerprint("learned") != plain.cell_fingerprint("learned")
+    with pytest.raises(PosAttnConfigError, match=r"word_scale=0\.0 is not allowed"):
+        main(["probe", "--preset", "smoke", "--word-scale", "0", "--output", "unused"])

@@ -319,6 +319,7 @@ NON_DEFAULT = dict(
     eos_token_id=6,
     use_cache=False,
     tie_word_embeddings=False,
+    word_scale=2.0,
 )
 
 

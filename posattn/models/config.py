@@ -62,6 +62,11 @@ class PosAttnConfig(PreTrainedConfig):
     <s>, </s> in translation). use_cache: what `generate` asks the causal LM for.
     tie_word_embeddings: the output projection shares the word embeddings (and, in the
     encoder-decoder, the decoder's input embeddings too).
+    word_scale: what the word vectors are multiplied by before positions and segments are
+        added; None is the family's own (`input_word_scale`): 1 here, as BERT, and
+        sqrt(d_model) in the encoder-decoder (Vaswani Sec. 3.4). With input sinusoids (RMS
+        0.71 an entry) and words drawn N(0, init_std = 0.02), positions outweigh words about
+        35 to 1 at the input; 1 / init_std gives the words unit RMS.
     """
 
     model_type = "posattn"
@@ -91,6 +96,7 @@ class PosAttnConfig(PreTrainedConfig):
     eos_token_id: int | None = 3
     use_cache: bool = True
     tie_word_embeddings: bool = True
+    word_scale: float | int | None = None
 
     def __post_init__(self, **kwargs) -> None:
         check_unknown_settings(type(self), kwargs)
@@ -110,6 +116,12 @@ class PosAttnConfig(PreTrainedConfig):
             "init_std",
             self.init_std,
             "a standard deviation >= 0",
+        )
+        require(
+            self.word_scale is None or (is_real(self.word_scale) and self.word_scale > 0),
+            "word_scale",
+            self.word_scale,
+            "None (the model's own: 1, sqrt(d_model) in the encoder-decoder) or a number > 0",
         )
         require(
             is_real(self.layer_norm_eps) and self.layer_norm_eps > 0,
@@ -148,6 +160,10 @@ class PosAttnConfig(PreTrainedConfig):
             reason = terms_refusal(layer_terms)
             if reason is not None:
                 raise refusal(kernel, f"encoding {self.encoding!r}: {reason}")
+
+    def input_word_scale(self) -> float:
+        """What the word vectors are multiplied by: word_scale, or 1 (BERT) where None."""
+        return 1.0 if self.word_scale is None else float(self.word_scale)
 
     @property
     def output_attentions(self) -> bool:

@@ -30,9 +30,10 @@ logger = logging.get_logger(__name__)
 
 
 class WordEmbedding(nn.Embedding):
-    """An `nn.Embedding` whose vectors are multiplied by `scale` (1; sqrt(d_model) in the
-    encoder-decoder, Vaswani Sec. 3.4): `get_input_embeddings()(ids)` is then exactly what the
-    model adds positions to, which is what transformers' `inputs_embeds` stand in for."""
+    """An `nn.Embedding` whose vectors are multiplied by `scale` (the config's
+    `input_word_scale()`: 1; sqrt(d_model) in the encoder-decoder, Vaswani Sec. 3.4):
+    `get_input_embeddings()(ids)` is then exactly what the model adds positions to, which is
+    what transformers' `inputs_embeds` stand in for."""
 
     scale: float = 1.0
 
@@ -73,6 +74,7 @@ class Embeddings(nn.Module):
     def __init__(self, config: PosAttnConfig) -> None:
         super().__init__()
         self.word = WordEmbedding(config.vocab_size, config.d_model)
+        self.word.scale = config.input_word_scale()
         self.segment = (
             nn.Embedding(config.num_segments, config.d_model)
             if config.segments == "input"

@@ -20,7 +20,7 @@ from ..errors import invalid
 from ..tracing import under_func_transform
 from .attn_implementation import attn_implementation_of, kernel_of
 from .config import PosAttnConfig
-from .encoder import Encoder, init_weights
+from .encoder import Encoder, WordEmbedding, init_weights
 from .outputs import StackRecord
 
 
@@ -176,7 +176,10 @@ class PosAttnModel(PosAttnPreTrainedModel):
         return self.encoder.embeddings.word
 
     def set_input_embeddings(self, embeddings: nn.Embedding) -> None:
-        self.encoder.embeddings.word = embeddings
+        """`embeddings` scaled as the model's words are (`WordEmbedding.adopt`)."""
+        self.encoder.embeddings.word = WordEmbedding.adopt(
+            embeddings, self.config.input_word_scale()
+        )
 
     def forward(
         self,

@@ -46,5 +46,9 @@ class PosAttnSeq2SeqConfig(PosAttnConfig):
         # The decoder's causal copy of the encoding is checked here too.
         stack_config(self, causal=True, num_layers=self.num_decoder_layers)
 
+    def input_word_scale(self) -> float:
+        """word_scale, or sqrt(d_model) where None (Vaswani Sec. 3.4)."""
+        return self.d_model**0.5 if self.word_scale is None else float(self.word_scale)
+
 
 AutoConfig.register(PosAttnSeq2SeqConfig.model_type, PosAttnSeq2SeqConfig, exist_ok=True)

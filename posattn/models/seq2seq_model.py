@@ -52,7 +52,7 @@ class PosAttnSeq2SeqModel(PosAttnPreTrainedModel):
             stack_config(config, causal=True, num_layers=config.num_decoder_layers)
         )
         for stack in (self.encoder, self.decoder):
-            stack.embeddings.word.scale = config.d_model**0.5
+            stack.embeddings.word.scale = config.input_word_scale()
         # Tied by parameter (transformers' `_tied_weights_keys`, when tie_word_embeddings says
         # so), never by sharing a module: loading cannot draw a missing matrix of shared modules.
         self.post_init()
@@ -72,9 +72,9 @@ class PosAttnSeq2SeqModel(PosAttnPreTrainedModel):
         return self.encoder.embeddings.word
 
     def set_input_embeddings(self, embeddings: nn.Embedding) -> None:
-        """Both stacks read `embeddings`, scaled by sqrt(d_model) as before
-        (`WordEmbedding.adopt`)."""
-        embeddings = WordEmbedding.adopt(embeddings, self.config.d_model**0.5)
+        """Both stacks read `embeddings`, scaled as before (`input_word_scale`: sqrt(d_model)
+        unless word_scale says otherwise; `WordEmbedding.adopt`)."""
+        embeddings = WordEmbedding.adopt(embeddings, self.config.input_word_scale())
         self.encoder.embeddings.word = embeddings
         self.decoder.embeddings.word = embeddings
 

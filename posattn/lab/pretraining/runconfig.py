@@ -24,7 +24,7 @@ class PretrainModelSection(ModelSection):
     RANGES: ClassVar[dict[str, r.Range]] = {"max_len": r.BLOCK_LENGTH}
     # Added after results existed: left out of stage fingerprints while at this default, so
     # finished cells stay reusable (runs/fingerprint.py).
-    ADDED_DEFAULTS: ClassVar[dict] = {"tie_word_embeddings": True}
+    ADDED_DEFAULTS: ClassVar[dict] = {**ModelSection.ADDED_DEFAULTS, "tie_word_embeddings": True}
 
 
 @dataclass

@@ -38,6 +38,7 @@ def probe_config(task: ProbeTask, encoding: str, settings: ProbeSettings) -> Pos
         encoding=encoding,
         encoding_options=settings.options_of(encoding),
         segments=settings.segments,
+        word_scale=settings.word_scale,
         causal=task.model == CAUSAL_LM,
         pad_token_id=PAD,
     )

@@ -31,7 +31,8 @@ def settings_from(args: argparse.Namespace):
         overrides["encoding_options"] = encoding_options_of("--option", args.option)
     if args.paired_with is not None:
         overrides["paired_with"] = names_of("--paired-with", args.paired_with, none_allowed=True)
-    for key in ("train_len", "seeds", "steps", "workers", "segments", "d_model", "num_heads"):
+    keys = ("train_len", "seeds", "steps", "workers", "segments", "d_model", "num_heads")
+    for key in (*keys, "word_scale"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
     return preset(args.preset, **overrides)
@@ -71,6 +72,12 @@ def register(commands) -> None:
         "--num-heads", type=int, help="attention heads (default 4; head size d-model / heads)"
     )
     parser.add_argument("--segments", help="input (BERT, default) | attention (DIET Eq. 2) | none")
+    parser.add_argument(
+        "--word-scale",
+        type=float,
+        help="multiply the word vectors by this (default: 1, as BERT; 50 = 1 / init_std gives "
+        "them unit RMS, which input sinusoids otherwise outweigh)",
+    )
     parser.add_argument("--workers", type=int, help="processes training cells in parallel")
     parser.add_argument(
         "--position-lr-scales",

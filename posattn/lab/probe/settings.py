@@ -13,7 +13,14 @@ from ...encodings import (
     encoding_class,
     encoding_options,
 )
-from ...errors import PosAttnConfigError, invalid, require, require_choice, require_positive_int
+from ...errors import (
+    PosAttnConfigError,
+    invalid,
+    is_real,
+    require,
+    require_choice,
+    require_positive_int,
+)
 from ...models.segments import SEGMENT_MODES
 from ..runs.fingerprint import fingerprint, run_settings
 from .tasks import TASKS, probe_task
@@ -59,6 +66,8 @@ class ProbeSettings:
     num_heads: int = 4
     ffn_dim: int = 128
     segments: str = "input"
+    # What the word vectors are multiplied by (PosAttnConfig.word_scale; None: 1, as BERT).
+    word_scale: float | None = None
     eval_examples: int = 64
     workers: int = 2
     # Encodings every other one is paired with, seed by seed (`paired.py`); None: `learned`
@@ -91,6 +100,12 @@ class ProbeSettings:
             "positive multipliers of the learning rate, at least one, none repeated",
         )
         require_choice("segments", self.segments, SEGMENT_MODES)
+        require(
+            self.word_scale is None or (is_real(self.word_scale) and self.word_scale > 0),
+            "word_scale",
+            self.word_scale,
+            "a number > 0, or None (1, as BERT)",
+        )
         require(bool(self.tasks), "tasks", self.tasks, "at least one task")
         require(bool(self.encodings), "encodings", self.encodings, "at least one encoding")
         require(bool(self.test_lens), "test_lens", self.test_lens, "at least one length")
@@ -179,6 +194,8 @@ class ProbeSettings:
         # the cell's own rate stands in for the candidates (position_lr_scales)
         skip = {"tasks", "encodings", "seeds", "workers", "paired_with", "encoding_options"}
         skip.add("position_lr_scales")
+        if self.word_scale is None:  # cells run before the setting existed keep theirs
+            skip.add("word_scale")
         probe = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         scale = self.position_lr_scales[0] if position_lr_scale is None else position_lr_scale
         probe["position_lr_scale"] = float(scale)

@@ -19,7 +19,8 @@ from . import ranges as r
 
 @dataclass
 class ModelSection:
-    """The Transformer (see PosAttnConfig); max_len is the pretraining sequence length."""
+    """The Transformer (see PosAttnConfig); max_len is the pretraining sequence length;
+    word_scale multiplies the word vectors (None: the model's own, PosAttnConfig.word_scale)."""
 
     d_model: int = 128
     num_layers: int = 2
@@ -33,11 +34,16 @@ class ModelSection:
     encoding_options: dict[str, Any] = field(default_factory=dict)
     segments: str = "input"
     kernel: str = "auto"
+    word_scale: float | None = None
 
     RANGES: ClassVar[dict[str, r.Range]] = {
         **dict.fromkeys(("d_model", "num_layers", "num_heads", "ffn_dim", "max_len"), r.AT_LEAST_1),
         **dict.fromkeys(("dropout", "attention_dropout"), r.PROBABILITY),
+        "word_scale": r.POSITIVE_OR_NULL_SCALE,
     }
+    # Added after results existed: left out of stage fingerprints while at this default, so
+    # finished runs stay reusable (runs/fingerprint.py).
+    ADDED_DEFAULTS: ClassVar[dict] = {"word_scale": None}
 
 
 @dataclass

@@ -83,6 +83,7 @@ FRACTION = Range(low=0, high=1)  # warmup_ratio
 PROBABILITY = Range(low=0, high=1, high_open=True)  # dropout, label smoothing
 OPEN_PROBABILITY = Range(low=0, high=1, low_open=True, high_open=True)  # something must happen
 POSITIVE_OR_NULL = _with(AT_LEAST_1, optional=True)  # max_* example caps: None means all
+POSITIVE_OR_NULL_SCALE = _with(POSITIVE, optional=True)  # a multiplier, None: the default
 SEEDS = _with(SEED, items=True, distinct=True)
 # A tokenizer asked for fewer tokens than its special tokens returns the text uncut (it only
 # logs), so a smaller limit let every example through at full length.
