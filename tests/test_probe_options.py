@@ -96,5 +96,11 @@ def test_word_scale_reaches_the_probe_model_and_its_cells_fingerprints_when_set(
     assert "word_scale" not in plain.cell_settings("learned")["probe"]
     assert scaled.cell_settings("learned")["probe"]["word_scale"] == 50.0
     assert scaled.cell_fingerprint("learned") != plain.cell_fingerprint("learned")
+    cell = {"task": "relative", "encoding": "learned", "seed": 0, "status": "unsupported",
+            "reason": "x"}  # fmt: skip
+    one = preset("smoke", encodings=["learned"], word_scale=50.0)
+    results = grid.aggregate([cell, {**cell, "task": "majority"}], one)
+    assert "Word vectors multiplied by 50 (`--word-scale`)." in results_markdown(results, one)
+    assert "Word vectors" not in results_markdown(results, preset("smoke", encodings=["learned"]))
     with pytest.raises(PosAttnConfigError, match=r"word_scale=0\.0 is not allowed"):
         main(["probe", "--preset", "smoke", "--word-scale", "0", "--output", "unused"])

@@ -145,6 +145,13 @@ def options_lines(settings: ProbeSettings) -> list[str]:
     return ["Encoding options given: " + "; ".join(given) + ".", ""] if given else []
 
 
+def word_scale_text(settings: ProbeSettings) -> str:
+    """A run whose word vectors were scaled says so: its table is not the default model's."""
+    if settings.word_scale is None:
+        return ""
+    return f" Word vectors multiplied by {settings.word_scale:g} (`--word-scale`)."
+
+
 def results_markdown(results: dict, settings: ProbeSettings, paired: dict | None = None) -> str:
     tasks = [
         f"- `{name}` ({probe_task(name).model}): {probe_task(name).skill}"
@@ -157,7 +164,7 @@ def results_markdown(results: dict, settings: ProbeSettings, paired: dict | None
         f"{settings.batch_size}, d={settings.d_model}, {settings.num_layers} layers), evaluated "
         f"on {settings.eval_examples} fresh examples per length; mean ± std over "
         f"{settings.seeds} seed(s), in percent. Position tables hold {settings.train_len} "
-        "positions.",
+        "positions." + word_scale_text(settings),
         "",
         *options_lines(settings),
         "Tasks:",
