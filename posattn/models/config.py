@@ -42,6 +42,16 @@ def require_token_id(name: str, value: Any, vocab_size: int) -> None:
     )
 
 
+def require_word_scale(value: Any) -> None:
+    """None (the model's own scale of its word vectors) or a number > 0 (`word_scale`)."""
+    require(
+        value is None or (is_real(value) and value > 0),
+        "word_scale",
+        value,
+        "None (the model's own: 1, sqrt(d_model) in the encoder-decoder) or a number > 0",
+    )
+
+
 class PosAttnConfig(PreTrainedConfig):
     """A BERT-style Transformer with a pluggable positional encoding.
 
@@ -117,12 +127,7 @@ class PosAttnConfig(PreTrainedConfig):
             self.init_std,
             "a standard deviation >= 0",
         )
-        require(
-            self.word_scale is None or (is_real(self.word_scale) and self.word_scale > 0),
-            "word_scale",
-            self.word_scale,
-            "None (the model's own: 1, sqrt(d_model) in the encoder-decoder) or a number > 0",
-        )
+        require_word_scale(self.word_scale)
         require(
             is_real(self.layer_norm_eps) and self.layer_norm_eps > 0,
             "layer_norm_eps",

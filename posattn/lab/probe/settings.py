@@ -13,14 +13,8 @@ from ...encodings import (
     encoding_class,
     encoding_options,
 )
-from ...errors import (
-    PosAttnConfigError,
-    invalid,
-    is_real,
-    require,
-    require_choice,
-    require_positive_int,
-)
+from ...errors import PosAttnConfigError, invalid, require, require_choice, require_positive_int
+from ...models.config import require_word_scale
 from ...models.segments import SEGMENT_MODES
 from ..runs.fingerprint import fingerprint, run_settings
 from .tasks import TASKS, probe_task
@@ -100,12 +94,7 @@ class ProbeSettings:
             "positive multipliers of the learning rate, at least one, none repeated",
         )
         require_choice("segments", self.segments, SEGMENT_MODES)
-        require(
-            self.word_scale is None or (is_real(self.word_scale) and self.word_scale > 0),
-            "word_scale",
-            self.word_scale,
-            "a number > 0, or None (1, as BERT)",
-        )
+        require_word_scale(self.word_scale)  # the model's own check, before any cell
         require(bool(self.tasks), "tasks", self.tasks, "at least one task")
         require(bool(self.encodings), "encodings", self.encodings, "at least one encoding")
         require(bool(self.test_lens), "test_lens", self.test_lens, "at least one length")
