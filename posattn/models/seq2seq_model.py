@@ -7,8 +7,8 @@ T5's heads hold theirs; `AutoModel` loads it from a seq2seq checkpoint.
               cross-attention over the encoder output without positional terms (decoder.py)
     input:    sqrt(d_model) W_e[token] (+ the encoding's input vector), with W_e initialised
               N(0, 1/d_model): word vectors of unit scale next to sinusoids of unit scale
-              (Vaswani Sec. 3.4; fairseq's transformer); one matrix for both stacks when
-              tie_word_embeddings, else one each
+              (Vaswani Sec. 3.4; fairseq's transformer; `word_scale` replaces sqrt(d_model));
+              one matrix for both stacks when tie_word_embeddings, else one each
     output:   the decoder's last hidden states [B, n_tgt, d_model] (Seq2SeqModelOutput)
 """
 
@@ -108,8 +108,9 @@ class PosAttnSeq2SeqModel(PosAttnPreTrainedModel):
         past_key_values: an `EncoderDecoderCache` (what `generate` passes; created when
         use_cache=True and none is given) or a `DynamicCache` of the earlier target tokens;
         decoder_input_ids are then the new target tokens only.
-        inputs_embeds / decoder_inputs_embeds: [B, n, d_model] in place of the (scaled by
-        sqrt(d_model)) word vectors of input_ids / decoder_input_ids.
+        inputs_embeds / decoder_inputs_embeds: [B, n, d_model] in place of the scaled word
+        vectors of input_ids / decoder_input_ids (`input_word_scale`: sqrt(d_model) unless
+        word_scale says otherwise).
         output_attentions: encoder self-, decoder self- and cross-attention probabilities per
         layer; output_hidden_states: each stack's embeddings output and layer outputs."""
         if encoder_outputs is None:
