@@ -1,28 +1,14 @@
 """The arms of a comparison: an encoding, or an encoding with one ablation of the papers.
 
 An arm is named `ENCODING` or `ENCODING/VARIANT` (`tupe-a/tie-cls`, `learned/segments-attention`,
-`diet-abs/share-none`); `random-init` is the `learned` architecture fine-tuned without any
-pretraining, the floor every pretrained arm must clear. The variants are the papers' ablations:
-
-    tie-cls             TUPE-A without the untied [CLS] (TUPE Sec. 4.2, untie_cls=False)
-    segments-attention  segment ids inside attention (DIET Eq. 2)
-    segments-input      segment embeddings at the input (BERT)
-    share-none          DIET-ABS / DIET-REL tables per layer (DIET Sec. 4.4)
-    share-layer         shared across layers, per head
-    share-head          shared across heads, per layer
-    no-input-positions  Linformer without its input position table (input_positions=False):
-                        the control for DIET-ABS inside Linformer, as `none` is for full
-                        attention
-    positional-lr-x10   the positional parameters at ten times the run's learning rate, in
-                        pretraining and fine-tuning (trainer.positional_lr_scale=10): per-head
-                        tables and factors start at N(0, 0.02), and under Adam a parameter
-                        moves about one learning rate a step, so a short run leaves them small
+`diet-abs/share-none`; the variants and what each changes: `lab/runs/variants.py`); `random-init`
+is the `learned` architecture fine-tuned without any pretraining, the floor every pretrained arm
+must clear.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import torch
 
@@ -30,31 +16,19 @@ from ...encodings import ENCODINGS, build_encoding
 from ...encodings.base import ModelDims
 from ...errors import require_choice
 from ..runs.options import require_distinct_names
+from ..runs.variants import VARIANTS, split_variant
 from .runconfig import RunConfig
 
 RANDOM_INIT = "random-init"
-VARIANTS: dict[str, dict[str, Any]] = {
-    "tie-cls": {"encoding_options": {"untie_cls": False}},
-    "segments-attention": {"segments": "attention"},
-    "segments-input": {"segments": "input"},
-    "share-none": {"encoding_options": {"sharing": "none"}},
-    "share-layer": {"encoding_options": {"sharing": "layer"}},
-    "share-head": {"encoding_options": {"sharing": "head"}},
-    "no-input-positions": {"encoding_options": {"input_positions": False}},
-    "positional-lr-x10": {"positional_lr_factor": 10.0},
-    "checkpoint-positions": {"init_positions": True},
-}
 
 
 def split_arm(arm: str) -> tuple[str, str | None]:
     """("tupe-a", "tie-cls") of "tupe-a/tie-cls"; the encoding and variant are checked."""
     if arm == RANDOM_INIT:
         return "learned", None
-    encoding, _, variant = arm.partition("/")
+    encoding, _, _ = arm.partition("/")
     require_choice("encodings", encoding, (*ENCODINGS, RANDOM_INIT))
-    if variant:
-        require_choice(f"variant of {encoding!r}", variant, tuple(VARIANTS))
-    return encoding, variant or None
+    return split_variant(arm)
 
 
 def has_positional_parameters(model) -> bool:

@@ -35,7 +35,7 @@ def probe_config(task: ProbeTask, encoding: str, settings: ProbeSettings) -> Pos
         dropout=0.0,
         attention_dropout=0.0,
         norm="pre",
-        encoding=encoding,
+        encoding=settings.encoding_of(encoding),
         encoding_options=settings.options_of(encoding),
         segments=settings.segments,
         word_scale=settings.word_scale,

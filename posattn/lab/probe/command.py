@@ -62,7 +62,12 @@ def register(commands) -> None:
     )
     parser.add_argument("--preset", default="default", help="default | smoke")
     parser.add_argument("--tasks", help="comma-separated tasks (default: all)")
-    parser.add_argument("--encodings", help="comma-separated encodings")
+    parser.add_argument(
+        "--encodings",
+        help="comma-separated encodings, or an encoding with one of the papers' ablations "
+        "that set its options: ENCODING/VARIANT (tupe-a/tie-cls, diet-abs/share-none; the "
+        "variants: posattn/lab/runs/variants.py)",
+    )
     parser.add_argument("--train-len", type=int, help="longest training length (default 32)")
     parser.add_argument("--test-lens", help="comma-separated test lengths, e.g. 32,64,128,256")
     parser.add_argument("--seeds", type=int, help="seeds per cell (default 3)")

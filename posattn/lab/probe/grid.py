@@ -31,13 +31,18 @@ CELLS = "cells"
 
 
 def cell_path(run_dir: Path, task: str, encoding: str, seed: int, scale: float) -> Path:
-    return run_dir / CELLS / f"{task}__{encoding}__lr{scale:g}__seed{seed}.json"
+    return run_dir / CELLS / f"{task}__{file_name(encoding)}__lr{scale:g}__seed{seed}.json"
+
+
+def file_name(encoding: str) -> str:
+    """An encoding's name in a file name: `tupe-a/tie-cls` as `tupe-a+tie-cls`."""
+    return encoding.replace("/", "+")
 
 
 def single_rate_path(run_dir: Path, task: str, encoding: str, seed: int) -> Path:
     """Where a cell was stored when a run had one positional rate: its fingerprint holds
     that rate, so it is reused for the same rate alone."""
-    return run_dir / CELLS / f"{task}__{encoding}__seed{seed}.json"
+    return run_dir / CELLS / f"{task}__{file_name(encoding)}__seed{seed}.json"
 
 
 def stored_cell(path: Path, fingerprint: str) -> dict | None:

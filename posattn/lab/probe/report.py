@@ -136,11 +136,12 @@ def rate_lines(results: dict, settings: ProbeSettings) -> list[str]:
 
 
 def options_lines(settings: ProbeSettings) -> list[str]:
-    """The options given for encodings of the run (`--option`), or nothing."""
+    """The options the run sets for its encodings (their variants' and `--option`'s), or
+    nothing."""
     given = [
         f"`{name}` " + ", ".join(f"{key}={value!r}" for key, value in options.items())
-        for name, options in settings.encoding_options.items()
-        if options
+        for name in settings.encodings
+        if (options := settings.given_options(name))
     ]
     return ["Encoding options given: " + "; ".join(given) + ".", ""] if given else []
 

@@ -17,6 +17,7 @@ from ...errors import PosAttnConfigError, invalid, require, require_choice, requ
 from ...models.config import require_word_scale
 from ...models.segments import SEGMENT_MODES
 from ..runs.fingerprint import fingerprint, run_settings
+from ..runs.variants import OPTION_VARIANTS, split_variant, variant_options
 from .tasks import TASKS, probe_task
 
 # The papers' encodings (TUPE: BERT-A, BERT-R, TUPE-A, TUPE-R; DIET: DIET-ABS, DIET-REL), the
@@ -40,6 +41,8 @@ PROBE_OPTIONS = {"rope": {"layout": "half"}, "xpos": {"layout": "half"}}
 @dataclass
 class ProbeSettings:
     tasks: list[str] = field(default_factory=lambda: list(TASKS))
+    # Encodings, or an encoding with one of the papers' ablations that set its options
+    # (`tupe-a/tie-cls`, `diet-abs/share-none`: lab/runs/variants.py), paired with it by seed.
     encodings: list[str] = field(default_factory=lambda: list(DEFAULT_ENCODINGS))
     seeds: int = 3
     train_len: int = 32  # training lengths are drawn up to this; position tables have this size
@@ -107,7 +110,14 @@ class ProbeSettings:
                 f"at least {task.min_length} for task {name!r}",
             )
         for name in self.encodings:
-            encoding_class(name)  # an unknown name fails here with the list of known ones
+            encoding_class(self.encoding_of(name))  # an unknown name fails with the known ones
+            split_variant(name, OPTION_VARIANTS)  # a variant a probe cannot serve fails here
+        require(
+            len(set(self.encodings)) == len(self.encodings),
+            "encodings",
+            self.encodings,
+            "encodings of the run, none repeated",
+        )
         for length in self.test_lens:
             require_positive_int("test_lens", length)
             require(
@@ -116,9 +126,10 @@ class ProbeSettings:
                 self.test_lens,
                 f"lengths >= train_len={self.train_len} (the training length and longer)",
             )
+        for name in self.encodings:
+            self.check_options(name)
         for name in self.encoding_options:
             require_choice("--option's encoding", name, tuple(self.encodings))
-            encoding_options(name, self.options_of(name))  # an unknown or bad option fails
         for name in self.paired_with or []:
             require_choice("paired_with", name, tuple(self.encodings))
         if self.paired_with is not None:
@@ -128,6 +139,21 @@ class ProbeSettings:
                 self.paired_with,
                 "encodings of the run, none repeated",
             )
+
+    def check_options(self, name: str) -> None:
+        """An unknown or bad option fails here, and a variant whose options the encoding does
+        not have (`rope/tie-cls`) names the variant."""
+        encoding = self.encoding_of(name)
+        try:
+            encoding_options(encoding, self.options_of(name))
+        except PosAttnConfigError as error:
+            if name == encoding:
+                raise
+            raise invalid(
+                "encodings",
+                name,
+                f"options that {encoding!r} has, from the variant and --option ({error})",
+            ) from None
 
     def references(self) -> list[str]:
         """The encodings every other one is paired with (see `paired_with`)."""
@@ -163,14 +189,27 @@ class ProbeSettings:
                 self.d_model, self.num_heads, self.num_layers, self.train_len, causal=causal
             )
             try:
-                return build_encoding(encoding, dims, self.options_of(encoding))
+                return build_encoding(self.encoding_of(encoding), dims, self.options_of(encoding))
             except PosAttnConfigError:
                 continue
         return None
 
+    @staticmethod
+    def encoding_of(name: str) -> str:
+        """The registered encoding of an encoding or `ENCODING/VARIANT` name of the run."""
+        return name.partition("/")[0]
+
     def options_of(self, encoding: str) -> dict[str, Any]:
-        """The options encoding `encoding` is built with."""
-        return {**PROBE_OPTIONS.get(encoding, {}), **self.encoding_options.get(encoding, {})}
+        """The options encoding `encoding` (a name of the run) is built with."""
+        return {
+            **PROBE_OPTIONS.get(self.encoding_of(encoding), {}),
+            **self.given_options(encoding),
+        }
+
+    def given_options(self, encoding: str) -> dict[str, Any]:
+        """What the run sets of `encoding`'s options: its variant's, then `--option`'s."""
+        variant = encoding.partition("/")[2] or None
+        return {**variant_options(variant), **self.encoding_options.get(encoding, {})}
 
     def cell_settings(
         self, encoding: str | None = None, position_lr_scale: float | None = None
@@ -191,7 +230,7 @@ class ProbeSettings:
         if encoding and self.holds_other_parameters(encoding):
             # Since the rate left Linformer's E and F: cells from before trained them at it.
             probe["rate_reaches"] = "positional parameters"
-        given = self.encoding_options.get(encoding, {}) if encoding else {}
+        given = self.given_options(encoding) if encoding else {}
         return run_settings(probe={**probe, "encoding_options": given} if given else probe)
 
     def cell_fingerprint(
