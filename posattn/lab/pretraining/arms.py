@@ -14,7 +14,6 @@ import torch
 
 from ...encodings import ENCODINGS, build_encoding
 from ...encodings.base import ModelDims
-from ...errors import require_choice
 from ..runs.options import require_distinct_names
 from ..runs.variants import VARIANTS, split_variant
 from .runconfig import RunConfig
@@ -26,9 +25,7 @@ def split_arm(arm: str) -> tuple[str, str | None]:
     """("tupe-a", "tie-cls") of "tupe-a/tie-cls"; the encoding and variant are checked."""
     if arm == RANDOM_INIT:
         return "learned", None
-    encoding, _, _ = arm.partition("/")
-    require_choice("encodings", encoding, (*ENCODINGS, RANDOM_INIT))
-    return split_variant(arm)
+    return split_variant(arm, encodings=(*ENCODINGS, RANDOM_INIT))
 
 
 def has_positional_parameters(model) -> bool:

@@ -17,6 +17,7 @@ from ...errors import PosAttnConfigError, invalid, require, require_choice, requ
 from ...models.config import require_word_scale
 from ...models.segments import SEGMENT_MODES
 from ..runs.fingerprint import fingerprint, run_settings
+from ..runs.options import require_distinct_names
 from ..runs.variants import OPTION_VARIANTS, split_variant, variant_options
 from .tasks import TASKS, probe_task
 
@@ -112,12 +113,8 @@ class ProbeSettings:
         for name in self.encodings:
             encoding_class(self.encoding_of(name))  # an unknown name fails with the known ones
             split_variant(name, OPTION_VARIANTS)  # a variant a probe cannot serve fails here
-        require(
-            len(set(self.encodings)) == len(self.encodings),
-            "encodings",
-            self.encodings,
-            "encodings of the run, none repeated",
-        )
+            self.check_options(name)
+        require_distinct_names("encodings", self.encodings)  # they would share cells
         for length in self.test_lens:
             require_positive_int("test_lens", length)
             require(
@@ -126,8 +123,6 @@ class ProbeSettings:
                 self.test_lens,
                 f"lengths >= train_len={self.train_len} (the training length and longer)",
             )
-        for name in self.encodings:
-            self.check_options(name)
         for name in self.encoding_options:
             require_choice("--option's encoding", name, tuple(self.encodings))
         for name in self.paired_with or []:

@@ -46,12 +46,15 @@ OPTION_VARIANTS = tuple(
 
 
 def split_variant(
-    arm: str, variants: tuple[str, ...] = tuple(VARIANTS), parameter: str = "encodings"
+    arm: str,
+    variants: tuple[str, ...] = tuple(VARIANTS),
+    encodings: tuple[str, ...] = tuple(ENCODINGS),
 ) -> tuple[str, str | None]:
     """("tupe-a", "tie-cls") of "tupe-a/tie-cls", ("rope", None) of "rope"; the encoding is
-    checked against the registry and the variant against `variants` (a command's own)."""
+    checked against `encodings` (the registry, or a command's own names beside it) and the
+    variant against `variants` (a command's own)."""
     encoding, _, variant = arm.partition("/")
-    require_choice(parameter, encoding, tuple(ENCODINGS))
+    require_choice("encodings", encoding, encodings)
     if variant:
         require_choice(f"variant of {encoding!r}", variant, variants)
     return encoding, variant or None
