@@ -43,6 +43,26 @@ def test_bad_values_and_presets_are_rejected():
         load_run_config("huge")
 
 
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("pretrain.seed=1.5", "pretrain.seed=1.5 is not allowed: expected an integer"),
+        ("pretrain.steps=many", "pretrain.steps='many' is not allowed: expected an integer"),
+        (
+            "trainer.positional_lr_scale=x",
+            "trainer.positional_lr_scale='x' is not allowed: expected a number",
+        ),
+        ("trainer.bf16=maybe", "trainer.bf16='maybe' is not allowed: expected true or false"),
+        ("finetune.seeds=3", "finetune.seeds=3 is not allowed: expected a list of integers"),
+        ("finetune.seeds=[a]", "finetune.seeds[0]='a' is not allowed: Value 'a' of type 'str'"),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_named_with_what_its_key_takes(override, message):
+    with pytest.raises(PosAttnConfigError) as raised:
+        load_run_config(overrides=[override])
+    assert str(raised.value).startswith(message)
+
+
 def test_config_file_layer(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text("model:\n  encoding: diet-rel\npretrain:\n  steps: 9\n")

@@ -8,7 +8,7 @@ import difflib
 from dataclasses import dataclass, field, fields, is_dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_args, get_origin
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
@@ -96,6 +96,38 @@ def _unknown_key_error(error: Exception, schema: DictConfig) -> PosAttnConfigErr
     return PosAttnConfigError(f"config key {key!r} does not exist: {hint}")
 
 
+# What a setting of each type takes, in the words of the error messages (ranges.py's style).
+_ONE = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+_MANY = {int: "integers", float: "numbers", str: "strings", bool: "booleans"}
+
+
+def _expected(schema: DictConfig, key: str) -> str | None:
+    """What the schema's setting `key` takes ("an integer", "a list of numbers"), or None where
+    the key is not a plain setting (a list item, a section)."""
+    parent, _, leaf = key.rpartition(".")
+    section = OmegaConf.select(schema, parent) if parent else schema
+    if not isinstance(section, DictConfig) or leaf not in section:
+        return None
+    declared = section._get_node(leaf)._metadata.ref_type
+    if get_origin(declared) in (list, tuple):
+        item = next(iter(get_args(declared)), None)
+        return f"a list of {_MANY[item]}" if item in _MANY else "a list"
+    return _ONE.get(declared)
+
+
+def _wrong_type_error(error: ValidationError, schema: DictConfig) -> PosAttnConfigError:
+    """A value OmegaConf could not convert, named as `invalid` names a value out of range;
+    OmegaConf's own reason where the schema does not say what the key takes."""
+    reason = str(error.msg or error).splitlines()[0]
+    key = getattr(error, "full_key", None)
+    if not key:
+        return PosAttnConfigError(f"config value rejected: {reason}")
+    expected = _expected(schema, key)
+    return invalid(
+        key, getattr(error, "value", None), f"expected {expected}" if expected else reason
+    )
+
+
 def merge_config(
     schema_type: type, preset: Path | None, file: str | Path | None, overrides: list[str] = ()
 ):
@@ -120,7 +152,7 @@ def merge_config(
         except (ConfigKeyError, ConfigAttributeError) as error:
             raise _unknown_key_error(error, schema) from None
         except ValidationError as error:
-            raise PosAttnConfigError(f"config value rejected: {error}") from None
+            raise _wrong_type_error(error, schema) from None
     config = OmegaConf.to_object(merged)
     r.check_ranges(config)  # every numeric setting in its declared range (runs/ranges.py)
     check_sections(config)
