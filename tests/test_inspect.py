@@ -57,6 +57,34 @@ def four_terms_reference(model, ids, segments):
     return result
 
 
+def bert_ad_terms_reference(model, ids, segments):
+    """BERT-Ad's four products (TUPE Sec. 4.2) written out from the raw parameters, head by
+    head: layer 1 reads LN(word + segment), no position; the positions pass TUPE's LayerNorm
+    and their own U^Q, U^K; every product is scaled 1/sqrt(4 d_h)."""
+    emb, attention = model.embeddings, model.layers[0].attention
+    x = emb.norm(emb.word.weight[ids] + emb.segment.weight[segments])
+    positions = model.encoding.positions
+    p = positions.norm(positions.table[: ids.shape[1]])
+    heads, d_h = attention.num_heads, x.shape[-1] // attention.num_heads
+    result = {name: torch.zeros(ids.shape[0], heads, ids.shape[1], ids.shape[1]) for name in TERMS}
+    for h in range(heads):
+        rows = slice(h * d_h, (h + 1) * d_h)
+
+        def project(linear, inputs):
+            return inputs @ linear.weight[rows].T + linear.bias[rows]  # noqa: B023
+
+        qw, kw = project(attention.q_proj, x), project(attention.k_proj, x)
+        qp, kp = project(positions.query, p), project(positions.key, p)
+        for name, (a, b) in {
+            "word-word": (qw, kw),
+            "word-position": (qw, kp),
+            "position-word": (qp, kw),
+            "position-position": (qp, kp),
+        }.items():
+            result[name][:, h] = torch.einsum("...id,...jd->...ij", a, b) / math.sqrt(4 * d_h)
+    return result
+
+
 def test_four_terms_match_their_definition_and_sum_to_the_layer_logits():
     model = tiny_encoder("learned")
     ids, segments = torch.randint(0, 40, (2, 9)), torch.randint(0, 2, (2, 9))
@@ -80,6 +108,28 @@ def test_four_terms_stay_exact_through_pre_ln_and_a_content_free_bias(encoding, 
     x, *_ = model.layer_inputs(ids, None, segments)
     layer = model.layers[0]
     x = layer.attention_norm(x) if layer.pre_norm else x
+    torch.testing.assert_close(sum(found.values()), layer_logits(model, x, 0, segments))
+
+
+def test_bert_ad_terms_match_their_definition_and_sum_to_the_layer_logits():
+    model = tiny_encoder("bert-ad")
+    ids, segments = torch.randint(0, 40, (2, 9)), torch.randint(0, 2, (2, 9))
+    found = four_terms(model, ids, segments)
+    expected = bert_ad_terms_reference(model, ids, segments)
+    assert set(found) == set(TERMS)
+    for name in TERMS:
+        torch.testing.assert_close(found[name], expected[name])
+    x, *_ = model.layer_inputs(ids, None, segments)
+    torch.testing.assert_close(sum(found.values()), layer_logits(model, x, 0))
+
+
+def test_bert_ad_terms_stay_exact_through_pre_ln_and_segments_inside_attention():
+    model = tiny_encoder("bert-ad", norm="pre", segments="attention")
+    ids, segments = torch.randint(0, 40, (2, 9)), torch.randint(0, 2, (2, 9))
+    found = four_terms(model, ids, segments)
+    assert "bias" in found
+    x, *_ = model.layer_inputs(ids, None, segments)
+    x = model.layers[0].attention_norm(x)
     torch.testing.assert_close(sum(found.values()), layer_logits(model, x, 0, segments))
 
 
@@ -273,8 +323,9 @@ def test_inspect_command_writes_figures_and_the_numbers_behind_them(tmp_path):
     assert "class of the bias alone" in (out / "inspect.md").read_text()
 
 
-def test_inspect_json_holds_the_four_terms_drawn_and_their_numbers(tmp_path):
-    model, path = saved_model(tmp_path, "learned")
+@pytest.mark.parametrize("encoding", ["learned", "bert-ad"])
+def test_inspect_json_holds_the_four_terms_drawn_and_their_numbers(tmp_path, encoding):
+    model, path = saved_model(tmp_path, encoding)
     out = tmp_path / "out"
     assert main(["inspect", str(path), "--output", str(out), "--text", TEXT, "--head", "3"]) == 0
     result = json.loads((out / "inspect.json").read_text())["terms"]

@@ -18,7 +18,7 @@ from .loading import InspectedModel, load_for_inspection
 from .positional import cls_index_of, cls_lines, positional_logits
 from .rank import rank_summary
 from .structure import row_centred, structure
-from .terms import four_terms, is_input_additive
+from .terms import four_terms, has_four_terms, is_input_additive
 
 DEFAULT_LENGTH = 64
 
@@ -186,7 +186,8 @@ def analyse_rank(encoder, logits, positional, terms, settings, figure_dir) -> di
     positional_rank = None
     if terms is not None:
         positional_rank = rank_summary(terms["position-position"])
-        panels["layer 1 position-position term (p W^Q W^K^T p^T)"] = positional_rank["spectrum"]
+        product = "p W^Q W^K^T p^T" if is_input_additive(encoder) else "p U^Q U^K^T p^T"
+        panels[f"layer 1 position-position term ({product})"] = positional_rank["spectrum"]
     elif positional:
         group = positional[0]
         positional_rank = rank_summary(group["bias"])
@@ -255,12 +256,12 @@ def inspect_model(path: str | Path, output: str | Path, settings: InspectSetting
     }
     head = settings.head or 1
     terms = None
-    if is_input_additive(encoder):
+    if has_four_terms(encoder):
         terms = {name: term.cpu() for name, term in four_terms(encoder, ids).items()}
     result["terms"] = (
         analyse_terms(terms, head, output, caption + f", layer 1, head {head}")
         if terms is not None
-        else {"note": "TUPE Eq. 6 applies to input-additive encodings only"}
+        else {"note": "TUPE Eq. 6 applies to input-additive encodings and bert-ad only"}
     )
     result["positional"] = analyse_positional(encoder, n, settings, output)
     if logits is None:
