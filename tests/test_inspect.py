@@ -30,6 +30,17 @@ def no_grad():
         yield
 
 
+def fill_head_terms(result, h, qw, kw, qp, kp, scale):
+    """Head h of the four terms: the products of q's and k's word and position parts."""
+    for name, (a, b) in {
+        "word-word": (qw, kw),
+        "word-position": (qw, kp),
+        "position-word": (qp, kw),
+        "position-position": (qp, kp),
+    }.items():
+        result[name][:, h] = torch.einsum("...id,...jd->...ij", a, b) * scale
+
+
 def four_terms_reference(model, ids, segments):
     """TUPE Eq. 6 written out from the raw parameters, head by head, with BERT's embedding
     LayerNorm split at the token's own standard deviation (post-LN layer 1)."""
@@ -47,13 +58,7 @@ def four_terms_reference(model, ids, segments):
         wq, bq = attention.q_proj.weight[rows], attention.q_proj.bias[rows]
         wk, bk = attention.k_proj.weight[rows], attention.k_proj.bias[rows]
         qw, kw, qp, kp = w @ wq.T + bq, w @ wk.T + bk, p @ wq.T, p @ wk.T
-        for name, (a, b) in {
-            "word-word": (qw, kw),
-            "word-position": (qw, kp),
-            "position-word": (qp, kw),
-            "position-position": (qp, kp),
-        }.items():
-            result[name][:, h] = torch.einsum("bid,bjd->bij", a, b) / math.sqrt(d_h)
+        fill_head_terms(result, h, qw, kw, qp, kp, 1 / math.sqrt(d_h))
     return result
 
 
@@ -75,13 +80,7 @@ def bert_ad_terms_reference(model, ids, segments):
 
         qw, kw = project(attention.q_proj, x), project(attention.k_proj, x)
         qp, kp = project(positions.query, p), project(positions.key, p)
-        for name, (a, b) in {
-            "word-word": (qw, kw),
-            "word-position": (qw, kp),
-            "position-word": (qp, kw),
-            "position-position": (qp, kp),
-        }.items():
-            result[name][:, h] = torch.einsum("...id,...jd->...ij", a, b) / math.sqrt(4 * d_h)
+        fill_head_terms(result, h, qw, kw, qp, kp, 1 / math.sqrt(4 * d_h))
     return result
 
 
