@@ -62,6 +62,11 @@ def four_terms_reference(model, ids, segments):
     return result
 
 
+def head_projection(linear, inputs, rows):
+    """One head's slice `rows` of a Linear, written out from its weight and bias."""
+    return inputs @ linear.weight[rows].T + linear.bias[rows]
+
+
 def bert_ad_terms_reference(model, ids, segments):
     """BERT-Ad's four products (TUPE Sec. 4.2) written out from the raw parameters, head by
     head: layer 1 reads LN(word + segment), no position; the positions pass TUPE's LayerNorm
@@ -74,12 +79,11 @@ def bert_ad_terms_reference(model, ids, segments):
     result = {name: torch.zeros(ids.shape[0], heads, ids.shape[1], ids.shape[1]) for name in TERMS}
     for h in range(heads):
         rows = slice(h * d_h, (h + 1) * d_h)
-
-        def project(linear, inputs):
-            return inputs @ linear.weight[rows].T + linear.bias[rows]  # noqa: B023
-
-        qw, kw = project(attention.q_proj, x), project(attention.k_proj, x)
-        qp, kp = project(positions.query, p), project(positions.key, p)
+        qw, kw = (
+            head_projection(attention.q_proj, x, rows),
+            head_projection(attention.k_proj, x, rows),
+        )
+        qp, kp = head_projection(positions.query, p, rows), head_projection(positions.key, p, rows)
         fill_head_terms(result, h, qw, kw, qp, kp, 1 / math.sqrt(4 * d_h))
     return result
 
