@@ -74,6 +74,8 @@ def test_diet_rank_below_one(rank):
         ("t5", {"max_distance": 4}, ("max_distance=4",)),
         ("shaw", {"max_distance": 0}, ("max_distance=0", ">= 1")),
         ("tupe-a", {"cls_index": -1}, ("cls_index=-1", ">= 0")),
+        ("bert-ad", {"scale_multiple": 0}, ("scale_multiple=0", "> 0", "sqrt(scale_multiple")),
+        ("bert-ad", {"scale_multiple": -2.0}, ("scale_multiple=-2.0", "> 0")),
         # values of another kind than the option's: "false" was taken as true, "2" failed in a
         # comparison, inf passed
         ("t5", {"bidirectional": "false"}, ("bidirectional='false'", "True or False", "'t5'")),

@@ -67,10 +67,11 @@ def head_projection(linear, inputs, rows):
     return inputs @ linear.weight[rows].T + linear.bias[rows]
 
 
-def bert_ad_terms_reference(model, ids, segments):
+def bert_ad_terms_reference(model, ids, segments, scale_multiple=4):
     """BERT-Ad's four products (TUPE Sec. 4.2) written out from the raw parameters, head by
     head: layer 1 reads LN(word + segment), no position; the positions pass TUPE's LayerNorm
-    and their own U^Q, U^K; every product is scaled 1/sqrt(4 d_h)."""
+    and their own U^Q, U^K; every product is scaled 1/sqrt(4 d_h) (or the model's
+    `scale_multiple` for the 4)."""
     emb, attention = model.embeddings, model.layers[0].attention
     x = emb.norm(emb.word.weight[ids] + emb.segment.weight[segments])
     positions = model.encoding.positions
@@ -84,7 +85,7 @@ def bert_ad_terms_reference(model, ids, segments):
             head_projection(attention.k_proj, x, rows),
         )
         qp, kp = head_projection(positions.query, p, rows), head_projection(positions.key, p, rows)
-        fill_head_terms(result, h, qw, kw, qp, kp, 1 / math.sqrt(4 * d_h))
+        fill_head_terms(result, h, qw, kw, qp, kp, 1 / math.sqrt(scale_multiple * d_h))
     return result
 
 
@@ -114,11 +115,13 @@ def test_four_terms_stay_exact_through_pre_ln_and_a_content_free_bias(encoding, 
     torch.testing.assert_close(sum(found.values()), layer_logits(model, x, 0, segments))
 
 
-def test_bert_ad_terms_match_their_definition_and_sum_to_the_layer_logits():
-    model = tiny_encoder("bert-ad")
+@pytest.mark.parametrize("scale_multiple", [4, 1.0])
+def test_bert_ad_terms_match_their_definition_and_sum_to_the_layer_logits(scale_multiple):
+    options = {} if scale_multiple == 4 else {"scale_multiple": scale_multiple}
+    model = tiny_encoder("bert-ad", encoding_options=options)
     ids, segments = torch.randint(0, 40, (2, 9)), torch.randint(0, 2, (2, 9))
     found = four_terms(model, ids, segments)
-    expected = bert_ad_terms_reference(model, ids, segments)
+    expected = bert_ad_terms_reference(model, ids, segments, scale_multiple)
     assert set(found) == set(TERMS)
     for name in TERMS:
         torch.testing.assert_close(found[name], expected[name])

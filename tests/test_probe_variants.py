@@ -24,6 +24,7 @@ TIED = "tupe-a/tie-cls"
 def test_the_variants_a_probe_serves_set_encoding_options_alone():
     assert OPTION_VARIANTS == (
         "tie-cls",
+        "tupe-scale",
         "share-none",
         "share-layer",
         "share-head",
@@ -44,9 +45,13 @@ def test_a_variant_builds_its_encoding_with_the_variants_options():
     assert encoding_of(build_model(majority, "tupe-a", settings)).options.untie_cls is True
     unshared = encoding_of(build_model(majority, "diet-abs/share-none", settings))
     assert unshared.options.sharing == "none"
-    others = preset("smoke", encodings=["diet-rel/share-layer", "linformer/no-input-positions"])
+    others = preset(
+        "smoke",
+        encodings=["diet-rel/share-layer", "linformer/no-input-positions", "bert-ad/tupe-scale"],
+    )
     assert others.options_of("diet-rel/share-layer") == {"sharing": "layer"}
     assert others.options_of("linformer/no-input-positions") == {"input_positions": False}
+    assert others.options_of("bert-ad/tupe-scale") == {"scale_multiple": 2.0}
     # an --option on the variant's name adds to its options
     given = preset("smoke", encodings=[TIED], encoding_options={TIED: {"cls_index": 1}})
     assert given.options_of(TIED) == {"untie_cls": False, "cls_index": 1}

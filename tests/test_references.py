@@ -122,9 +122,12 @@ def test_t5_matches_eq5(bidirectional, hidden):
         torch.testing.assert_close(layer_logits(model, hidden, layer), expected, **TOL)
 
 
-def test_bert_ad_keeps_all_four_terms_scaled_by_sqrt_4dh(hidden):
-    """TUPE Sec. 4.2: [qk + q(pU^K) + (pU^Q)k + (pU^Q)(pU^K)] / sqrt(4 d_h)."""
-    model = tiny_encoder("bert-ad")
+@pytest.mark.parametrize("scale_multiple", [None, 2.0])
+def test_bert_ad_keeps_all_four_terms_scaled_by_sqrt_4dh(hidden, scale_multiple):
+    """TUPE Sec. 4.2: [qk + q(pU^K) + (pU^Q)k + (pU^Q)(pU^K)] / sqrt(4 d_h); with
+    `scale_multiple=2`, divided by sqrt(2 d_h) as TUPE's own terms are."""
+    options = {} if scale_multiple is None else {"scale_multiple": scale_multiple}
+    model = tiny_encoder("bert-ad", encoding_options=options)
     positions = model.encoding.positions
     pq, pk = untied_projections(positions, positions.table[:9])
     q, k = projections(model, hidden, 0)
@@ -136,7 +139,7 @@ def test_bert_ad_keeps_all_four_terms_scaled_by_sqrt_4dh(hidden):
             + pq[h, i] @ k[b, h, j]
             + pq[h, i] @ pk[h, j]
         )
-        return float(terms) / math.sqrt(4 * D_H)
+        return float(terms) / math.sqrt((scale_multiple or 4) * D_H)
 
     expected = logits_from(logit, (2, 3, 9, 9))
     torch.testing.assert_close(layer_logits(model, hidden, 0), expected, **TOL)

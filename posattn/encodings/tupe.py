@@ -9,7 +9,7 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
-from ..errors import invalid, require
+from ..errors import invalid, is_real, require
 from ..initialization import normal_
 from ..toeplitz import ClsUntie
 from .base import LayerTerms, ModelDims, OwnsParameters, Place, PositionalEncoding, empty_parameter
@@ -326,6 +326,24 @@ class TupeRelative(TupeAbsolute):
         return self.absolute_logits_at(positions, start) + self.relative_bias_at(positions, start)
 
 
+@dataclass(frozen=True)
+class BertAdOptions:
+    """scale_multiple: the logits are divided by sqrt(scale_multiple * d_h). 4 is BERT-Ad as
+    TUPE defines it; 2 scales the four terms as TUPE scales its two, so that the cross terms
+    are all that tells BERT-Ad from TUPE-A with `untie_cls=False`."""
+
+    scale_multiple: float = 4.0
+
+    def __post_init__(self) -> None:
+        require(
+            is_real(self.scale_multiple) and self.scale_multiple > 0,
+            "scale_multiple",
+            self.scale_multiple,
+            "a number > 0 (the logits are divided by sqrt(scale_multiple * d_h); TUPE's "
+            "BERT-Ad: 4)",
+        )
+
+
 class BertAd(PositionalEncoding):
     """[bert-ad] TUPE's BERT-A_d ablation (TUPE Sec. 4.2): positions with their own
     projections, all four word/position terms kept, scaled 1/sqrt(4 d_h):
@@ -337,6 +355,7 @@ class BertAd(PositionalEncoding):
     p -> LayerNorm -> U^Q, U^K as in TUPE, shared across layers, no input position embedding and
     no [CLS] untie. The cross terms need the content, so they are paid in every layer; written
     as the factored form above they cost an O(n d) addition to q and k and keep the fused kernel.
+    `scale_multiple` replaces the 4 (`BertAdOptions`).
     """
 
     name = "bert-ad"
@@ -344,8 +363,9 @@ class BertAd(PositionalEncoding):
     equation = "TUPE Sec. 4.2"
     places = (Place.CONTENT_POSITION, Place.QK_TRANSFORM)
     cost = "per layer, O(n d) added to q and k"
+    Options = BertAdOptions
 
-    def __init__(self, dims: ModelDims, options) -> None:
+    def __init__(self, dims: ModelDims, options: BertAdOptions) -> None:
         super().__init__(dims, options)
         self.positions = UntiedPositions(dims)
 
@@ -354,7 +374,7 @@ class BertAd(PositionalEncoding):
         return self.dims.max_len
 
     def content_scale(self) -> float:
-        return 1.0 / math.sqrt(4 * self.dims.head_dim)
+        return 1.0 / math.sqrt(self.options.scale_multiple * self.dims.head_dim)
 
     @staticmethod
     def _add_positions(pq: Tensor, pk: Tensor, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:

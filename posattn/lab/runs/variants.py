@@ -3,6 +3,8 @@
 hold an encoding and its ablation side by side and pair them seed by seed.
 
     tie-cls             TUPE without the untied [CLS] (TUPE Sec. 4.2, untie_cls=False)
+    tupe-scale          BERT-Ad's four terms divided by sqrt(2 d_h), as TUPE divides its two
+                        (scale_multiple=2): beside `tupe-a/tie-cls` only the cross terms differ
     segments-attention  segment ids inside attention (DIET Eq. 2)
     segments-input      segment embeddings at the input (BERT)
     share-none          DIET-ABS / DIET-REL tables per layer (DIET Sec. 4.4)
@@ -30,6 +32,7 @@ from ...errors import require_choice
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "tie-cls": {"encoding_options": {"untie_cls": False}},
+    "tupe-scale": {"encoding_options": {"scale_multiple": 2.0}},
     "segments-attention": {"segments": "attention"},
     "segments-input": {"segments": "input"},
     "share-none": {"encoding_options": {"sharing": "none"}},
