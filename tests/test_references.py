@@ -145,6 +145,27 @@ def test_bert_ad_keeps_all_four_terms_scaled_by_sqrt_4dh(hidden, scale_multiple)
     torch.testing.assert_close(layer_logits(model, hidden, 0), expected, **TOL)
 
 
+def test_bert_ad_at_tupe_scale_is_the_tied_tupe_a_plus_the_cross_terms(hidden):
+    """`bert-ad/tupe-scale` against `tupe-a/tie-cls`: the same parameters drawn from the same
+    seed, and logits that differ by the two cross terms over sqrt(2 d_h) alone - what lets a
+    run of the two read the cross terms apart from the scale and the [CLS] untie."""
+    bert_ad = tiny_encoder("bert-ad", encoding_options={"scale_multiple": 2.0})
+    tupe_a = tiny_encoder("tupe-a", encoding_options={"untie_cls": False})
+    shapes = {name: p.shape for name, p in bert_ad.named_parameters()}
+    assert shapes == {name: p.shape for name, p in tupe_a.named_parameters()}
+    for (name, ours), (_, theirs) in zip(
+        bert_ad.named_parameters(), tupe_a.named_parameters(), strict=True
+    ):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=0, msg=name)
+    positions = bert_ad.encoding.positions
+    pq, pk = untied_projections(positions, positions.table[:9])
+    for layer in (0, 1):
+        q, k = projections(bert_ad, hidden, layer)
+        cross = (q @ pk.transpose(-1, -2) + pq @ k.transpose(-1, -2)) / math.sqrt(2 * D_H)
+        difference = layer_logits(bert_ad, hidden, layer) - layer_logits(tupe_a, hidden, layer)
+        torch.testing.assert_close(difference, cross, **TOL)
+
+
 def tupe_reference(model, hidden, layer, relative: bool):
     """TUPE Eq. 10 / 11 with the Eq. 9 reset, theta from App. B."""
     encoding = model.encoding
