@@ -18,8 +18,9 @@ segment scalars) is returned as a fifth term, "bias", so that the terms always s
 logits the model computes.
 
 BERT-Ad adds p_i U^Q and p_j U^K to the layer's q_i and k_j, so its logits are the same four
-products with the positions' own projections, (q_i + p_i U^Q)(k_j + p_j U^K)^T / sqrt(4 d_h);
-no position enters its input, so layer 1's q and k are the words' alone and the split is exact.
+products with the positions' own projections, (q_i + p_i U^Q)(k_j + p_j U^K)^T / sqrt(4 d_h)
+(`scale_multiple` for the 4); no position enters its input, so layer 1's q and k are the words'
+alone and the split is exact.
 """
 
 from __future__ import annotations
