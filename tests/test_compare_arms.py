@@ -197,3 +197,66 @@ def test_linformer_without_input_positions_is_an_arm_and_other_encodings_refuse_
     config.encodings = ["diet-abs-lin/no-input-positions"]
     with pytest.raises(PosAttnConfigError, match=r"unknown option.*input_positions"):
         check_before_training(config, TinyTokenizer(), AnyTask())
+
+
+def test_the_input_tables_rate_reaches_only_arms_with_an_input_table(plain_config):
+    """bert-r's T5 table at 10x and its input table at 1x in one comparison: `learned`,
+    whose only positional parameters are its input table, trains at the input rate, and
+    arms without a table keep the input rate null (their cells unchanged)."""
+    config = plain_config
+    config.trainer.positional_lr_scale = 10.0
+    config.trainer.input_positions_lr_scale = 1.0
+    rates = {
+        arm: (
+            arm_config(config, arm).trainer.positional_lr_scale,
+            arm_config(config, arm).trainer.input_positions_lr_scale,
+        )
+        for arm in ("bert-r", "learned", "t5", "none", "linformer", "linformer/no-input-positions")
+    }
+    assert rates == {
+        "bert-r": (10.0, 1.0),
+        "learned": (1.0, 1.0),
+        "t5": (10.0, None),
+        "none": (1.0, None),
+        "linformer": (1.0, 1.0),
+        "linformer/no-input-positions": (1.0, None),
+    }
+    assert [scaled_arm(config, arm) for arm in ("bert-r", "learned", "t5")] == [True, False, True]
+    t5_cell = Cell("t5", 0, None).stage(config, "out").fingerprint
+    config.trainer.input_positions_lr_scale = None
+    assert Cell("t5", 0, None).stage(config, "out").fingerprint == t5_cell
+    assert arm_config(config, "learned").trainer.positional_lr_scale == 10.0
+
+
+def test_an_input_tables_rate_that_reaches_no_arm_is_refused(plain_config):
+    config = plain_config
+    config.finetune.tasks = ["topic"]
+    config.trainer.input_positions_lr_scale = 2.0
+    config.encodings = ["none", "learned"]
+    check_before_training(config, TinyTokenizer(), AnyTask())
+    config.encodings = ["none", "t5"]
+    with pytest.raises(PosAttnConfigError) as error:
+        check_before_training(config, TinyTokenizer(), AnyTask())
+    message = str(error.value)
+    assert "trainer.input_positions_lr_scale=2.0" in message and "none, t5" in message
+
+
+def test_the_summary_names_both_rates(plain_config):
+    from posattn.lab.pretraining.summary import rate_sentence
+
+    config = plain_config
+    config.encodings = ["bert-r", "learned", "none"]
+    assert rate_sentence(config) == ""
+    config.trainer.positional_lr_scale = 10.0
+    assert rate_sentence(config) == (
+        " Positional parameters train at 10 times the run's learning rate; `none`, without"
+        " any, trains at the run's rate."
+    )
+    config.trainer.input_positions_lr_scale = 1.0
+    assert rate_sentence(config) == (
+        " Positional parameters train at 10 times the run's learning rate; `learned`, `none`"
+        " have none besides an input table. Input position tables train at the run's learning"
+        " rate."
+    )
+    config.trainer.input_positions_lr_scale = 0.5
+    assert rate_sentence(config).endswith(" tables train at 0.5 times the run's learning rate.")

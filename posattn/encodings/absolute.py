@@ -81,6 +81,9 @@ class Learned(PositionalEncoding):
     def max_positions(self) -> int:
         return self.dims.max_len
 
+    def input_position_parameters(self) -> list[nn.Parameter]:
+        return [self.table.weight]
+
     def input_embedding(self, seq_len, device, dtype):
         return self.table.weight[:seq_len]
 

@@ -401,6 +401,12 @@ class PositionalEncoding(OwnsParameters, nn.Module):
         sequence projections)."""
         return list(self.parameters())
 
+    def input_position_parameters(self) -> list[nn.Parameter]:
+        """The parameters of a position table added to the token embeddings (BERT's), part of
+        `positional_parameters`: the ones `trainer.input_positions_lr_scale` reaches. None
+        unless the encoding has such a table."""
+        return []
+
     # Encodings with a position table cannot index past it; None means any length works.
     @property
     def max_positions(self) -> int | None:

@@ -128,6 +128,9 @@ class Linformer(SequenceProjection):
         if self.absolute is None:
             self.places = (Place.SEQUENCE_PROJECTION,)
 
+    def input_position_parameters(self) -> list[Parameter]:
+        return [] if self.absolute is None else self.absolute.input_position_parameters()
+
     def input_embedding(self, seq_len, device, dtype):
         if self.absolute is None:
             return None

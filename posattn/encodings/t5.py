@@ -190,6 +190,9 @@ class BertRelative(T5Bias):
     def max_positions(self) -> int:
         return self.dims.max_len
 
+    def input_position_parameters(self) -> list[nn.Parameter]:
+        return self.absolute.input_position_parameters()
+
     def input_embedding(self, seq_len, device, dtype):
         return self.absolute.input_embedding(seq_len, device, dtype)
 

@@ -28,14 +28,24 @@ def split_arm(arm: str) -> tuple[str, str | None]:
     return split_variant(arm, encodings=(*ENCODINGS, RANDOM_INIT))
 
 
-def has_positional_parameters(model) -> bool:
-    """Whether the encoding of a model section trains position terms of its own, the
-    parameters `trainer.positional_lr_scale` reaches (built on the meta device: no memory,
-    no init)."""
+def meta_encoding(model):
+    """The encoding of a model section, built on the meta device (no memory, no init)."""
     dims = ModelDims(model.d_model, model.num_heads, model.num_layers, model.max_len)
     with torch.device("meta"):
-        encoding = build_encoding(model.encoding, dims, model.encoding_options)
-    return bool(encoding.positional_parameters())
+        return build_encoding(model.encoding, dims, model.encoding_options)
+
+
+def rates_reach(model, input_scale: float | None = None) -> tuple[bool, bool]:
+    """Whether `trainer.positional_lr_scale` and `trainer.input_positions_lr_scale` reach
+    parameters of the encoding of a model section: the input scale its input position
+    table, the positional scale its other position terms - and the table too while the
+    input scale is null."""
+    encoding = meta_encoding(model)
+    inputs = {id(p) for p in encoding.input_position_parameters()}
+    reached = {id(p) for p in encoding.positional_parameters()}
+    if input_scale is not None:
+        reached -= inputs
+    return bool(reached), bool(inputs)
 
 
 def arm_config(config: RunConfig, arm: str) -> RunConfig:
@@ -44,7 +54,9 @@ def arm_config(config: RunConfig, arm: str) -> RunConfig:
     `trainer.positional_lr_scale=2` with `positional-lr-x10` gives 20. The run's scale is a
     rate for positional parameters: an arm without any (`none`, `sinusoidal`, `rope`) trains
     at scale 1, its only rate, so a comparison can keep it beside the others (a variant that
-    asks for a factor on such an arm is refused by compare)."""
+    asks for a factor on such an arm is refused by compare). Likewise the input table's
+    scale (`trainer.input_positions_lr_scale`, not multiplied by a variant) reaches only arms
+    with an input position table: the others keep null."""
     encoding, variant = split_arm(arm)
     changes = VARIANTS.get(variant, {}) if variant else {}
     options = {**config.model.encoding_options, **changes.get("encoding_options", {})}
@@ -55,18 +67,25 @@ def arm_config(config: RunConfig, arm: str) -> RunConfig:
         segments=changes.get("segments", config.model.segments),
     )
     run_scale = config.trainer.positional_lr_scale
-    if run_scale != 1.0 and not has_positional_parameters(model):
-        run_scale = 1.0
+    input_scale = config.trainer.input_positions_lr_scale
+    if run_scale != 1.0 or input_scale is not None:  # else nothing to build the encoding for
+        reaches, has_input_table = rates_reach(model, input_scale)
+        input_scale = input_scale if has_input_table else None
+        run_scale = run_scale if reaches else 1.0
     scale = run_scale * changes.get("positional_lr_factor", 1.0)
-    trainer = replace(config.trainer, positional_lr_scale=scale)
+    trainer = replace(
+        config.trainer, positional_lr_scale=scale, input_positions_lr_scale=input_scale
+    )
     init_positions = changes.get("init_positions", config.pretrain.init_positions)
     pretrain = replace(config.pretrain, init_positions=init_positions)
     return replace(config, model=model, trainer=trainer, pretrain=pretrain)
 
 
 def scaled_arm(config: RunConfig, arm: str) -> bool:
-    """Whether the run's positional rate reaches this arm (it has positional parameters)."""
-    return has_positional_parameters(arm_config(config, arm).model)
+    """Whether the run's positional rate reaches this arm (it has positional parameters
+    besides an input table of its own rate)."""
+    arm_run = arm_config(config, arm)
+    return rates_reach(arm_run.model, arm_run.trainer.input_positions_lr_scale)[0]
 
 
 def pretrained_arms(arms: list[str]) -> list[str]:

@@ -43,7 +43,7 @@ from ..runs.pool_worker import start_pool_worker
 from ..runs.ranks import barrier, world_size
 from ..runs.sources import PreparedData
 from ..runs.stages import FINISHED, RESUME, Stage, is_main_process, reuse_counts, stage_state
-from .arms import RANDOM_INIT, arm_config, check_arms
+from .arms import RANDOM_INIT, arm_config, check_arms, rates_reach
 from .baselines import save_initial_model
 from .finetune import finetune, finetune_stage
 from .pretrain import QUIET_PROGRESS, model_config, pretrain, pretrain_stage
@@ -191,6 +191,7 @@ def check_before_training(config: RunConfig, tokenizer, tasks) -> None:
                 f"an arm of this run ({', '.join(config.encodings)})",
             )
     reached = []  # the arms with positional parameters for the run's positional rate
+    with_input_tables = []  # the arms the input table's own rate reaches
     for arm in config.encodings:
         arm_run = arm_config(config, arm)
         model = model_config(arm_run, tokenizer)
@@ -204,9 +205,12 @@ def check_before_training(config: RunConfig, tokenizer, tasks) -> None:
                 config.finetune.max_len,
                 f"at most model.max_len={table}: arm {arm!r} has a position table",
             )
-        has_parameters = bool(encoding.positional_parameters())
+        input_scale = arm_run.trainer.input_positions_lr_scale  # null without a table
+        has_parameters = rates_reach(arm_run.model, input_scale)[0]
         if has_parameters:
             reached.append(arm)
+        if input_scale is not None:
+            with_input_tables.append(arm)
         if arm_run.trainer.positional_lr_scale != 1.0 and not has_parameters:
             raise invalid(
                 "encodings",
@@ -220,6 +224,14 @@ def check_before_training(config: RunConfig, tokenizer, tasks) -> None:
             "trainer.positional_lr_scale",
             scale,
             f"1.0 for arms without positional parameters ({', '.join(config.encodings)})",
+        )
+    input_scale = config.trainer.input_positions_lr_scale
+    if input_scale is not None and not with_input_tables:
+        raise invalid(
+            "trainer.input_positions_lr_scale",
+            input_scale,
+            f"null for arms without an input position table ({', '.join(config.encodings)}; "
+            "learned, bert-r and linformer have one)",
         )
     for task in config.finetune.tasks:
         tasks.spec(task)

@@ -27,7 +27,7 @@ from ..runs.trainer import (
     quiet_transformers,
     tensorboard_logs,
 )
-from ..runs.trainer_section import trainer_arguments
+from ..runs.trainer_section import positional_rates, trainer_arguments
 from .runconfig import RunConfig
 from .subset import fixed_subset
 from .warm_start import stage_inputs
@@ -158,7 +158,7 @@ def finetune_once(
         with tensorboard_logs(output / TENSORBOARD):
             trainer = AtomicCheckpointTrainer(
                 model=model,
-                positional_lr_scale=config.trainer.positional_lr_scale,
+                **positional_rates(config.trainer),
                 args=args,
                 train_dataset=splits["train"],
                 eval_dataset=evaluated,

@@ -23,6 +23,7 @@ from ..runs.trainer import (
     step_training_arguments,
     tensorboard_logs,
 )
+from ..runs.trainer_section import positional_rates
 from .runconfig import RunConfig
 from .warm_start import check_start, initial_masked_lm, stage_inputs
 
@@ -105,7 +106,7 @@ def pretrain(config: RunConfig, output: Path, tokenizer, corpus, resume: bool = 
     with tensorboard_logs(output / TENSORBOARD):
         trainer = AtomicCheckpointTrainer(
             model=model,
-            positional_lr_scale=config.trainer.positional_lr_scale,
+            **positional_rates(config.trainer),
             args=training_arguments(config, output),
             train_dataset=train,
             eval_dataset=validation,

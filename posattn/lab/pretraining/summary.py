@@ -260,16 +260,25 @@ def start_sentence(pretrain) -> str:
 
 
 def rate_sentence(config) -> str:
-    """The positional learning rate, when the run scales it, and the arms it cannot reach."""
+    """The positional learning rates, when the run scales them, and the arms the positional
+    one cannot reach."""
     scale = config.trainer.positional_lr_scale
-    if scale == 1.0:
-        return ""
-    unscaled = [f"`{arm}`" for arm in config.encodings if not scaled_arm(config, arm)]
-    text = f" Positional parameters train at {scale:g} times the run's learning rate"
-    if unscaled:
-        verb = "trains" if len(unscaled) == 1 else "train"
-        text += f"; {', '.join(unscaled)}, without any, {verb} at the run's rate"
-    return text + "."
+    input_scale = config.trainer.input_positions_lr_scale
+    text = ""
+    if scale != 1.0:
+        unscaled = [f"`{arm}`" for arm in config.encodings if not scaled_arm(config, arm)]
+        text = f" Positional parameters train at {scale:g} times the run's learning rate"
+        if unscaled and input_scale is None:
+            verb = "trains" if len(unscaled) == 1 else "train"
+            text += f"; {', '.join(unscaled)}, without any, {verb} at the run's rate"
+        elif unscaled:
+            verb = "has" if len(unscaled) == 1 else "have"
+            text += f"; {', '.join(unscaled)} {verb} none besides an input table"
+        text += "."
+    if input_scale is not None:
+        rate = "" if input_scale == 1.0 else f"{input_scale:g} times "
+        text += f" Input position tables train at {rate}the run's learning rate."
+    return text
 
 
 def control_section(table: str, reading: str) -> list[str]:

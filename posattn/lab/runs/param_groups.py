@@ -4,7 +4,9 @@ step, so a per-offset scalar bias (T5, DIET-REL, ALiBi-style tables) can travel 
 of the learning rates over a run (about 1.2 logits for 2,400 steps at 1e-3 with warm-up and
 linear decay): short runs cap how sharp a learned relative bias can become, while positions
 that act through the q/k projections have many weights to move at once. Scaling the tables'
-rate lifts the cap without touching the content weights."""
+rate lifts the cap without touching the content weights. An input position table (BERT's, in
+`bert-r` beside T5's table) can take a rate of its own (`trainer.input_positions_lr_scale`):
+without it, a scale meant for a per-offset table also reaches the input table."""
 
 from __future__ import annotations
 
@@ -25,21 +27,42 @@ def positional_parameter_ids(model: nn.Module) -> set[int]:
     }
 
 
-def scale_positional_lr(optimizer: Optimizer, model: nn.Module, scale: float) -> int:
-    """Split each parameter group of a fresh optimizer into its positional parameters, with
-    lr * scale, and the others, as they were; returns how many parameters were scaled. Groups
-    keep their other settings (weight decay, betas), and the scheduler created afterwards
-    scales each group's own base rate."""
-    positional = positional_parameter_ids(model)
-    groups, moved = [], 0
+def input_position_parameter_ids(model: nn.Module) -> set[int]:
+    """ids of the input position tables' parameters (`PositionalEncoding.
+    input_position_parameters`: BERT's table in `learned`, `bert-r`, `linformer`)."""
+    return {
+        id(parameter)
+        for module in model.modules()
+        if isinstance(module, PositionalEncoding)
+        for parameter in module.input_position_parameters()
+    }
+
+
+def scale_positional_lr(
+    optimizer: Optimizer, model: nn.Module, scale: float, input_scale: float | None = None
+) -> tuple[int, int]:
+    """Split each parameter group of a fresh optimizer into the positional parameters, with
+    lr * scale, the input position table's, with lr * input_scale (lr * scale when None),
+    and the others, as they were. Returns how many parameters each of the two scales
+    reached: the input table counts for `scale` only when `input_scale` is None. Groups keep
+    their other settings (weight decay, betas), and the scheduler created afterwards scales
+    each group's own base rate."""
+    inputs = input_position_parameter_ids(model) if input_scale is not None else set()
+    positional = positional_parameter_ids(model) - inputs
+    groups, moved = [], [0, 0]
     for group in optimizer.param_groups:
-        mine = [p for p in group["params"] if id(p) in positional]
-        rest = [p for p in group["params"] if id(p) not in positional]
         settings = {key: value for key, value in group.items() if key != "params"}
-        if rest:
-            groups.append({**settings, "params": rest})
-        if mine:
-            groups.append({**settings, "params": mine, "lr": group["lr"] * scale})
-            moved += len(mine)
+        parts = (
+            (None, 1.0, lambda p: id(p) not in positional and id(p) not in inputs),
+            (0, scale, lambda p: id(p) in positional),
+            (1, input_scale, lambda p: id(p) in inputs),
+        )
+        for counter, factor, belongs in parts:
+            params = [p for p in group["params"] if belongs(p)]
+            if not params:
+                continue
+            groups.append({**settings, "params": params, "lr": group["lr"] * factor})
+            if counter is not None:
+                moved[counter] += len(params)
     optimizer.param_groups = groups
-    return moved
+    return moved[0], moved[1]

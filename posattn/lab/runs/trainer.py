@@ -34,24 +34,47 @@ class AtomicCheckpointTrainer(Trainer):
 
     _staging_dir: str | None = None
 
-    def __init__(self, *args, positional_lr_scale: float = 1.0, **kwargs) -> None:
+    def __init__(
+        self,
+        *args,
+        positional_lr_scale: float = 1.0,
+        input_positions_lr_scale: float | None = None,
+        **kwargs,
+    ) -> None:
         """positional_lr_scale: the positional encodings' learning rate as a multiple of the
-        run's (`trainer.positional_lr_scale`, param_groups.py)."""
+        run's (`trainer.positional_lr_scale`, param_groups.py); input_positions_lr_scale: the
+        input position table's (`trainer.input_positions_lr_scale`, None: the same)."""
         super().__init__(*args, **kwargs)
         self.positional_lr_scale = positional_lr_scale
+        self.input_positions_lr_scale = input_positions_lr_scale
 
     def create_optimizer(self, model=None):
         fresh = self.optimizer is None
         optimizer = super().create_optimizer(model)
-        if fresh and self.positional_lr_scale != 1.0:
-            moved = scale_positional_lr(optimizer, self.model, self.positional_lr_scale)
+        scale, input_scale = self.positional_lr_scale, self.input_positions_lr_scale
+        if fresh and (scale != 1.0 or input_scale is not None):
+            moved, moved_inputs = scale_positional_lr(optimizer, self.model, scale, input_scale)
+            encoding = getattr(self.model.config, "encoding", None)
+            what = (
+                "has none to scale"
+                if input_scale is None
+                else "has none besides its input position table, which "
+                "trainer.input_positions_lr_scale sets"
+            )
             # a scale that reaches no parameter would train exactly as 1 under another name
             require(
-                moved > 0,
+                moved > 0 or scale == 1.0,
                 "trainer.positional_lr_scale",
-                self.positional_lr_scale,
-                "1.0 for a model without trainable positional parameters (encoding "
-                f"{getattr(self.model.config, 'encoding', None)!r} has none to scale)",
+                scale,
+                f"1.0 for a model without trainable positional parameters (encoding "
+                f"{encoding!r} {what})",
+            )
+            require(
+                moved_inputs > 0 or input_scale is None,
+                "trainer.input_positions_lr_scale",
+                input_scale,
+                f"null for a model without an input position table (encoding {encoding!r} "
+                "has none: learned, bert-r and linformer do)",
             )
         return optimizer
 

@@ -41,7 +41,10 @@ class TrainerSection:
     integrations ([] logs nowhere); fsdp: transformers' FSDP options ("full_shard auto_wrap"),
     "" for none, with fsdp_config its settings (e.g. {fsdp_version: 2}); save_on_each_node:
     every machine writes checkpoints (when their disks are not shared); positional_lr_scale:
-    the positional encodings' learning rate as a multiple of the run's (param_groups.py)."""
+    the positional encodings' learning rate as a multiple of the run's (param_groups.py);
+    input_positions_lr_scale: the input position table's (BERT's, in learned, bert-r and
+    linformer), null for positional_lr_scale's - so that bert-r's T5 table can train at ten
+    times the rate and its input table at the run's."""
 
     bf16: bool = False
     fp16: bool = False
@@ -55,10 +58,12 @@ class TrainerSection:
     fsdp_config: dict[str, Any] = field(default_factory=dict)
     save_on_each_node: bool = False
     positional_lr_scale: float = 1.0
+    input_positions_lr_scale: float | None = None
 
     RANGES: ClassVar[dict[str, r.Range]] = {
         "gradient_accumulation_steps": r.AT_LEAST_1,
         "positional_lr_scale": r.POSITIVE,
+        "input_positions_lr_scale": r.POSITIVE_OR_NULL_SCALE,
         "dataloader_num_workers": r.Range(low=0, integer=True),
     }
 
@@ -105,7 +110,14 @@ class TrainerSection:
         default = TrainerSection()
         return {
             name: getattr(self, name)
-            for name in ("bf16", "fp16", "tf32", "torch_compile", "positional_lr_scale")
+            for name in (
+                "bf16",
+                "fp16",
+                "tf32",
+                "torch_compile",
+                "positional_lr_scale",
+                "input_positions_lr_scale",
+            )
             if getattr(self, name) != getattr(default, name)
         }
 
@@ -145,11 +157,20 @@ def check_machine(
         )
 
 
+def positional_rates(section: TrainerSection) -> dict:
+    """The positional learning rates of `section` as AtomicCheckpointTrainer keywords."""
+    return {
+        "positional_lr_scale": section.positional_lr_scale,
+        "input_positions_lr_scale": section.input_positions_lr_scale,
+    }
+
+
 def trainer_arguments(section: TrainerSection, cuda: bool | None = None) -> dict:
     """`section` as TrainingArguments keywords (after check_machine)."""
     check_machine(section, cuda)
     arguments = {item.name: getattr(section, item.name) for item in fields(section)}
-    del arguments["positional_lr_scale"]  # the Trainer's optimiser groups take it
+    # the Trainer's optimiser groups take them
+    del arguments["positional_lr_scale"], arguments["input_positions_lr_scale"]
     # transformers 5 names it activation_checkpointing (gradient_checkpointing: an alias)
     arguments["activation_checkpointing"] = arguments.pop("gradient_checkpointing")
     arguments["report_to"] = list(section.report_to) or "none"

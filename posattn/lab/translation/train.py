@@ -25,6 +25,7 @@ from ..runs.trainer import (
     step_training_arguments,
     tensorboard_logs,
 )
+from ..runs.trainer_section import positional_rates
 from .curve import LearningCurve, curve_points, curve_subset
 from .data import encode_pairs, sample
 from .evaluate import evaluate_model
@@ -168,7 +169,7 @@ def train_translation(
     with tensorboard_logs(output / TENSORBOARD):
         trainer = AtomicCheckpointTrainer(
             model=model,
-            positional_lr_scale=config.trainer.positional_lr_scale,
+            **positional_rates(config.trainer),
             args=training_arguments(config, output),
             train_dataset=train.dataset,
             eval_dataset=dev.dataset,
