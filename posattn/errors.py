@@ -3,15 +3,36 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
 class PosAttnConfigError(ValueError):
-    """A parameter or input that posattn cannot use."""
+    """A parameter or input that posattn cannot use; from `invalid`, it also holds the
+    parameter, value and what is allowed (`parameter`, `value`, `allowed`)."""
+
+    parameter: str | None = None
 
 
 def invalid(parameter: str, value: Any, allowed: str) -> PosAttnConfigError:
-    return PosAttnConfigError(f"{parameter}={value!r} is not allowed: {allowed}")
+    error = PosAttnConfigError(f"{parameter}={value!r} is not allowed: {allowed}")
+    error.parameter, error.value, error.allowed = parameter, value, allowed
+    return error
+
+
+@contextmanager
+def named_as_flags(*fields: str) -> Iterator[None]:
+    """A command's settings refused under the flags that set them: an error naming one of
+    `fields` (train_len) is raised again naming its flag (--train-len), the name the user
+    typed; any other error passes unchanged."""
+    try:
+        yield
+    except PosAttnConfigError as error:
+        if error.parameter not in fields:
+            raise
+        flag = "--" + error.parameter.replace("_", "-")
+        raise invalid(flag, error.value, error.allowed) from None
 
 
 def require(condition: bool, parameter: str, value: Any, allowed: str) -> None:

@@ -146,14 +146,17 @@ def test_empty_levels_are_skipped_and_bad_lengths_named(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     ("option", "value", "named"),
-    [("--encodings", "t5,nope", "encodings='nope'"), ("--kernels", "auto,nope", "kernels='nope'"),
-     ("--floor-backends", "math", "floor_backends='math'"), ("--dtype", "int8", "dtype='int8'")],
+    [("--encodings", "t5,nope", "--encodings='nope'"),
+     ("--kernels", "auto,nope", "--kernels='nope'"),
+     ("--floor-backends", "math", "--floor-backends='math'"),
+     ("--dtype", "int8", "--dtype='int8'")],
 )  # fmt: skip
 def test_settings_it_cannot_measure_are_refused_before_anything_is_written(
     option, value, named, tmp_path
 ):
     """Refused before the output folder is made and before any timing (an unknown encoding
-    was refused only when its row came, after the floors were timed)."""
+    was refused only when its row came, after the floors were timed), under the flag typed
+    (the message named the setting's Python name, floor_backends)."""
     output = tmp_path / "bench"
     with pytest.raises(PosAttnConfigError, match=rf"^{named} is not allowed"):
         main(["bench", "--lengths", "16", option, value, "--output", str(output)])

@@ -443,3 +443,20 @@ def test_deberta_buckets_that_cannot_map_max_len():
 def test_bad_modern_options(name, options, fragments):
     with raises(*fragments):
         tiny_config(name, encoding_options=options, causal=True)
+
+
+def test_a_refusal_keeps_its_parts_through_a_process_boundary():
+    """Process pools (compare, probe) send errors back pickled: the command line renames the
+    parameter of what comes back, so the parts must survive."""
+    import pickle
+
+    from posattn.errors import invalid, named_as_flags
+
+    error = pickle.loads(pickle.dumps(invalid("train_len", 1, "at least 3")))
+    assert (error.parameter, error.value, error.allowed) == ("train_len", 1, "at least 3")
+    renamed = r"^--train-len=1 is not allowed: at least 3$"
+    with pytest.raises(PosAttnConfigError, match=renamed), named_as_flags("train_len"):
+        raise error
+    # a setting without a flag passes unchanged
+    with pytest.raises(PosAttnConfigError, match=r"^steps=0 is not"), named_as_flags("seeds"):
+        raise invalid("steps", 0, "at least 1")

@@ -183,8 +183,29 @@ def test_bad_settings_name_the_parameter():
     with pytest.raises(PosAttnConfigError, match="train_len"):
         preset("smoke", train_len=3, test_lens=[3])
     # a head size that does not divide the width is refused, not run as "unsupported" cells
-    with pytest.raises(PosAttnConfigError, match=r"d_model=60 .*num_heads=8"):
+    with pytest.raises(PosAttnConfigError, match=r"^--d-model=60 .*num_heads=8"):
         main(["probe", "--preset", "smoke", "--d-model", "60", "--num-heads", "8"])
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--seeds", "0"], "--seeds=0"),
+        (["--train-len", "1"], "--train-len=1"),
+        (["--steps", "0"], "--steps=0"),
+        (["--workers", "0"], "--workers=0"),
+        (["--segments", "inside"], "--segments='inside'"),
+        (["--word-scale", "-1"], "--word-scale=-1.0"),
+        (["--test-lens", "8"], "--test-lens=[8]"),
+        (["--paired-with", "rope"], "--paired-with='rope'"),
+    ],
+)
+def test_the_command_names_bad_settings_by_their_flags(flags, named):
+    """The command line's bad values are named as typed (--train-len), not by the settings'
+    Python names (train_len), which the API keeps."""
+    with pytest.raises(PosAttnConfigError) as error:
+        main(["probe", "--preset", "smoke", *flags])
+    assert str(error.value).startswith(f"{named} is not allowed")
 
 
 def test_the_model_size_options_reach_the_cells(tmp_path, monkeypatch):

@@ -5,9 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+# The settings a flag of the same name sets (--floor-backends: floor_backends), refused
+# under that flag.
+FLAG_SETTINGS = ("encodings", "kernels", "floor_backends", "dtype")
+
 
 def run_bench(args: argparse.Namespace) -> int:
     from ... import execution
+    from ...errors import named_as_flags
     from ...option_lists import encoding_options_of, names_of, positive_integers_of
     from .bench import bench
     from .settings import BenchSettings
@@ -41,8 +46,9 @@ def run_bench(args: argparse.Namespace) -> int:
     choices = {}
     for text in args.choose or []:
         choices.update(execution.parse(text))
-    with execution.choose(**choices):
-        bench(settings, Path(args.output or ("runs/bench-quick" if args.quick else "runs/bench")))
+    output = Path(args.output or ("runs/bench-quick" if args.quick else "runs/bench"))
+    with execution.choose(**choices), named_as_flags(*FLAG_SETTINGS):
+        bench(settings, output)
     return 0
 
 

@@ -5,11 +5,29 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ...errors import named_as_flags
 from ...option_lists import (
     encoding_options_of,
     names_of,
     positive_integers_of,
     positive_numbers_of,
+)
+
+# The settings a flag of the same name sets (--train-len: train_len).
+FLAG_SETTINGS = (
+    "tasks",
+    "encodings",
+    "test_lens",
+    "position_lr_scales",
+    "paired_with",
+    "train_len",
+    "seeds",
+    "steps",
+    "workers",
+    "segments",
+    "d_model",
+    "num_heads",
+    "word_scale",
 )
 
 
@@ -35,7 +53,8 @@ def settings_from(args: argparse.Namespace):
     for key in (*keys, "word_scale"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
-    return preset(args.preset, **overrides)
+    with named_as_flags(*FLAG_SETTINGS):
+        return preset(args.preset, **overrides)
 
 
 def run(args: argparse.Namespace) -> int:
