@@ -436,8 +436,10 @@ def test_cli_prepare(tmp_path, user_files, capsys, monkeypatch):
     manifest = read_manifest(paths(tmp_path).manifest)
     assert not manifest.get("translation") and not manifest.get("xlingual")
     assert run_cli(*common, "--builtin-corpus", "news", "--tasks", "", "--quiet") == 2
-    # one line, as every posattn command reports a refused setting
-    assert capsys.readouterr().err.startswith("posattn: error: builtin_corpus='news'")
+    # one line, as every posattn command reports a refused setting, naming the flag typed
+    assert capsys.readouterr().err.startswith("posattn: error: --builtin-corpus='news'")
+    assert run_cli(*common, "--tasks", "nope", "--quiet") == 2
+    assert capsys.readouterr().err.startswith("posattn: error: --tasks='nope' is not allowed")
 
     bad = write_lines(tmp_path / "bad.jsonl", [json.dumps({"text": "a", "label": "meh"})])
     assert run_cli(*common, "--tasks", "", "--task", f"sentiment={bad}", "--quiet") == 2

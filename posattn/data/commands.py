@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..errors import PosAttnConfigError, invalid
+from ..errors import PosAttnConfigError, invalid, named_as_flags
 from ..option_lists import names_of
 from .archive import pack, unpack
 from .build import MissingSources, prepare
@@ -76,20 +76,26 @@ def task_files_of(pairs: list[tuple[str, str]] | None) -> dict[str, str]:
     return dict(pairs or [])
 
 
+# The settings of `prepare` a flag of the same name sets (--builtin-corpus: builtin_corpus),
+# refused under that flag.
+FLAG_SETTINGS = ("tasks", "translation", "xlingual", "builtin_corpus", "corpus", "vocab_size")
+
+
 def run_prepare(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     try:
-        layout = prepare(
-            args.data_dir,
-            tasks=args.tasks,
-            corpus=args.corpus,
-            task_files=task_files_of(args.task),
-            vocab_size=args.vocab_size,
-            quiet=args.quiet,
-            translations=args.translation,
-            xlingual=args.xlingual,
-            builtin_corpus=args.builtin_corpus,
-        )
+        with named_as_flags(*FLAG_SETTINGS):
+            layout = prepare(
+                args.data_dir,
+                tasks=args.tasks,
+                corpus=args.corpus,
+                task_files=task_files_of(args.task),
+                vocab_size=args.vocab_size,
+                quiet=args.quiet,
+                translations=args.translation,
+                xlingual=args.xlingual,
+                builtin_corpus=args.builtin_corpus,
+            )
     except PosAttnConfigError as error:
         console.print(f"posattn: error: {error}", highlight=False, markup=False, soft_wrap=True)
         return 2
