@@ -102,5 +102,5 @@ def test_word_scale_reaches_the_probe_model_and_its_cells_fingerprints_when_set(
     results = grid.aggregate([cell, {**cell, "task": "majority"}], one)
     assert "Word vectors multiplied by 50 (`--word-scale`)." in results_markdown(results, one)
     assert "Word vectors" not in results_markdown(results, preset("smoke", encodings=["learned"]))
-    with pytest.raises(PosAttnConfigError, match=r"word_scale=0\.0 is not allowed"):
+    with pytest.raises(PosAttnConfigError, match=r"^--word-scale=0\.0 is not allowed"):
         main(["probe", "--preset", "smoke", "--word-scale", "0", "--output", "unused"])

@@ -91,7 +91,7 @@ def test_the_references_a_run_picks_and_refuses():
         preset("smoke", paired_with=["rope"])
     with pytest.raises(PosAttnConfigError, match="none repeated"):
         preset("smoke", paired_with=["learned", "learned"])
-    with pytest.raises(PosAttnConfigError, match="paired_with='nope'"):
+    with pytest.raises(PosAttnConfigError, match=r"^--paired-with='nope'"):
         main(["probe", "--preset", "smoke", "--paired-with", "nope"])
 
 
