@@ -260,3 +260,46 @@ def test_the_summary_names_both_rates(plain_config):
     )
     config.trainer.input_positions_lr_scale = 0.5
     assert rate_sentence(config).endswith(" tables train at 0.5 times the run's learning rate.")
+
+
+def test_the_attention_rate_variant_leaves_the_input_table_where_it_was(plain_config):
+    """`bert-r/attention-lr-x10` trains T5's table at ten times the rate and BERT's input
+    table at the one it had, as `trainer.positional_lr_scale=10
+    trainer.input_positions_lr_scale=1` does by hand: the same cell, so a standalone run is
+    adopted into it."""
+    config = plain_config
+    arm = arm_config(config, "bert-r/attention-lr-x10").trainer
+    assert (arm.positional_lr_scale, arm.input_positions_lr_scale) == (10.0, 1.0)
+    everything = arm_config(config, "bert-r/positional-lr-x10").trainer
+    assert (everything.positional_lr_scale, everything.input_positions_lr_scale) == (10.0, None)
+    # an arm without an input table trains as positional-lr-x10 would
+    t5 = arm_config(config, "t5/attention-lr-x10").trainer
+    assert (t5.positional_lr_scale, t5.input_positions_lr_scale) == (10.0, None)
+    config.trainer.positional_lr_scale = 2.0  # the table keeps the run's rate, the rest x10
+    arm = arm_config(config, "bert-r/attention-lr-x10").trainer
+    assert (arm.positional_lr_scale, arm.input_positions_lr_scale) == (20.0, 2.0)
+    config.trainer.positional_lr_scale = 1.0
+    by_hand = load_run_config(
+        "smoke",
+        None,
+        [
+            "model.encoding=bert-r",
+            "trainer.positional_lr_scale=10",
+            "trainer.input_positions_lr_scale=1",
+        ],
+    )
+    cell = Cell("bert-r/attention-lr-x10", 0, None)
+    assert cell.config(config).trainer == by_hand.trainer
+
+
+def test_the_attention_rate_variant_on_an_input_table_alone_is_refused(plain_config):
+    config = plain_config
+    config.finetune.tasks = ["topic"]
+    config.encodings = ["bert-r/attention-lr-x10", "learned"]
+    check_before_training(config, TinyTokenizer(), AnyTask())
+    config.encodings = ["learned/attention-lr-x10"]
+    with pytest.raises(PosAttnConfigError) as error:
+        check_before_training(config, TinyTokenizer(), AnyTask())
+    assert "learned/attention-lr-x10" in str(error.value) and "besides its input table" in str(
+        error.value
+    )

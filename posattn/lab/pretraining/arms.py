@@ -56,7 +56,9 @@ def arm_config(config: RunConfig, arm: str) -> RunConfig:
     at scale 1, its only rate, so a comparison can keep it beside the others (a variant that
     asks for a factor on such an arm is refused by compare). Likewise the input table's
     scale (`trainer.input_positions_lr_scale`, not multiplied by a variant) reaches only arms
-    with an input position table: the others keep null."""
+    with an input position table: the others keep null. A variant's input factor
+    (`attention-lr-x10`) sets the table's scale apart from the others: the rate it had,
+    times the factor."""
     encoding, variant = split_arm(arm)
     changes = VARIANTS.get(variant, {}) if variant else {}
     options = {**config.model.encoding_options, **changes.get("encoding_options", {})}
@@ -68,6 +70,9 @@ def arm_config(config: RunConfig, arm: str) -> RunConfig:
     )
     run_scale = config.trainer.positional_lr_scale
     input_scale = config.trainer.input_positions_lr_scale
+    if "input_positions_lr_factor" in changes:  # the table's rate, apart from the others'
+        table_rate = run_scale if input_scale is None else input_scale
+        input_scale = table_rate * changes["input_positions_lr_factor"]
     if run_scale != 1.0 or input_scale is not None:  # else nothing to build the encoding for
         reaches, has_input_table = rates_reach(model, input_scale)
         input_scale = input_scale if has_input_table else None

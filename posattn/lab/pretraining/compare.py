@@ -212,11 +212,12 @@ def check_before_training(config: RunConfig, tokenizer, tasks) -> None:
         if input_scale is not None:
             with_input_tables.append(arm)
         if arm_run.trainer.positional_lr_scale != 1.0 and not has_parameters:
+            besides = "" if input_scale is None else " besides its input table"
             raise invalid(
                 "encodings",
                 arm,
-                f"an arm with positional parameters: {model.encoding!r} has none for "
-                "a positional learning rate to scale",
+                f"an arm with positional parameters: {model.encoding!r} has none{besides} "
+                "for a positional learning rate to scale",
             )
     scale = config.trainer.positional_lr_scale
     if scale != 1.0 and not reached:

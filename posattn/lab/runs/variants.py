@@ -17,6 +17,9 @@ hold an encoding and its ablation side by side and pair them seed by seed.
                         pretraining and fine-tuning (trainer.positional_lr_scale=10): per-head
                         tables and factors start at N(0, 0.02), and under Adam a parameter
                         moves about one learning rate a step, so a short run leaves them small
+    attention-lr-x10    as positional-lr-x10, but an input position table (BERT-R's) keeps
+                        the rate it had: the position terms inside attention alone at ten
+                        times it (trainer.input_positions_lr_scale)
     checkpoint-positions  a warm start's positions taken from the checkpoint too
 
 Each command says which variants it serves (`posattn compare` all, `posattn probe` those that
@@ -40,6 +43,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "share-head": {"encoding_options": {"sharing": "head"}},
     "no-input-positions": {"encoding_options": {"input_positions": False}},
     "positional-lr-x10": {"positional_lr_factor": 10.0},
+    "attention-lr-x10": {"positional_lr_factor": 10.0, "input_positions_lr_factor": 1.0},
     "checkpoint-positions": {"init_positions": True},
 }
 # The variants that change nothing but the encoding's options.
