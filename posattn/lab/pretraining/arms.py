@@ -55,10 +55,10 @@ def arm_config(config: RunConfig, arm: str) -> RunConfig:
     rate for positional parameters: an arm without any (`none`, `sinusoidal`, `rope`) trains
     at scale 1, its only rate, so a comparison can keep it beside the others (a variant that
     asks for a factor on such an arm is refused by compare). Likewise the input table's
-    scale (`trainer.input_positions_lr_scale`, not multiplied by a variant) reaches only arms
-    with an input position table: the others keep null. A variant's input factor
-    (`attention-lr-x10`) sets the table's scale apart from the others: the rate it had,
-    times the factor."""
+    scale (`trainer.input_positions_lr_scale`, which `positional-lr-x10`'s factor leaves
+    alone) reaches only arms with an input position table: the others keep null. A
+    variant's input factor (`attention-lr-x10`'s 1) sets the table's scale apart from the
+    others: the rate the table had, times the factor."""
     encoding, variant = split_arm(arm)
     changes = VARIANTS.get(variant, {}) if variant else {}
     options = {**config.model.encoding_options, **changes.get("encoding_options", {})}
