@@ -210,6 +210,31 @@ def test_rate_raised_diet_claims_take_the_faster_diet_arms_and_plain_bert_a():
     )
 
 
+def test_rate_raised_bert_r_claims_take_bert_r_with_its_t5_table_faster():
+    tasks = {
+        "x": {
+            "learned": [50.0, 51.0, 49.0],
+            "tupe-a": [70.0, 71.0, 72.0],
+            "bert-r": [48.0, 50.0, 49.0],  # the plain claims' arm, not these
+            "bert-r/attention-lr-x10": [66.0, 68.0, 67.0],
+        }
+    }
+    claims = by_id(measured(tasks))
+    above = claims["tupe-order:tupe-a>bert-r:attention-lr-x10"]
+    below = claims["tupe-order:bert-r>learned:attention-lr-x10"]
+    assert (above["values"]["a"], above["values"]["b"]) == ("tupe-a", "bert-r/attention-lr-x10")
+    assert (below["values"]["a"], below["values"]["b"]) == ("bert-r/attention-lr-x10", "learned")
+    # differences 4, 3, 5 and 16, 17, 18: means 4 and 17, s = 1, half width t(0.975, 2) / sqrt 3
+    half = T2 / math.sqrt(3)
+    for claim, mean in ((above, 4.0), (below, 17.0)):
+        assert claim["values"]["difference"]["difference"] == pytest.approx(mean)
+        interval = claim["values"]["difference"]["interval"]
+        assert interval == pytest.approx([mean - half, mean + half])
+        assert claim["verdict"] == HOLDS
+    assert claims["tupe-order:bert-r>learned"]["values"]["a"] == "bert-r"
+    assert claims["tupe-order:bert-r>learned"]["verdict"] == INCONCLUSIVE
+
+
 def test_rate_raised_linformer_claim_takes_the_faster_factors_and_plain_linformer():
     tasks = {
         "x": {
@@ -436,7 +461,7 @@ def test_linformer_claim_reads_diet_abs_inside_linformer_against_linformer():
 
 def test_default_claims_have_unique_ids_and_every_result_field():
     claims = default_claims()
-    assert len({c.id for c in claims}) == len(claims) == 21
+    assert len({c.id for c in claims}) == len(claims) == 23
     results = evaluate_claims(Measurements(), claims)
     assert [r["id"] for r in results] == [c.id for c in claims]
     for r in results:
@@ -536,7 +561,7 @@ def test_report_shows_the_claims_table(tmp_path):
         c["verdict"] == HOLDS for c in output["claims"]
     )
     # the flattened JSON table names the claims instead of repeating them
-    assert "<td>claims</td><td>21 claims: see the Claims section</td>" in page
+    assert "<td>claims</td><td>23 claims: see the Claims section</td>" in page
     assert "<td>downstream.sst2.learned.mean</td><td>84</td>" in page
     text = (run / "report.md").read_text()
     assert "| `diet-theorem1` | DIET (Chen et al., EMNLP 2021) |" in text
