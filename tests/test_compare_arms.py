@@ -113,6 +113,22 @@ def test_a_warm_start_long_cell_is_the_pretraining_the_command_runs(arm, encodin
     assert ours != pretrain_stage(other_seed, tmp_path).fingerprint
 
 
+def test_the_warm_start_long_bert_r_cell_is_the_pretraining_with_the_input_table_apart(tmp_path):
+    """`bert-r/attention-lr-x10`'s cell is `posattn pretrain --preset warm-start-long
+    model.encoding=bert-r trainer.positional_lr_scale=10 trainer.input_positions_lr_scale=1`,
+    and not the run with both tables at ten times the rate."""
+    from posattn.lab.pretraining.pretrain import pretrain_stage
+
+    config = load_run_config("warm-start-long")
+    assert "bert-r/attention-lr-x10" in config.encodings
+    ours = Cell("bert-r/attention-lr-x10", 2).stage(config, tmp_path).fingerprint
+    both = ["model.encoding=bert-r", "pretrain.seed=2", "trainer.positional_lr_scale=10"]
+    apart = load_run_config("warm-start-long", None, [*both, "trainer.input_positions_lr_scale=1"])
+    assert ours == pretrain_stage(apart, tmp_path).fingerprint
+    together = load_run_config("warm-start-long", None, both)
+    assert ours != pretrain_stage(together, tmp_path).fingerprint
+
+
 class TinyTokenizer:
     """What check_before_training reads of a tokenizer: its size and pad id."""
 
