@@ -171,8 +171,10 @@ def test_metrics_are_token_accuracy_and_exact_match(monkeypatch):
 def test_bad_settings_name_the_parameter():
     with pytest.raises(PosAttnConfigError, match="test_lens"):
         preset("smoke", test_lens=[8])
-    with pytest.raises(PosAttnConfigError, match="encoding='nope'"):
+    with pytest.raises(PosAttnConfigError, match=r"^encodings='nope'.* 'learned'"):
         preset("smoke", encodings=["nope"])
+    with pytest.raises(PosAttnConfigError, match=r"^--encodings='nope'.* 'learned'"):
+        main(["probe", "--preset", "smoke", "--encodings", "nope"])
     with pytest.raises(PosAttnConfigError, match="--test-lens"):
         main(["probe", "--preset", "smoke", "--test-lens", "16,x"])
     # the parser bench's lengths use: a length below 1 is named as the option given
