@@ -24,8 +24,9 @@ def invalid(parameter: str, value: Any, allowed: str) -> PosAttnConfigError:
 @contextmanager
 def named_as_flags(*fields: str) -> Iterator[None]:
     """A command's settings refused under the flags that set them: an error naming one of
-    `fields` (train_len) is raised again naming its flag (--train-len), the name the user
-    typed; any other error passes unchanged."""
+    `fields` (train_len; a command passes its options' destinations, `*vars(args)`) is
+    raised again naming its flag (--train-len), the name the user typed; any other error
+    passes unchanged."""
     try:
         yield
     except PosAttnConfigError as error:

@@ -76,15 +76,10 @@ def task_files_of(pairs: list[tuple[str, str]] | None) -> dict[str, str]:
     return dict(pairs or [])
 
 
-# The settings of `prepare` a flag of the same name sets (--builtin-corpus: builtin_corpus),
-# refused under that flag.
-FLAG_SETTINGS = ("tasks", "translation", "xlingual", "builtin_corpus", "corpus", "vocab_size")
-
-
 def run_prepare(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     try:
-        with named_as_flags(*FLAG_SETTINGS):
+        with named_as_flags(*vars(args)):
             layout = prepare(
                 args.data_dir,
                 tasks=args.tasks,

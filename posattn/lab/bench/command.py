@@ -5,10 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-# The settings a flag of the same name sets (--floor-backends: floor_backends), refused
-# under that flag.
-FLAG_SETTINGS = ("encodings", "kernels", "floor_backends", "dtype")
-
 
 def run_bench(args: argparse.Namespace) -> int:
     from ... import execution
@@ -47,7 +43,7 @@ def run_bench(args: argparse.Namespace) -> int:
     for text in args.choose or []:
         choices.update(execution.parse(text))
     output = Path(args.output or ("runs/bench-quick" if args.quick else "runs/bench"))
-    with execution.choose(**choices), named_as_flags(*FLAG_SETTINGS):
+    with execution.choose(**choices), named_as_flags(*vars(args)):
         bench(settings, output)
     return 0
 

@@ -35,12 +35,10 @@ def meta_encoding(model):
         return build_encoding(model.encoding, dims, model.encoding_options)
 
 
-def rates_reach(model, input_scale: float | None = None) -> tuple[bool, bool]:
+def rates_reach(encoding, input_scale: float | None = None) -> tuple[bool, bool]:
     """Whether `trainer.positional_lr_scale` and `trainer.input_positions_lr_scale` reach
-    parameters of the encoding of a model section: the input scale its input position
-    table, the positional scale its other position terms - and the table too while the
-    input scale is null."""
-    encoding = meta_encoding(model)
+    parameters of `encoding`: the input scale its input position table, the positional
+    scale its other position terms - and the table too while the input scale is null."""
     inputs = {id(p) for p in encoding.input_position_parameters()}
     reached = {id(p) for p in encoding.positional_parameters()}
     if input_scale is not None:
@@ -74,7 +72,7 @@ def arm_config(config: RunConfig, arm: str) -> RunConfig:
         table_rate = run_scale if input_scale is None else input_scale
         input_scale = table_rate * changes["input_positions_lr_factor"]
     if run_scale != 1.0 or input_scale is not None:  # else nothing to build the encoding for
-        reaches, has_input_table = rates_reach(model, input_scale)
+        reaches, has_input_table = rates_reach(meta_encoding(model), input_scale)
         input_scale = input_scale if has_input_table else None
         run_scale = run_scale if reaches else 1.0
     scale = run_scale * changes.get("positional_lr_factor", 1.0)
@@ -90,7 +88,8 @@ def scaled_arm(config: RunConfig, arm: str) -> bool:
     """Whether the run's positional rate reaches this arm (it has positional parameters
     besides an input table of its own rate)."""
     arm_run = arm_config(config, arm)
-    return rates_reach(arm_run.model, arm_run.trainer.input_positions_lr_scale)[0]
+    input_scale = arm_run.trainer.input_positions_lr_scale
+    return rates_reach(meta_encoding(arm_run.model), input_scale)[0]
 
 
 def pretrained_arms(arms: list[str]) -> list[str]:

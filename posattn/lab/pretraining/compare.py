@@ -206,7 +206,7 @@ def check_before_training(config: RunConfig, tokenizer, tasks) -> None:
                 f"at most model.max_len={table}: arm {arm!r} has a position table",
             )
         input_scale = arm_run.trainer.input_positions_lr_scale  # null without a table
-        has_parameters = rates_reach(arm_run.model, input_scale)[0]
+        has_parameters = rates_reach(encoding, input_scale)[0]
         if has_parameters:
             reached.append(arm)
         if input_scale is not None:

@@ -13,23 +13,6 @@ from ...option_lists import (
     positive_numbers_of,
 )
 
-# The settings a flag of the same name sets (--train-len: train_len).
-FLAG_SETTINGS = (
-    "tasks",
-    "encodings",
-    "test_lens",
-    "position_lr_scales",
-    "paired_with",
-    "train_len",
-    "seeds",
-    "steps",
-    "workers",
-    "segments",
-    "d_model",
-    "num_heads",
-    "word_scale",
-)
-
 
 def settings_from(args: argparse.Namespace):
     from .settings import preset
@@ -53,7 +36,7 @@ def settings_from(args: argparse.Namespace):
     for key in (*keys, "word_scale"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
-    with named_as_flags(*FLAG_SETTINGS):
+    with named_as_flags(*vars(args)):  # each setting with a flag of its name
         return preset(args.preset, **overrides)
 
 

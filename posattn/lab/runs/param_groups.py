@@ -49,20 +49,15 @@ def scale_positional_lr(
     each group's own base rate."""
     inputs = input_position_parameter_ids(model) if input_scale is not None else set()
     positional = positional_parameter_ids(model) - inputs
-    groups, moved = [], [0, 0]
+    groups, moved, moved_inputs = [], 0, 0
     for group in optimizer.param_groups:
         settings = {key: value for key, value in group.items() if key != "params"}
-        parts = (
-            (None, 1.0, lambda p: id(p) not in positional and id(p) not in inputs),
-            (0, scale, lambda p: id(p) in positional),
-            (1, input_scale, lambda p: id(p) in inputs),
-        )
-        for counter, factor, belongs in parts:
-            params = [p for p in group["params"] if belongs(p)]
-            if not params:
-                continue
-            groups.append({**settings, "params": params, "lr": group["lr"] * factor})
-            if counter is not None:
-                moved[counter] += len(params)
+        mine = [p for p in group["params"] if id(p) in positional]
+        table = [p for p in group["params"] if id(p) in inputs]
+        rest = [p for p in group["params"] if id(p) not in positional and id(p) not in inputs]
+        for params, factor in ((rest, 1.0), (mine, scale), (table, input_scale)):
+            if params:
+                groups.append({**settings, "params": params, "lr": group["lr"] * factor})
+        moved, moved_inputs = moved + len(mine), moved_inputs + len(table)
     optimizer.param_groups = groups
-    return moved[0], moved[1]
+    return moved, moved_inputs
