@@ -13,12 +13,29 @@ from ..runs.trainer_section import check_machine
 from .runconfig import RunConfig, load_run_config
 
 
-def run_config(args: argparse.Namespace) -> RunConfig:
-    config = load_run_config(args.preset, args.config, args.overrides)
+def run_config(args: argparse.Namespace, inherited: dict | None = None) -> RunConfig:
+    config = load_run_config(args.preset, args.config, args.overrides, inherited)
     if args.data_dir:
         config = replace(config, data=replace(config.data, data_dir=args.data_dir))
     check_machine(config.trainer, kernel=config.model.kernel)  # before a run directory is written
     return config
+
+
+def pretrained_config(args: argparse.Namespace) -> tuple[RunConfig, Path]:
+    """The run config of a command that reads a pretrained model (args.pretrained) and that
+    model's directory: the preset with the model's own pretraining settings over it, then
+    --config and the overrides (pretrained_run.py)."""
+    from ..runs.stages import is_main_process
+    from .pretrained_run import check_unchanged, inherited_sentence, pretraining_settings
+
+    inherited = pretraining_settings(Path(args.pretrained))  # None where there is no run
+    config = run_config(args, inherited)  # settings out of range are refused first
+    pretrained = model_directory("pretrained", args.pretrained)
+    if inherited is not None:
+        check_unchanged(config, inherited, pretrained)
+        if is_main_process():
+            print(inherited_sentence(config, inherited, pretrained))
+    return config, pretrained
 
 
 def data_for(config: RunConfig):
@@ -48,8 +65,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
 def run_finetune(args: argparse.Namespace) -> int:
     from .finetune import finetune
 
-    config = run_config(args)
-    pretrained = model_directory("pretrained", args.pretrained)
+    config, pretrained = pretrained_config(args)
     data = data_for(config)
     output = Path(args.output or pretrained.parent / "finetune")
     with run_lock(output, "posattn finetune"):
@@ -62,8 +78,7 @@ def run_zero_shot(args: argparse.Namespace) -> int:
     from ..runs.stages import is_main_process
     from .zero_shot import ZERO_SHOT_TASKS, score_model, scored_once
 
-    config = run_config(args)
-    pretrained = model_directory("pretrained", args.pretrained)
+    config, pretrained = pretrained_config(args)
     data = data_for(config)
     output = Path(args.output or pretrained.parent / "zero-shot")
     tokenizer = tokenizer_for(config, data)

@@ -116,7 +116,12 @@ def preset_path(name: str) -> Path:
 
 
 def load_run_config(
-    preset: str | None = None, file: str | Path | None = None, overrides: list[str] = ()
+    preset: str | None = None,
+    file: str | Path | None = None,
+    overrides: list[str] = (),
+    inherited: dict | None = None,
 ) -> RunConfig:
-    """Defaults <- preset <- file <- overrides; unknown keys and bad types fail here."""
-    return merge_config(RunConfig, None if preset is None else preset_path(preset), file, overrides)
+    """Defaults <- preset <- inherited (a pretrained model's settings, pretrained_run.py) <-
+    file <- overrides; unknown keys and bad types fail here."""
+    preset_yaml = None if preset is None else preset_path(preset)
+    return merge_config(RunConfig, preset_yaml, file, overrides, inherited)

@@ -129,14 +129,21 @@ def _wrong_type_error(error: ValidationError, schema: DictConfig) -> PosAttnConf
 
 
 def merge_config(
-    schema_type: type, preset: Path | None, file: str | Path | None, overrides: list[str] = ()
+    schema_type: type,
+    preset: Path | None,
+    file: str | Path | None,
+    overrides: list[str] = (),
+    inherited: dict | None = None,
 ):
-    """An instance of the structured config `schema_type`: its defaults <- a preset YAML <- a
-    user YAML <- KEY=VALUE overrides; unknown keys and bad types fail here."""
+    """An instance of the structured config `schema_type`: its defaults <- a preset YAML <-
+    settings `inherited` from an earlier run (a dict of sections) <- a user YAML <- KEY=VALUE
+    overrides; unknown keys and bad types fail here."""
     schema = OmegaConf.structured(schema_type)
     layers = []
     if preset is not None:
         layers.append(OmegaConf.load(preset))
+    if inherited is not None:
+        layers.append(OmegaConf.create(inherited))
     if file is not None:
         if not Path(file).is_file():
             raise invalid("--config", str(file), "an existing YAML file")
