@@ -100,6 +100,13 @@ def test_a_scale_that_reaches_no_parameter_is_refused_naming_the_knob(encoding, 
     assert len(plain.optimizer.param_groups) == 2
 
 
+def rates_by_name(trainer, module) -> dict[str, float]:
+    rates = {id(p): g["lr"] for g in trainer.optimizer.param_groups for p in g["params"]}
+    return {
+        name: rates[id(p)] / trainer.args.learning_rate for name, p in module.named_parameters()
+    }
+
+
 @pytest.mark.parametrize(
     ("encoding", "options", "scaled"),
     [
@@ -123,12 +130,8 @@ def test_linformer_projections_keep_the_run_rate_and_its_position_terms_are_scal
     trainer = trainer_for(model, 10.0, tmp_path)
     trainer.args.warmup_steps = 0
     trainer.create_optimizer_and_scheduler(num_training_steps=4)
-    rates = {
-        id(p): group["lr"] for group in trainer.optimizer.param_groups for p in group["params"]
-    }
-    base = trainer.args.learning_rate
-    for name, parameter in encoding_module.named_parameters():
-        assert rates[id(parameter)] == pytest.approx(base * (10.0 if name in scaled else 1.0))
+    rates = rates_by_name(trainer, encoding_module)
+    assert rates == pytest.approx({n: 10.0 if n in scaled else 1.0 for n in rates})
 
 
 def test_linformer_without_input_positions_has_no_positional_rate_to_scale(tmp_path):
@@ -139,13 +142,6 @@ def test_linformer_without_input_positions_has_no_positional_rate_to_scale(tmp_p
     assert not positional_parameter_ids(model)
     with pytest.raises(PosAttnConfigError, match=r"positional_lr_scale=10.0.*'linformer'"):
         trainer_for(model, 10.0, tmp_path).create_optimizer_and_scheduler(num_training_steps=4)
-
-
-def rates_by_name(trainer, module) -> dict[str, float]:
-    rates = {id(p): g["lr"] for g in trainer.optimizer.param_groups for p in g["params"]}
-    return {
-        name: rates[id(p)] / trainer.args.learning_rate for name, p in module.named_parameters()
-    }
 
 
 def test_bert_rs_input_table_takes_its_own_rate_beside_the_t5_tables(tmp_path):
