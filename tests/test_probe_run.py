@@ -185,7 +185,7 @@ def test_bad_settings_name_the_parameter():
     with pytest.raises(PosAttnConfigError, match="train_len"):
         preset("smoke", train_len=3, test_lens=[3])
     # a head size that does not divide the width is refused, not run as "unsupported" cells
-    with pytest.raises(PosAttnConfigError, match=r"^--d-model=60 .*num_heads=8"):
+    with pytest.raises(PosAttnConfigError, match=r"^--d-model=60 .*number of heads, 8,"):
         main(["probe", "--preset", "smoke", "--d-model", "60", "--num-heads", "8"])
 
 

@@ -84,7 +84,7 @@ class ProbeSettings:
             self.d_model % self.num_heads == 0,
             "d_model",
             self.d_model,
-            f"a multiple of num_heads={self.num_heads} (the head size is d_model / num_heads)",
+            f"a multiple of the number of heads, {self.num_heads}, which share it equally",
         )
         require(self.learning_rate > 0, "learning_rate", self.learning_rate, "a positive rate")
         scales = self.position_lr_scales
