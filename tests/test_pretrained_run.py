@@ -32,6 +32,11 @@ def arguments(model: str, *overrides: str, preset: str = "warm-start-long"):
     )
 
 
+def tuning_config(model: str, *overrides: str, preset: str = "warm-start-long"):
+    """The config `posattn finetune MODEL --preset PRESET OVERRIDES...` runs with."""
+    return commands.pretrained_config(arguments(model, *overrides, preset=preset), trains=True)[0]
+
+
 @pytest.mark.parametrize(
     "arm", ["bert-r/attention-lr-x10", "t5/positional-lr-x10", "learned", "none"]
 )
@@ -42,7 +47,7 @@ def test_fine_tuning_a_cells_model_is_that_cells_fine_tuning(arm, tmp_path):
     config = load_run_config("warm-start-long")
     pretraining = Cell(arm, 2).stage(config, tmp_path / "cell")
     model = pretrained_run(pretraining)
-    tuned = commands.pretrained_config(arguments(model, "finetune.tasks=[word-order]"))[0]
+    tuned = tuning_config(model, "finetune.tasks=[word-order]")
     cell = Cell(arm, 2, "word-order").stage(config, tmp_path / "out")
     assert finetune_stage(tuned, tmp_path / "out").fingerprint == cell.fingerprint
     if arm != "learned":  # what the preset alone fine-tunes is another cell
@@ -57,11 +62,11 @@ def test_the_command_line_sets_other_rates_and_says_so(tmp_path, capsys):
         ["model.encoding=bert-r", "trainer.positional_lr_scale=10", "pretrain.seed=3"],
     )
     model = pretrained_run(pretrain_stage(pretraining, tmp_path))
-    config = commands.pretrained_config(arguments(model))[0]
+    config = tuning_config(model)
     assert (config.model.encoding, config.pretrain.seed) == ("bert-r", 3)
     assert config.trainer.positional_lr_scale == 10.0
     assert "trainer.positional_lr_scale=10.0" in capsys.readouterr().out
-    config = commands.pretrained_config(arguments(model, "trainer.positional_lr_scale=1"))[0]
+    config = tuning_config(model, "trainer.positional_lr_scale=1")
     assert config.trainer.positional_lr_scale == 1.0
     line = capsys.readouterr().out
     assert "trainer.positional_lr_scale=1.0" in line and "pretrained at" in line
@@ -78,7 +83,7 @@ def test_a_default_left_out_of_the_stage_is_not_taken_from_the_preset(tmp_path):
     stage = pretrain_stage(pretraining, tmp_path)
     assert "trainer" not in stage.settings and "init_from" not in stage.settings["pretrain"]
     model = pretrained_run(stage)
-    config = commands.pretrained_config(arguments(model, preset="warm-start"))[0]
+    config = tuning_config(model, preset="warm-start")
     assert config.trainer.positional_lr_scale == 1.0
     assert config.pretrain.init_from is None
     assert load_run_config("warm-start").trainer.positional_lr_scale == 10.0
@@ -88,13 +93,13 @@ def test_a_model_or_pretrain_setting_other_than_the_models_is_refused(tmp_path):
     pretraining = load_run_config("warm-start-long", None, ["model.encoding=t5"])
     model = pretrained_run(pretrain_stage(pretraining, tmp_path))
     with pytest.raises(PosAttnConfigError) as error:
-        commands.pretrained_config(arguments(model, "model.encoding=learned"))
+        tuning_config(model, "model.encoding=learned")
     assert error.value.parameter == "model.encoding" and error.value.value == "learned"
     assert "'t5', what the model in" in error.value.allowed
     with pytest.raises(PosAttnConfigError, match=r"^pretrain\.steps=10 is not allowed: 1000"):
-        commands.pretrained_config(arguments(model, "pretrain.steps=10"))
+        tuning_config(model, "pretrain.steps=10")
     # the values it was pretrained with are no change
-    config = commands.pretrained_config(arguments(model, "model.encoding=t5"))[0]
+    config = tuning_config(model, "model.encoding=t5")
     assert config.model.encoding == "t5"
 
 
@@ -105,7 +110,7 @@ def test_a_model_from_elsewhere_keeps_the_presets_settings(tmp_path):
     model.mkdir(parents=True)
     (model / "config.json").write_text('{"model_type": "posattn"}')
     assert pretraining_settings(model) is None
-    config = commands.pretrained_config(arguments(str(model), "model.encoding=t5"))[0]
+    config = tuning_config(str(model), "model.encoding=t5")
     assert config.model.encoding == "t5"
     tuning = finetune_stage(load_run_config("warm-start-long"), tmp_path / "tuned")
     start_stage(tuning)
@@ -115,7 +120,7 @@ def test_a_model_from_elsewhere_keeps_the_presets_settings(tmp_path):
     assert pretraining_settings(tmp_path / "damaged" / "model") is None
 
 
-def test_finetune_and_zero_shot_run_with_the_pretrainings_settings(tmp_path, monkeypatch):
+def test_finetune_and_zero_shot_run_with_the_pretrainings_settings(tmp_path, monkeypatch, capsys):
     """The commands pass the inherited config on (the run itself is stood in for)."""
     from posattn.lab.pretraining import finetune, zero_shot
 
@@ -133,7 +138,10 @@ def test_finetune_and_zero_shot_run_with_the_pretrainings_settings(tmp_path, mon
     assert commands.run_finetune(argv) == 0
     (config,) = seen
     assert (config.model.encoding, config.trainer.positional_lr_scale) == ("diet-rel", 10.0)
+    assert "positional rates trainer.positional_lr_scale=10.0" in capsys.readouterr().out
     assert config.finetune == load_run_config("quick").finetune  # the preset's fine-tuning
     argv.output = None
     assert commands.run_zero_shot(argv) == 0
     assert seen[1] == tmp_path / "run" / "zero-shot"
+    line = capsys.readouterr().out  # nothing is trained: no rates to name
+    assert "pretrain settings of its pretraining" in line and "rates" not in line

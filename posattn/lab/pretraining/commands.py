@@ -21,10 +21,11 @@ def run_config(args: argparse.Namespace, inherited: dict | None = None) -> RunCo
     return config
 
 
-def pretrained_config(args: argparse.Namespace) -> tuple[RunConfig, Path]:
+def pretrained_config(args: argparse.Namespace, trains: bool) -> tuple[RunConfig, Path]:
     """The run config of a command that reads a pretrained model (args.pretrained) and that
     model's directory: the preset with the model's own pretraining settings over it, then
-    --config and the overrides (pretrained_run.py)."""
+    --config and the overrides (pretrained_run.py); `trains`: the command trains the model
+    further, so its line names the positional rates."""
     from ..runs.stages import is_main_process
     from .pretrained_run import check_unchanged, inherited_sentence, pretraining_settings
 
@@ -34,7 +35,7 @@ def pretrained_config(args: argparse.Namespace) -> tuple[RunConfig, Path]:
     if inherited is not None:
         check_unchanged(config, inherited, pretrained)
         if is_main_process():
-            print(inherited_sentence(config, inherited, pretrained))
+            print(inherited_sentence(config, inherited, pretrained, trains))
     return config, pretrained
 
 
@@ -65,7 +66,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
 def run_finetune(args: argparse.Namespace) -> int:
     from .finetune import finetune
 
-    config, pretrained = pretrained_config(args)
+    config, pretrained = pretrained_config(args, trains=True)
     data = data_for(config)
     output = Path(args.output or pretrained.parent / "finetune")
     with run_lock(output, "posattn finetune"):
@@ -78,7 +79,7 @@ def run_zero_shot(args: argparse.Namespace) -> int:
     from ..runs.stages import is_main_process
     from .zero_shot import ZERO_SHOT_TASKS, score_model, scored_once
 
-    config, pretrained = pretrained_config(args)
+    config, pretrained = pretrained_config(args, trains=False)
     data = data_for(config)
     output = Path(args.output or pretrained.parent / "zero-shot")
     tokenizer = tokenizer_for(config, data)

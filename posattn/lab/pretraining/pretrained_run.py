@@ -73,17 +73,18 @@ def _plain(value):
     return value
 
 
-def inherited_sentence(config: RunConfig, inherited: dict, model_dir: Path) -> str:
-    """The line a command prints: where its model's settings came from, and the positional
-    rates it trains at beside those the model was pretrained at where they differ."""
+def inherited_sentence(config: RunConfig, inherited: dict, model_dir: Path, trains: bool) -> str:
+    """The line a command prints: where its model's settings came from and, for a command that
+    trains (`trains`), the positional rates it trains at, beside those the model was
+    pretrained at where they differ."""
+    source = f"{model_dir}: the model, data and pretrain settings of its pretraining (its run's "
+    if not trains:
+        return source + "stage.json)"
 
     def rates(values) -> str:
         return ", ".join(f"trainer.{key}={values[key]}" for key in RATE_KEYS)
 
     now = {key: getattr(config.trainer, key) for key in RATE_KEYS}
     pretrained = inherited["trainer"]
-    source = "as pretrained" if now == pretrained else f"pretrained at {rates(pretrained)}"
-    return (
-        f"{model_dir}: the model, data and pretrain settings of its pretraining (its run's "
-        f"stage.json); positional rates {rates(now)} ({source})"
-    )
+    how = "as pretrained" if now == pretrained else f"pretrained at {rates(pretrained)}"
+    return source + f"stage.json); positional rates {rates(now)} ({how})"
