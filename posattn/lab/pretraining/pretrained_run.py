@@ -21,7 +21,8 @@ from ..runs.stages import stage_record
 from ..runs.trainer_section import TrainerSection
 from .runconfig import DataSection, PretrainModelSection, PretrainSection, RunConfig
 
-# The settings that fix a pretrained model, by section (data: all of it but where it lives).
+# The sections that fix a pretrained model: a fine-tuning may not set them otherwise. The data
+# section is taken too, but not held: the data directory may move (--data-dir).
 FIXED_SECTIONS = {"model": PretrainModelSection, "pretrain": PretrainSection}
 RATE_KEYS = ("positional_lr_scale", "input_positions_lr_scale")
 
@@ -54,7 +55,7 @@ def check_unchanged(config: RunConfig, inherited: dict, model_dir: Path) -> None
         for item in fields(values):
             recorded = inherited[section][item.name]
             value = getattr(values, item.name)
-            if _plain(value) != _plain(recorded):
+            if value != recorded:
                 raise invalid(
                     f"{section}.{item.name}",
                     value,
@@ -62,15 +63,6 @@ def check_unchanged(config: RunConfig, inherited: dict, model_dir: Path) -> None
                     "fine-tuning starts from that model, so leave the model and pretrain "
                     "settings out (or give them as it was pretrained)",
                 )
-
-
-def _plain(value):
-    """Lists for tuples, so that a recorded JSON list equals the config's tuple."""
-    if isinstance(value, tuple | list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
 
 
 def inherited_sentence(config: RunConfig, inherited: dict, model_dir: Path, trains: bool) -> str:
