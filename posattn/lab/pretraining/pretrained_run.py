@@ -69,9 +69,12 @@ def inherited_sentence(config: RunConfig, inherited: dict, model_dir: Path, trai
     """The line a command prints: where its model's settings came from and, for a command that
     trains (`trains`), the positional rates it trains at, beside those the model was
     pretrained at where they differ."""
-    source = f"{model_dir}: the model, data and pretrain settings of its pretraining (its run's "
+    source = (
+        f"{model_dir}: the model, data and pretrain settings of its pretraining "
+        "(its run's stage.json)"
+    )
     if not trains:
-        return source + "stage.json)"
+        return source
 
     def rates(values) -> str:
         return ", ".join(f"trainer.{key}={values[key]}" for key in RATE_KEYS)
@@ -79,4 +82,4 @@ def inherited_sentence(config: RunConfig, inherited: dict, model_dir: Path, trai
     now = {key: getattr(config.trainer, key) for key in RATE_KEYS}
     pretrained = inherited["trainer"]
     how = "as pretrained" if now == pretrained else f"pretrained at {rates(pretrained)}"
-    return source + f"stage.json); positional rates {rates(now)} ({how})"
+    return f"{source}; positional rates {rates(now)} ({how})"
