@@ -35,6 +35,16 @@ def positive_integers_of(option: str, value: str, *, none_allowed: bool = False)
     return numbers
 
 
+def seeds_of(option: str, value: str) -> list[int]:
+    """The seeds of a comma-separated option (integers >= 0), at least one, none repeated."""
+    parts = [part.strip() for part in value.split(",") if part.strip()]
+    allowed = "comma-separated seeds (integers >= 0), at least one, none repeated"
+    require(bool(parts) and all(part.isdigit() for part in parts), option, value, allowed)
+    seeds = [int(part) for part in parts]
+    require(len(set(seeds)) == len(seeds), option, value, allowed)
+    return seeds
+
+
 def positive_numbers_of(option: str, value: str) -> list[float]:
     """The positive numbers of a comma-separated option (rates, multipliers), at least one,
     none repeated."""

@@ -7,7 +7,12 @@ import pytest
 
 from posattn.data.commands import name_list
 from posattn.errors import PosAttnConfigError
-from posattn.option_lists import encoding_options_of, names_of, positive_integers_of
+from posattn.option_lists import (
+    encoding_options_of,
+    names_of,
+    positive_integers_of,
+    seeds_of,
+)
 
 
 def test_names_are_stripped_and_a_trailing_comma_dropped():
@@ -33,6 +38,13 @@ def test_positive_integers_keep_their_order_and_refuse_repeats_zero_and_words():
     assert positive_integers_of("--model-lengths", "", none_allowed=True) == []
     with pytest.raises(PosAttnConfigError, match="or '' for none, none repeated"):
         positive_integers_of("--model-lengths", "8,8", none_allowed=True)
+
+
+def test_seeds_take_zero_keep_their_order_and_refuse_repeats_signs_and_none():
+    assert seeds_of("--finetune-seeds", "3, 0,") == [3, 0]
+    for bad in ("0,0", "-1", "1.5", "x", " , "):
+        with pytest.raises(PosAttnConfigError, match=r"--finetune-seeds.*integers >= 0"):
+            seeds_of("--finetune-seeds", bad)
 
 
 def test_the_data_commands_lists_take_none_and_refuse_a_repeat_as_argparse_errors():

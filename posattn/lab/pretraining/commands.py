@@ -167,3 +167,43 @@ def register(commands) -> None:
     parser.add_argument("pretrained", help="the model directory written by posattn pretrain")
     add_run_options(parser, "quick")
     parser.set_defaults(func=run_zero_shot)
+
+    parser = commands.add_parser(
+        "paired",
+        help="arms of pretraining, fine-tuning or zero-shot runs trained apart, each against "
+        "the first over pretraining seeds: differences, t-interval, sign-flip p",
+        description="Each NAME=DIR is one finished run (a posattn pretrain, finetune or "
+        "zero-shot --output, or a compare cell) of the arm NAME; every arm after the first is "
+        "compared with the first, run by run in the order given (the i-th run of each arm "
+        "pairs with the i-th of the first: give them in pretraining-seed order).",
+    )
+    parser.add_argument("runs", nargs="+", metavar="NAME=DIR", help="a run of the arm NAME")
+    parser.add_argument(
+        "--task", help="the task of fine-tuning or zero-shot runs (default: the one they scored)"
+    )
+    parser.add_argument(
+        "--finetune-seeds",
+        help="fine-tuning runs: the fine-tuning seeds averaged per run, comma-separated "
+        "(default: every seed of the first run)",
+    )
+    parser.add_argument(
+        "--confidence",
+        type=float,
+        default=0.95,
+        help="the level of the intervals over seeds (default 0.95; 0.975 for a second look "
+        "at seeds added after a first, two looks at 95%% together)",
+    )
+    parser.add_argument("--json", help="also write the result to this JSON file")
+    parser.set_defaults(func=run_paired)
+
+
+def run_paired(args: argparse.Namespace) -> int:
+    from ...option_lists import seeds_of
+    from .paired import run_paired as paired
+
+    seeds = (
+        None if args.finetune_seeds is None else seeds_of("--finetune-seeds", args.finetune_seeds)
+    )
+    json_path = None if args.json is None else Path(args.json)
+    print("\n".join(paired(args.runs, args.task, seeds, args.confidence, json_path)))
+    return 0

@@ -25,10 +25,24 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from ...errors import is_real, require
+
 RESAMPLES = 5000
 BOOTSTRAP_SEED = 0
 EXACT_PERMUTATION_MAX_N = 16  # 2^16 sign vectors; beyond, as many random ones (fixed seed)
 CELLS_PER_CHUNK = 1 << 22  # resamples x examples held at once by the bootstrap
+DEFAULT_CONFIDENCE = 0.95
+
+
+def require_confidence(parameter: str, confidence: float) -> None:
+    """A level of the intervals over seeds, as a command takes it: a number in (0, 1)."""
+    allowed = "a level in (0, 1), e.g. 0.95"
+    require(is_real(confidence) and 0.0 < confidence < 1.0, parameter, confidence, allowed)
+
+
+def level_text(confidence: float) -> str:
+    """0.95 -> "95%", 0.975 -> "97.5%"."""
+    return f"{100 * confidence:g}%"
 
 
 # --- intervals --------------------------------------------------------------------------------

@@ -20,9 +20,9 @@ from ...errors import PosAttnConfigError, invalid, require
 from ..runs.context import run_context
 from ..runs.fingerprint import differences
 from ..runs.stages import DATA_KEY, STAGE_FILE
+from ..runs.statistics import DEFAULT_CONFIDENCE, require_confidence
 from .report import significance
 from .report_files import write_report
-from .seed_pairs import DEFAULT_CONFIDENCE, require_confidence
 
 RESULT = "metrics.json"
 # A run's data digests (stage.json's "data") join its settings under this key: arms trained

@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..runs.stages import is_main_process, save_run
+from ..runs.statistics import DEFAULT_CONFIDENCE
 from .curve_report import curve_markdown, curve_summary, has_curves, plot_curves
 from .report import translation_markdown
-from .seed_pairs import DEFAULT_CONFIDENCE, seed_comparison_lines, seed_comparisons
+from .seed_pairs import seed_comparison_lines, seed_comparisons
 
 CURVE_FIGURE = "curve.png"
 

@@ -8,8 +8,13 @@ the same side: a claim about encodings needs this one."""
 
 from __future__ import annotations
 
-from ...errors import is_real, require
-from ..runs.statistics import paired_permutation, smallest_sign_flip_p
+from ..runs.statistics import (
+    DEFAULT_CONFIDENCE,
+    level_text,
+    paired_permutation,
+    require_confidence,
+    smallest_sign_flip_p,
+)
 from ..runs.tables import estimate_text
 from ..runs.tables import markdown_table as table
 from .report import METRICS, dev_losses, test_scores
@@ -18,13 +23,6 @@ from .report import METRICS, dev_losses, test_scores
 MEASURES = (*METRICS, ("dev_loss", "dev loss"))
 # A sign-flip p below this needs six seeds or more; with fewer the interval is the reading.
 SIGNIFICANCE = 0.05
-DEFAULT_CONFIDENCE = 0.95
-
-
-def require_confidence(parameter: str, confidence: float) -> None:
-    """A level of the intervals over seeds: a number in (0, 1)."""
-    allowed = "a level in (0, 1), e.g. 0.95"
-    require(is_real(confidence) and 0.0 < confidence < 1.0, parameter, confidence, allowed)
 
 
 def measured(runs: dict, seeds: list[int], key: str) -> list[float]:
@@ -68,11 +66,6 @@ def seed_comparisons(
 
 def difference_cell(comparison: dict, digits: int) -> str:
     return estimate_text(comparison["difference"], comparison["interval"], digits, signed=True)
-
-
-def level_text(confidence: float) -> str:
-    """0.95 -> "95%", 0.975 -> "97.5%"."""
-    return f"{100 * confidence:g}%"
 
 
 def per_seed_line(comparison: dict) -> str:
