@@ -67,6 +67,7 @@ def test_fine_tunings_paired_by_position_on_the_chosen_fine_tuning_seed(tmp_path
     assert mean_of_both["comparisons"][0]["per_pair"] == pytest.approx([27.5, 4.0, 28.5])
     lines = "\n".join(paired_lines(result))
     assert "| `bert-r` - `learned` | +25.0 | +13.0 | +25.0 | +21.0 [" in lines
+    assert "| `learned` | 50.0 | 45.0 | 52.0 | 49.0 |  |" in lines
     assert "at 97.5% over 3 pairs: the interval contains 0" in lines
     assert "fine-tuning seed(s) 0" in lines
 

@@ -186,10 +186,12 @@ def paired_lines(result: dict) -> list[str]:
     arms, comparisons = result["arms"], result["comparisons"]
     count = len(next(iter(arms.values()))["values"])
     header = ["arm", *(f"pair {i + 1}" for i in range(count)), f"mean [{level}]", "p"]
-    rows = [
-        [f"`{name}`", *(f"{v:.{digits}f}" for v in arm["values"]), "", ""]
-        for name, arm in arms.items()
-    ]
+    rows = []
+    for name, arm in arms.items():
+        mean = sum(arm["values"]) / len(arm["values"])  # the arm's own, no interval: not paired
+        rows.append(
+            [f"`{name}`", *(f"{v:.{digits}f}" for v in arm["values"]), f"{mean:.{digits}f}", ""]
+        )
     for c in comparisons:
         difference = estimate_text(c["difference"], c["interval"], digits, signed=True)
         per_pair = (f"{d:+.{digits}f}" for d in c["per_pair"])
