@@ -103,6 +103,28 @@ def test_a_model_or_pretrain_setting_other_than_the_models_is_refused(tmp_path):
     assert config.model.encoding == "t5"
 
 
+def test_a_setting_this_version_no_longer_has_is_left_out_with_a_warning(tmp_path):
+    """A run of an older posattn may record a model or pretrain key the schema has since
+    dropped: the fine-tuning still starts (the model reads its own config.json), and the key
+    is named, not taken."""
+    pretraining = load_run_config("warm-start-long", None, ["model.encoding=t5"])
+    stage = pretrain_stage(pretraining, tmp_path)
+    model = pretrained_run(stage)
+    record_path = stage.directory / "stage.json"
+    record = json.loads(record_path.read_text())
+    record["settings"]["model"]["retired_option"] = 3
+    record["settings"]["pretrain"]["old_schedule"] = "linear"
+    record_path.write_text(json.dumps(record))
+    with pytest.warns(UserWarning) as caught:
+        config = tuning_config(model)
+    [warned_model, warned_pretrain] = [str(w.message) for w in caught]
+    assert "records model settings this version of posattn does not have (retired_option)" in (
+        warned_model
+    )
+    assert "(old_schedule)" in warned_pretrain and str(record_path) in warned_pretrain
+    assert config.model.encoding == "t5"
+
+
 def test_a_model_from_elsewhere_keeps_the_presets_settings(tmp_path):
     """No stage.json beside the model (an imported checkpoint), or that of a fine-tuning: the
     preset and the overrides alone, as before."""

@@ -13,11 +13,12 @@ than the model's is refused (the model would not change, so the setting would be
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict, fields
 from pathlib import Path
 
 from ...errors import invalid
-from ..runs.stages import stage_record
+from ..runs.stages import STAGE_FILE, stage_record
 from ..runs.trainer_section import TrainerSection
 from .runconfig import DataSection, PretrainModelSection, PretrainSection, RunConfig
 
@@ -40,11 +41,28 @@ def pretraining_settings(model_dir: Path) -> dict | None:
     if "finetune" in settings:
         return None
     sections = {**FIXED_SECTIONS, "data": DataSection}
-    layer = {name: {**asdict(kind()), **settings.get(name, {})} for name, kind in sections.items()}
+    layer = {name: known_keys(settings, name, kind, model_dir) for name, kind in sections.items()}
     trainer = settings.get("trainer", {})
     defaults = TrainerSection()
     layer["trainer"] = {key: trainer.get(key, getattr(defaults, key)) for key in RATE_KEYS}
     return layer
+
+
+def known_keys(settings: dict, section: str, kind: type, model_dir: Path) -> dict:
+    """The recorded `section` over its defaults, without the keys this version of posattn no
+    longer has (a run of an older one): those are named in a warning, not taken - the model
+    itself is read from its own config.json, so they cannot change it."""
+    names = {item.name for item in fields(kind)}
+    recorded = settings.get(section, {})
+    dropped = sorted(key for key in recorded if key not in names)
+    if dropped:
+        warnings.warn(
+            f"{Path(model_dir).parent / STAGE_FILE} records {section} settings this version of "
+            f"posattn does not have ({', '.join(dropped)}): left out of the settings taken "
+            "from the pretraining",
+            stacklevel=3,
+        )
+    return {**asdict(kind()), **{key: recorded[key] for key in recorded if key in names}}
 
 
 def check_unchanged(config: RunConfig, inherited: dict, model_dir: Path) -> None:
