@@ -157,3 +157,7 @@ def test_a_spec_without_a_name_or_a_directory_is_refused(tmp_path):
         paired_runs([f"a={run}", f"a={run}", f"b={run}"])
     with pytest.raises(PosAttnConfigError, match="--finetune-seeds"):
         main(["paired", f"a={run}", f"b={run}", "--finetune-seeds", "0,0"])
+    translation = tmp_path / "translation"
+    write(translation, "metrics.json", {"final_dev_loss": 3.0, "evaluation": {}})
+    with pytest.raises(PosAttnConfigError, match="posattn translate combine"):
+        paired_runs([f"a={translation}", f"b={translation}"])

@@ -100,6 +100,13 @@ def run_value(directory: Path, measure: Measure) -> float:
     """The run's number of `measure` (see the module docstring)."""
     result = read_result(directory, measure.kind)
     if measure.kind == PRETRAINING:
+        require(
+            "final_eval_loss" in result,
+            "runs",
+            str(directory),
+            "a pretraining's metrics.json, with its final_eval_loss (translation runs are "
+            "compared by `posattn translate combine`)",
+        )
         return float(result["final_eval_loss"])
     if measure.task not in result:
         raise invalid(
