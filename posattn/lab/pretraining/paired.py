@@ -78,7 +78,7 @@ def choose_measure(
     """The runs' one kind, the task (given, or the one task of the first run) and the
     fine-tuning seeds (given, or those of the first run); a choice the kind has no use for is
     refused, not ignored."""
-    runs = [run for directory in arms.values() for run in directory]
+    runs = [run for arm_runs in arms.values() for run in arm_runs]
     kinds = {run: run_kind(run) for run in runs}
     kind = kinds[runs[0]]
     for run in runs:
@@ -163,7 +163,6 @@ def paired_runs(
             for name, runs in arms.items()
         },
         "comparisons": comparisons,
-        "digits": measure.digits,
     }
 
 
@@ -182,7 +181,8 @@ def reading(comparison: dict) -> str:
 def paired_lines(result: dict) -> list[str]:
     """The markdown of `paired_runs`' result: the values pair by pair, each comparison's mean
     difference [interval] and p, and the arms' directories."""
-    digits, level = result["digits"], level_text(result["confidence"])
+    digits = Measure(result["measure"]["kind"]).digits
+    level = level_text(result["confidence"])
     arms, comparisons = result["arms"], result["comparisons"]
     count = len(next(iter(arms.values()))["values"])
     header = ["arm", *(f"pair {i + 1}" for i in range(count)), f"mean [{level}]", "p"]
@@ -192,8 +192,10 @@ def paired_lines(result: dict) -> list[str]:
         rows.append(
             [f"`{name}`", *(f"{v:.{digits}f}" for v in arm["values"]), f"{mean:.{digits}f}", ""]
         )
-    for c in comparisons:
-        difference = estimate_text(c["difference"], c["interval"], digits, signed=True)
+    differences = [
+        estimate_text(c["difference"], c["interval"], digits, signed=True) for c in comparisons
+    ]
+    for c, difference in zip(comparisons, differences, strict=True):
         per_pair = (f"{d:+.{digits}f}" for d in c["per_pair"])
         rows.append(
             [f"`{c['system']}` - `{c['against']}`", *per_pair, difference, f"{c['p_value']:.4g}"]
@@ -204,8 +206,7 @@ def paired_lines(result: dict) -> list[str]:
         markdown_table(header, rows),
         "",
     ]
-    for c in comparisons:
-        difference = estimate_text(c["difference"], c["interval"], digits, signed=True)
+    for c, difference in zip(comparisons, differences, strict=True):
         lines.append(
             f"- `{c['system']}` - `{c['against']}`: {difference} at {level} over {c['runs']} "
             f"pairs: {reading(c)} (sign-flip p {c['p_value']:.4g}; the smallest {c['runs']} "

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import invalid, require
-from ..runs.stages import STAGE_FILE
+from ..runs.stages import STAGE_FILE, stage_record
 from .zero_shot import MARKER as ZERO_SHOT_FILE
 
 FINE_TUNING, ZERO_SHOT, PRETRAINING = "fine-tuning", "zero-shot", "pretraining"
@@ -80,20 +80,16 @@ def recorded_tasks(directory: Path, kind: str) -> list[str]:
 def finetune_seeds_of(directory: Path) -> list[int]:
     """The fine-tuning seeds of a fine-tuning run, in the order its results list them (its
     stage.json's finetune.seeds)."""
-    stage = directory / STAGE_FILE
-    if not stage.is_file():
+    record = stage_record(directory)
+    if record is None:
         raise invalid("runs", str(directory), f"a fine-tuning with its {STAGE_FILE}")
-    settings = json.loads(stage.read_text(encoding="utf-8")).get("settings", {})
-    return list(settings.get("finetune", {}).get("seeds", []))
+    return list(record.get("settings", {}).get("finetune", {}).get("seeds", []))
 
 
 def pretraining_seed(directory: Path) -> int | None:
-    """The seed a pretraining run recorded (None without a stage.json)."""
-    stage = directory / STAGE_FILE
-    if not stage.is_file():
-        return None
-    settings = json.loads(stage.read_text(encoding="utf-8")).get("settings", {})
-    return settings.get("pretrain", {}).get("seed")
+    """The seed a pretraining run recorded (None without a readable stage.json)."""
+    record = stage_record(directory) or {}
+    return record.get("settings", {}).get("pretrain", {}).get("seed")
 
 
 def run_value(directory: Path, measure: Measure) -> float:
