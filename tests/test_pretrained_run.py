@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from types import SimpleNamespace
 
 import pytest
 
 from posattn import PosAttnConfigError
+from posattn.data.identity import english_folders
 from posattn.lab.pretraining import commands
 from posattn.lab.pretraining.compare import Cell
 from posattn.lab.pretraining.finetune import finetune_stage
@@ -28,7 +30,12 @@ def pretrained_run(stage) -> str:
 
 def arguments(model: str, *overrides: str, preset: str = "warm-start-long"):
     return argparse.Namespace(
-        pretrained=model, preset=preset, config=None, overrides=list(overrides), data_dir=None
+        pretrained=model,
+        preset=preset,
+        config=None,
+        overrides=list(overrides),
+        data_dir=None,
+        overwrite=False,
     )
 
 
@@ -151,7 +158,9 @@ def test_finetune_and_zero_shot_run_with_the_pretrainings_settings(tmp_path, mon
     )
     model = pretrained_run(pretrain_stage(pretraining, tmp_path / "run"))
     seen = []
-    monkeypatch.setattr(commands, "data_for", lambda config: None)
+    # No data is read: the stages record the digests of folders that are not there.
+    data = SimpleNamespace(folders=lambda tasks=(): english_folders(tmp_path / "data", tasks))
+    monkeypatch.setattr(commands, "data_for", lambda config: data)
     monkeypatch.setattr(commands, "tokenizer_for", lambda config, data: None)
     monkeypatch.setattr(finetune, "finetune", lambda model, config, *rest: seen.append(config))
     monkeypatch.setattr(zero_shot, "scored_once", lambda output, score: seen.append(output) or {})

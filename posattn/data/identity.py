@@ -59,6 +59,9 @@ def folder_digest(folder: Path) -> str:
 
 # The name under which a stage records the checkpoint its model starts from.
 CHECKPOINT = "init_from"
+# The name under which a stage records the model directory it reads (a fine-tuning's or a
+# zero-shot score's pretrained model): another model in the same --output is other inputs.
+PRETRAINED = "pretrained"
 
 
 @dataclass(frozen=True)

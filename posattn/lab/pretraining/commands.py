@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -52,32 +53,42 @@ def tokenizer_for(config: RunConfig, data):
 
 
 def run_pretrain(args: argparse.Namespace) -> int:
-    from .pretrain import pretrain
+    from ..runs.standalone import standalone_state
+    from .pretrain import pretrain, pretrain_stage
 
     config = run_config(args)
     data = data_for(config)
     output = Path(args.output or f"runs/pretrain-{config.model.encoding}")
     with run_lock(output, "posattn pretrain"):
-        pretrain(config, output, tokenizer_for(config, data), data, resume=args.resume)
+        stage = pretrain_stage(config, output, data.folders())
+        state = standalone_state(stage, args.overwrite, args.resume)
+        if not reused(stage, state):
+            pretrain(config, output, tokenizer_for(config, data), data, resume=args.resume)
         finish_distributed()
     return 0
 
 
 def run_finetune(args: argparse.Namespace) -> int:
-    from .finetune import finetune
+    from ..runs.standalone import reading_model, standalone_state
+    from .finetune import adds_runs, finetune, finetune_stage
 
     config, pretrained = pretrained_config(args, trains=True)
     data = data_for(config)
     output = Path(args.output or pretrained.parent / "finetune")
     with run_lock(output, "posattn finetune"):
-        finetune(pretrained, config, output, tokenizer_for(config, data), data)
+        read = reading_model(data.folders(config.finetune.tasks), pretrained)
+        stage = finetune_stage(config, output, read)
+        state = standalone_state(stage, args.overwrite, extends=adds_runs(stage))
+        if not reused(stage, state):
+            finetune(pretrained, config, output, tokenizer_for(config, data), data, stage)
         finish_distributed()
     return 0
 
 
 def run_zero_shot(args: argparse.Namespace) -> int:
-    from ..runs.stages import is_main_process
-    from .zero_shot import ZERO_SHOT_TASKS, score_model, scored_once
+    from ..runs.stages import is_main_process, start_stage
+    from ..runs.standalone import standalone_state
+    from .zero_shot import ZERO_SHOT_TASKS, score_model, scored_once, standalone_zero_shot_stage
 
     config, pretrained = pretrained_config(args, trains=False)
     data = data_for(config)
@@ -90,12 +101,30 @@ def run_zero_shot(args: argparse.Namespace) -> int:
             for task in ZERO_SHOT_TASKS
         }
 
-    result = scored_once(output, score)
+    with run_lock(output, "posattn zero-shot"):
+        stage = standalone_zero_shot_stage(config, output, pretrained, data)
+        if reused(stage, standalone_state(stage, args.overwrite)):
+            result = json.loads((output / stage.marker).read_text())
+        else:
+            start_stage(stage)
+            result = scored_once(output, score)
     if is_main_process():
         for task, scored in result.items():
             pairs = len(scored["per_pair"])
             print(f"{task}: the written order preferred on {scored['score']:.1f}% of {pairs} pairs")
     return 0
+
+
+def reused(stage, state: str) -> bool:
+    """Whether a standalone command's stage was finished before it: then it says so."""
+    from ..runs.stages import FINISHED, is_main_process
+    from ..runs.standalone import reused_sentence
+
+    if state != FINISHED:
+        return False
+    if is_main_process():
+        print(reused_sentence(stage))
+    return True
 
 
 def run_compare(args: argparse.Namespace) -> int:
@@ -148,15 +177,26 @@ def run_compare_xlingual(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_overwrite_option(parser) -> None:
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="discard what --output holds first (default: a finished run of the same settings "
+        "is reused, one of other settings refused)",
+    )
+
+
 def register(commands) -> None:
     parser = commands.add_parser("pretrain", help="masked-LM pretraining of one encoding")
     add_run_options(parser, "quick")
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    add_overwrite_option(parser)
     parser.set_defaults(func=run_pretrain)
 
     parser = commands.add_parser("finetune", help="fine-tune a pretrained model on the tasks")
     parser.add_argument("pretrained", help="the model directory written by posattn pretrain")
     add_run_options(parser, "quick")
+    add_overwrite_option(parser)
     parser.set_defaults(func=run_finetune)
 
     parser = commands.add_parser(
@@ -166,6 +206,7 @@ def register(commands) -> None:
     )
     parser.add_argument("pretrained", help="the model directory written by posattn pretrain")
     add_run_options(parser, "quick")
+    add_overwrite_option(parser)
     parser.set_defaults(func=run_zero_shot)
 
     parser = commands.add_parser(

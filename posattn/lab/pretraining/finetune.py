@@ -1,10 +1,16 @@
 """`posattn finetune`: the papers' fine-tuning protocol in miniature on the prepared tasks:
-every seed at every learning rate, the median over seeds per rate, the best rate reported."""
+every seed at every learning rate, the median over seeds per rate, the best rate reported.
+
+Each (task, rate, seed) run keeps its result in its own directory (RUN_RESULT) with the
+identity of what it was computed from - the stage's settings but for the lists of seeds and
+rates, and its data: a fine-tuning killed after some runs, or given more seeds or rates,
+computes only the runs it lacks."""
 
 from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -13,13 +19,14 @@ from sklearn.metrics import f1_score, matthews_corrcoef
 from transformers import DataCollatorWithPadding, TrainingArguments
 
 from ...data.identity import DataFolders
+from ...data.manifest import write_atomic
 from ...errors import invalid, require
 from ...models import PosAttnForSequenceClassification
 from ...models.segments import reads_segments
 from ..runs.datasets import ListDataset
-from ..runs.fingerprint import run_settings, trainer_settings
+from ..runs.fingerprint import differences, fingerprint, run_settings, trainer_settings
 from ..runs.ranks import alone, gather, join_process_group, place_on_device, share
-from ..runs.stages import Stage, save_run, start_stage
+from ..runs.stages import DATA_KEY, Stage, is_main_process, save_run, start_stage
 from ..runs.trainer import (
     TENSORBOARD,
     AtomicCheckpointTrainer,
@@ -212,6 +219,54 @@ def finetune_stage(config: RunConfig, output: Path, data: DataFolders | None = N
     return Stage(Path(output), settings, marker="finetune.json", data=data)
 
 
+# The finetune keys that list runs rather than fix one: a stage that differs from a finished
+# one only in them keeps the runs both list (`adds_runs`).
+RUN_LISTS = ("seeds", "learning_rates")
+RUN_RESULT = "result.json"
+
+
+def without_run_lists(settings: dict) -> dict:
+    return {
+        **settings,
+        "finetune": {k: v for k, v in settings["finetune"].items() if k not in RUN_LISTS},
+    }
+
+
+def run_identity(stage: Stage) -> str:
+    """What one run's result depends on: the stage's settings without RUN_LISTS, and its data."""
+    settings = without_run_lists(stage.settings)
+    return fingerprint({"settings": settings, "data": stage.data_digests()})
+
+
+def adds_runs(stage: Stage) -> Callable[[dict], bool]:
+    """Whether a recorded fine-tuning stage differs from `stage` only in its lists of seeds and
+    rates (same posattn version, model, data): its runs are then runs of `stage` too."""
+    listed = {f"finetune.{key}" for key in RUN_LISTS}
+
+    def same_runs(record: dict) -> bool:
+        changed = differences(record.get("settings", {}), stage.settings)
+        keys = {line.split(":", 1)[0] for line in changed}
+        return keys <= listed and record.get(DATA_KEY) == stage.data_digests()
+
+    return same_runs
+
+
+def kept_result(directory: Path, identity: str) -> dict | None:
+    """A run's result written before with the same identity; None where there is none."""
+    try:
+        kept = json.loads((directory / RUN_RESULT).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(kept, dict) or kept.get("identity") != identity:
+        return None
+    return kept.get("result")
+
+
+def keep_result(directory: Path, identity: str, result: dict) -> None:
+    """A run's result and what it was computed from, for a later command to reuse."""
+    write_atomic(directory / RUN_RESULT, json.dumps({"identity": identity, "result": result}))
+
+
 def check_vocabulary(pretrained: Path, tokenizer) -> None:
     """Refuse a tokenizer whose pieces are not the model's rows (a model pretrained from a
     checkpoint's content, pretrain.init_from, reads that checkpoint's tokenizer)."""
@@ -228,11 +283,34 @@ def check_vocabulary(pretrained: Path, tokenizer) -> None:
         )
 
 
-def finetune(pretrained: Path, config: RunConfig, output: Path, tokenizer, tasks_source) -> dict:
+def task_splits(tokenizer, tasks_source, task: str, f) -> dict[str, ListDataset]:
+    """A task's train, dev and test sets as the finetune section `f` caps them."""
+    return {
+        split: encode(
+            tokenizer,
+            tasks_source.records(task, split),
+            f.max_len,
+            f.max_train_examples if split == "train" else f.max_eval_examples,
+        )
+        for split in ("train", "dev", "test")
+    }
+
+
+def finetune(
+    pretrained: Path,
+    config: RunConfig,
+    output: Path,
+    tokenizer,
+    tasks_source,
+    stage: Stage | None = None,
+) -> dict:
     """Every configured task; writes finetune.json into `output` (the main process).
 
     Each (task, learning rate, seed) run is one process's job: under a launcher the runs are
-    shared out over the ranks and their results gathered, so N processes run N at a time."""
+    shared out over the ranks and their results gathered, so N processes run N at a time. A
+    run whose result is in its directory with this stage's identity is not run again.
+    `stage`: default `finetune_stage` (a comparison's cell); `posattn finetune` records the
+    pretrained model too."""
     output = Path(output)
     f = config.finetune
     check_vocabulary(pretrained, tokenizer)
@@ -246,27 +324,40 @@ def finetune(pretrained: Path, config: RunConfig, output: Path, tokenizer, tasks
     )
     specs = {task: tasks_source.spec(task) for task in f.tasks}
     join_process_group()
-    start_stage(finetune_stage(config, output, tasks_source.folders(f.tasks)))
+    stage = stage or finetune_stage(config, output, tasks_source.folders(f.tasks))
+    start_stage(stage)
+    identity = run_identity(stage)
     runs = [(task, lr, seed) for task in f.tasks for lr in f.learning_rates for seed in f.seeds]
     splits = {}
     mine = []
     for task, lr, seed in share(runs):
-        if task not in splits:
-            splits[task] = {
-                split: encode(
-                    tokenizer,
-                    tasks_source.records(task, split),
-                    f.max_len,
-                    f.max_train_examples if split == "train" else f.max_eval_examples,
-                )
-                for split in ("train", "dev", "test")
-            }
         directory = output / "runs" / task / f"lr{lr:g}-seed{seed}"
-        tuned = finetune_once(
-            pretrained, tokenizer, splits[task], specs[task].num_labels, config, lr, seed, directory
-        )
-        mine.append(((task, lr, seed), tuned))
-    done = dict(gather(mine))
+        tuned = kept_result(directory, identity)
+        written = tuned is not None
+        if tuned is None:
+            if task not in splits:
+                splits[task] = task_splits(tokenizer, tasks_source, task, f)
+            tuned = finetune_once(
+                pretrained,
+                tokenizer,
+                splits[task],
+                specs[task].num_labels,
+                config,
+                lr,
+                seed,
+                directory,
+            )
+            # Kept at once where this process writes files (alone, every run); the runs of
+            # other ranks are kept by the main process once gathered.
+            written = is_main_process()
+            if written:
+                keep_result(directory, identity, tuned)
+        mine.append(((task, lr, seed), (tuned, written)))
+    done = {}
+    for (task, lr, seed), (tuned, written) in gather(mine):
+        if not written and is_main_process():
+            keep_result(output / "runs" / task / f"lr{lr:g}-seed{seed}", identity, tuned)
+        done[(task, lr, seed)] = tuned
     results = {}
     for task in f.tasks:
         by_rate = {lr: [done[(task, lr, seed)] for seed in f.seeds] for lr in f.learning_rates}

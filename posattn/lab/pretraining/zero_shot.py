@@ -25,6 +25,7 @@ from ...errors import invalid
 from ...models import PosAttnForMaskedLM
 from ..runs.ranks import barrier, join_process_group
 from ..runs.stages import Stage, is_main_process, save_run, start_stage
+from ..runs.standalone import reading_model
 from ..runs.trainer import quiet_transformers
 from .pretrain import pretrain_stage
 from .runconfig import FinetuneSection, RunConfig
@@ -111,6 +112,18 @@ def zero_shot_stage(config: RunConfig, task: str, output: Path) -> Stage:
         },
     }
     return Stage(Path(output), settings, marker=MARKER, data=stage_inputs(config, (task,)))
+
+
+def standalone_zero_shot_stage(config: RunConfig, output: Path, model_dir: Path, data) -> Stage:
+    """`posattn zero-shot`: every task of ZERO_SHOT_TASKS in one directory, of the model in
+    `model_dir` (recorded by its digest: a model given no pretraining run of its own has only
+    the preset's settings to tell it apart)."""
+    tasks = ZERO_SHOT_TASKS
+    one_task = zero_shot_stage(config, tasks[0], output).settings
+    scoring = {k: v for k, v in one_task["zero_shot"].items() if k != "task"}
+    settings = {**one_task, "zero_shot": {**scoring, "tasks": list(tasks)}}
+    read = reading_model(data.folders(tasks), model_dir)
+    return Stage(Path(output), settings, marker=MARKER, data=stage_inputs(config, tasks, read))
 
 
 def score_model(model_dir: Path, task: str, tokenizer, tasks, finetune: FinetuneSection):

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...data.identity import CHECKPOINT, DataFolders, shortened
+from ...data.identity import CHECKPOINT, PRETRAINED, DataFolders, shortened
 from ...data.manifest import write_atomic
 from ...errors import PosAttnConfigError
 from .config import to_yaml
@@ -149,6 +149,8 @@ def changed_input(line: str) -> str:
     """Why a line of a data difference (`data.NAME: old -> new`) matters, by its folder."""
     if line.startswith(f"{DATA_KEY}.{CHECKPOINT}"):
         return "the checkpoint the model starts from, pretrain.init_from, changed"
+    if line.startswith(f"{DATA_KEY}.{PRETRAINED}"):
+        return "another pretrained model, or the same directory's model changed"
     return "the prepared data was rebuilt or changed"
 
 

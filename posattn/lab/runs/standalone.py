@@ -1,0 +1,112 @@
+"""What a standalone command (`posattn pretrain | finetune | zero-shot --output DIR`) finds in
+its run directory, and what it does about it:
+
+    nothing yet (the lock aside)      -> computed
+    this stage finished               -> reused: nothing is computed, the command says so
+    this stage's checkpoints only     -> --resume continues from them; without it, refused
+    outputs of other settings or data -> refused, naming what differs
+    --overwrite                       -> the directory's outputs are discarded first
+
+("this stage": the same settings and data; a fine-tuning or zero-shot score also records the
+model directory it reads, by its digest.)
+
+A second command on a run directory used to train again over the first one's outputs whatever
+their settings: a finished model of other settings was replaced without a word, and a killed
+run's checkpoints stayed beside the new run's, where a later --resume would take the newest of
+either. A comparison's cells follow the same rules through `stage_state`.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from ...data.identity import PRETRAINED, DataFolders
+from ...errors import PosAttnConfigError, require
+from .lock import LOCK_FILE
+from .ranks import barrier
+from .stages import FINISHED, FRESH, RESUME, Stage, is_main_process, mismatch_error
+from .trainer import checkpoints
+
+REMEDY = "Pass a new --output to keep both, or --overwrite to discard these outputs."
+
+
+def reading_model(data: DataFolders, model_dir: Path) -> DataFolders:
+    """`data` plus the model directory a stage reads, recorded by its digest as PRETRAINED."""
+    return DataFolders(data.root, data.names, (*data.outside, (PRETRAINED, Path(model_dir))))
+
+
+def outputs_in(directory: Path) -> list[Path]:
+    """What a run directory holds besides the lock of the command now running in it."""
+    if not directory.is_dir():
+        return []
+    return [entry for entry in directory.iterdir() if entry.name != LOCK_FILE]
+
+
+def discard_outputs(directory: Path) -> None:
+    """Delete a run directory's outputs; the lock this command holds stays."""
+    if is_main_process():
+        for entry in outputs_in(directory):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    barrier()
+
+
+def standalone_state(
+    stage: Stage,
+    overwrite: bool = False,
+    resume: bool = False,
+    extends: Callable[[dict], bool] | None = None,
+) -> str:
+    """FRESH, RESUME or FINISHED for a standalone command's stage (see the module docstring).
+
+    extends(record): whether outputs of the recorded, other settings may stay as the start of
+    this stage (a fine-tuning given more seeds keeps the runs it has); their marker, a result
+    of the old settings, is removed and the stage is FRESH."""
+    directory = stage.directory
+    require(
+        not (overwrite and resume),
+        "--overwrite",
+        True,
+        "not with --resume: one discards the directory's outputs, the other continues them",
+    )
+    if overwrite:
+        discard_outputs(directory)
+        return FRESH
+    state = FRESH
+    if outputs_in(directory):
+        state = state_of_outputs(stage, resume, extends)
+    barrier()
+    return state
+
+
+def state_of_outputs(stage: Stage, resume: bool, extends: Callable[[dict], bool] | None) -> str:
+    directory = stage.directory
+    record = stage.record()
+    if not stage.matches(record):
+        if record is None or extends is None or not extends(record):
+            raise mismatch_error(stage, record, REMEDY)
+        barrier()  # every rank has read the record before the marker goes
+        if is_main_process():
+            (directory / stage.marker).unlink(missing_ok=True)
+        return FRESH
+    if (directory / stage.marker).is_file():
+        return FINISHED
+    found = checkpoints(directory / "checkpoints")
+    if found and not resume:
+        raise PosAttnConfigError(
+            f"{directory} holds checkpoints of this run with these settings (the last: "
+            f"{found[-1].name}): pass --resume to continue from it, or --overwrite to start again"
+        )
+    return RESUME if found else FRESH
+
+
+def reused_sentence(stage: Stage) -> str:
+    """What a command prints when its stage was finished before it started."""
+    return (
+        f"{stage.directory}: finished before with these settings and data; its "
+        f"{stage.marker} is reused and nothing is computed (--overwrite computes it again)"
+    )
