@@ -202,3 +202,24 @@ def test_a_zero_shot_score_is_reused_and_another_models_refused(
     (other / "README.md").write_text("changed\n")
     with pytest.raises(PosAttnConfigError, match=r"data\.pretrained"):
         main([argv[0], str(other), *argv[2:]])
+
+
+def test_a_finished_translation_run_is_reused_and_others_refused(tmp_path, capsys):
+    from translation_fixtures import build_toy_translation
+
+    data = build_toy_translation(tmp_path / "data")
+    output = tmp_path / "run"
+    argv = ["translate", "train", "--preset", "smoke", "--data-dir", str(data), "--output",
+            str(output), "data.pairs=toy", "train.steps=4", "train.eval_steps=4",
+            "train.save_steps=4", "decode.splits=[dev]"]  # fmt: skip
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    weights = output / "model" / "model.safetensors"
+    before = weights.stat().st_mtime_ns
+    assert main(argv) == 0
+    again = capsys.readouterr().out
+    assert "finished before with these settings and data" in again
+    assert weights.stat().st_mtime_ns == before
+    assert first.splitlines()[-1] == again.splitlines()[-1]  # the same scores, read back
+    with pytest.raises(PosAttnConfigError, match=r"train\.seed: 0 -> 1"):
+        main([*argv, "train.seed=1"])

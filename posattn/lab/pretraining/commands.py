@@ -9,7 +9,12 @@ from pathlib import Path
 
 from ...option_lists import names_of
 from ..runs.lock import run_lock
-from ..runs.options import add_run_options, finish_distributed, model_directory
+from ..runs.options import (
+    add_overwrite_option,
+    add_run_options,
+    finish_distributed,
+    model_directory,
+)
 from ..runs.trainer_section import check_machine
 from .runconfig import RunConfig, load_run_config
 
@@ -53,7 +58,7 @@ def tokenizer_for(config: RunConfig, data):
 
 
 def run_pretrain(args: argparse.Namespace) -> int:
-    from ..runs.standalone import standalone_state
+    from ..runs.standalone import reused, standalone_state
     from .pretrain import pretrain, pretrain_stage
 
     config = run_config(args)
@@ -69,7 +74,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
 
 
 def run_finetune(args: argparse.Namespace) -> int:
-    from ..runs.standalone import reading_model, standalone_state
+    from ..runs.standalone import reading_model, reused, standalone_state
     from .finetune import adds_runs, finetune, finetune_stage
 
     config, pretrained = pretrained_config(args, trains=True)
@@ -87,7 +92,7 @@ def run_finetune(args: argparse.Namespace) -> int:
 
 def run_zero_shot(args: argparse.Namespace) -> int:
     from ..runs.stages import is_main_process, start_stage
-    from ..runs.standalone import standalone_state
+    from ..runs.standalone import reused, standalone_state
     from .zero_shot import ZERO_SHOT_TASKS, score_model, scored_once, standalone_zero_shot_stage
 
     config, pretrained = pretrained_config(args, trains=False)
@@ -113,18 +118,6 @@ def run_zero_shot(args: argparse.Namespace) -> int:
             pairs = len(scored["per_pair"])
             print(f"{task}: the written order preferred on {scored['score']:.1f}% of {pairs} pairs")
     return 0
-
-
-def reused(stage, state: str) -> bool:
-    """Whether a standalone command's stage was finished before it: then it says so."""
-    from ..runs.stages import FINISHED, is_main_process
-    from ..runs.standalone import reused_sentence
-
-    if state != FINISHED:
-        return False
-    if is_main_process():
-        print(reused_sentence(stage))
-    return True
 
 
 def run_compare(args: argparse.Namespace) -> int:
@@ -175,15 +168,6 @@ def run_compare_xlingual(args: argparse.Namespace) -> int:
     with run_lock(output, "posattn compare --task xlingual"):
         compare_xlingual(config, output, args.preset, overwrite)
     return 0
-
-
-def add_overwrite_option(parser) -> None:
-    parser.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="discard what --output holds first (default: a finished run of the same settings "
-        "is reused, one of other settings refused)",
-    )
 
 
 def register(commands) -> None:

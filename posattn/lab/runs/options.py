@@ -61,3 +61,13 @@ def model_directory(option: str, value: str, model_type: str | None = None) -> P
         found = json.loads(config.read_text()).get("model_type")
         require(found == model_type, option, value, f"a {model_type!r} model; this is {found!r}")
     return path
+
+
+def add_overwrite_option(parser) -> None:
+    """--overwrite of a standalone command (lab/runs/standalone.py)."""
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="discard what --output holds first (default: a finished run of the same settings "
+        "is reused, one of other settings refused)",
+    )

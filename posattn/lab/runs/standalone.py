@@ -1,5 +1,5 @@
-"""What a standalone command (`posattn pretrain | finetune | zero-shot --output DIR`) finds in
-its run directory, and what it does about it:
+"""What a standalone command (`posattn pretrain | finetune | zero-shot | translate train
+--output DIR`) finds in its run directory, and what it does about it:
 
     nothing yet (the lock aside)      -> computed
     this stage finished               -> reused: nothing is computed, the command says so
@@ -104,9 +104,14 @@ def state_of_outputs(stage: Stage, resume: bool, extends: Callable[[dict], bool]
     return RESUME if found else FRESH
 
 
-def reused_sentence(stage: Stage) -> str:
-    """What a command prints when its stage was finished before it started."""
-    return (
-        f"{stage.directory}: finished before with these settings and data; its "
-        f"{stage.marker} is reused and nothing is computed (--overwrite computes it again)"
-    )
+def reused(stage: Stage, state: str) -> bool:
+    """Whether a standalone command's stage was finished before it started: then the main
+    process says so."""
+    if state != FINISHED:
+        return False
+    if is_main_process():
+        print(
+            f"{stage.directory}: finished before with these settings and data; its "
+            f"{stage.marker} is reused and nothing is computed (--overwrite computes it again)"
+        )
+    return True

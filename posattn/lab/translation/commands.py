@@ -10,7 +10,12 @@ from pathlib import Path
 from ...option_lists import names_of
 from ..runs.device import add_device_option
 from ..runs.lock import run_lock
-from ..runs.options import add_run_options, finish_distributed, model_directory
+from ..runs.options import (
+    add_overwrite_option,
+    add_run_options,
+    finish_distributed,
+    model_directory,
+)
 from ..runs.trainer_section import check_machine
 from .runconfig import TranslationRunConfig, load_translation_config
 
@@ -33,12 +38,17 @@ def run_config(args: argparse.Namespace) -> TranslationRunConfig:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from .train import train_translation
+    from ..runs.standalone import reused, standalone_state
+    from .train import train_translation, translation_stage
 
     config = run_config(args)
     output = Path(args.output or f"runs/translate-{config.data.pairs}-{config.model.encoding}")
     with run_lock(output, "posattn translate train"):
-        metrics = train_translation(config, output, resume=args.resume)
+        stage = translation_stage(config, output)
+        if reused(stage, standalone_state(stage, args.overwrite, args.resume)):
+            metrics = json.loads((output / stage.marker).read_text())
+        else:
+            metrics = train_translation(config, output, resume=args.resume)
     for split, scores in metrics.get("evaluation", {}).items():
         print(f"{split}: " + summary(scores))
     finish_distributed()
@@ -95,6 +105,7 @@ def register(commands) -> None:
     train = actions.add_parser("train", help="label-smoothed training, then dev/test BLEU")
     add_options(train)
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    add_overwrite_option(train)
     train.set_defaults(func=run_train)
     evaluate = actions.add_parser("eval", help="greedy and beam search BLEU / chrF of a model")
     evaluate.add_argument(
