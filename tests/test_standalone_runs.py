@@ -223,3 +223,27 @@ def test_a_finished_translation_run_is_reused_and_others_refused(tmp_path, capsy
     assert first.splitlines()[-1] == again.splitlines()[-1]  # the same scores, read back
     with pytest.raises(PosAttnConfigError, match=r"train\.seed: 0 -> 1"):
         main([*argv, "train.seed=1"])
+
+
+def test_a_comparisons_fine_tuning_cell_given_more_seeds_runs_only_the_new_ones(
+    tiny_data_dir, tmp_path, tuned_runs
+):
+    output = tmp_path / "compare"
+    base = ["compare", "--preset", "smoke", "--data-dir", str(tiny_data_dir), "--output",
+            str(output), "--encodings", "learned", "finetune.tasks=[sentiment]"]  # fmt: skip
+    assert main([*base, "finetune.seeds=[0]"]) == 0
+    cell = output / "learned" / "seed0"
+    weights = cell / "pretrain" / "model" / "model.safetensors"
+    trained = weights.stat().st_mtime_ns
+    assert tuned_runs == [(1e-3, 0)]
+
+    assert main([*base, "finetune.seeds=[0,1]"]) == 0
+    assert tuned_runs == [(1e-3, 0), (1e-3, 1)]
+    assert weights.stat().st_mtime_ns == trained
+    tuned = cell / "finetune" / "sentiment"
+    assert json.loads((tuned / "stage.json").read_text())["settings"]["finetune"]["seeds"] == [0, 1]
+    result = json.loads((tuned / "finetune.json").read_text())["sentiment"]
+    assert len(result["test_by_seed"]) == 2
+    # another setting than the lists is still refused
+    with pytest.raises(PosAttnConfigError, match=r"finetune\.epochs: 1 -> 2"):
+        main([*base, "finetune.seeds=[0,1]", "finetune.epochs=2"])

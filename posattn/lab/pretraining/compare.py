@@ -12,9 +12,10 @@ The work is a set of independent cells, each a directory with its settings finge
                                (word-order: lab/pretraining/zero_shot.py)
 
 A cell finished with the same settings is reused, a killed one resumes, one of other settings
-is refused (or recomputed with --overwrite). `compare.workers` processes run the cells side by
-side, pretraining first, one torch thread each: on a small model that is faster than one
-process with several threads.
+is refused (or recomputed with --overwrite) - except a fine-tuning cell given other seeds or
+rates alone, which keeps the runs it has and computes the others. `compare.workers` processes
+run the cells side by side, pretraining first, one torch thread each: on a small model that is
+faster than one process with several threads.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from ..runs.sources import PreparedData
 from ..runs.stages import FINISHED, RESUME, Stage, is_main_process, reuse_counts, stage_state
 from .arms import RANDOM_INIT, arm_config, check_arms, rates_reach
 from .baselines import save_initial_model
-from .finetune import finetune, finetune_stage
+from .finetune import adds_runs, finetune, finetune_stage
 from .pretrain import QUIET_PROGRESS, model_config, pretrain, pretrain_stage
 from .runconfig import RunConfig
 from .summary import write_summary
@@ -99,6 +100,13 @@ class Cell:
         build = pretrain_stage if self.task is None else finetune_stage
         return build(self.config(config), self.directory(output), data)
 
+    def state(self, config: RunConfig, output: Path, overwrite: bool) -> str:
+        """The cell's `stage_state`; a fine-tuning cell that differs from the one in `output`
+        only in its seeds or rates keeps the runs it has (`finetune.adds_runs`)."""
+        stage = self.stage(config, output)
+        tuning = self.task is not None and not self.zero_shot
+        return stage_state(stage, overwrite, adds_runs(stage) if tuning else None)
+
 
 def cells_of(config: RunConfig) -> tuple[list[Cell], list[Cell]]:
     """(pretraining cells, the cells that read a pretrained model) of a comparison: each
@@ -126,8 +134,7 @@ def prepared_data(data_dir: str | None, init_from: str | None) -> tuple[Prepared
 
 def run_cell(config: RunConfig, cell: Cell, output: Path, overwrite: bool = False) -> str:
     """Compute one cell unless it is finished with the same settings; returns its name."""
-    stage = cell.stage(config, output)
-    state = stage_state(stage, overwrite)
+    state = cell.state(config, output, overwrite)
     if state == FINISHED:
         return cell.name
     data, tokenizer = prepared_data(config.data.data_dir, config.pretrain.init_from)
@@ -243,7 +250,7 @@ def check_stages(config: RunConfig, output: Path, overwrite: bool) -> list[str]:
     one of other settings fails here (or, with overwrite, is deleted here). Returns each
     cell's state."""
     pretraining, tuning = cells_of(config)
-    return [stage_state(cell.stage(config, output), overwrite) for cell in [*pretraining, *tuning]]
+    return [cell.state(config, output, overwrite) for cell in [*pretraining, *tuning]]
 
 
 def read_json(path: Path) -> dict:

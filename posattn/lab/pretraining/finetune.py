@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +25,7 @@ from ...models.segments import reads_segments
 from ..runs.datasets import ListDataset
 from ..runs.fingerprint import differences, fingerprint, run_settings, trainer_settings
 from ..runs.ranks import alone, gather, join_process_group, place_on_device, share
-from ..runs.stages import DATA_KEY, Stage, is_main_process, save_run, start_stage
+from ..runs.stages import DATA_KEY, Extends, Stage, is_main_process, save_run, start_stage
 from ..runs.trainer import (
     TENSORBOARD,
     AtomicCheckpointTrainer,
@@ -238,7 +237,7 @@ def run_identity(stage: Stage) -> str:
     return fingerprint({"settings": settings, "data": stage.data_digests()})
 
 
-def adds_runs(stage: Stage) -> Callable[[dict], bool]:
+def adds_runs(stage: Stage) -> Extends:
     """Whether a recorded fine-tuning stage differs from `stage` only in its lists of seeds and
     rates (same posattn version, model, data): its runs are then runs of `stage` too."""
     listed = {f"finetune.{key}" for key in RUN_LISTS}

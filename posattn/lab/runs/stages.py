@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,8 @@ from .model_card import write_model_card
 from .ranks import barrier
 from .trainer import checkpoints, last_intact_checkpoint
 
+# Whether a recorded stage (its stage.json) of other settings is the start of this one.
+Extends = Callable[[dict], bool]
 STAGE_FILE = "stage.json"
 FRESH, RESUME, FINISHED = "fresh", "resume", "finished"
 DATA_KEY = "data"
@@ -154,11 +157,11 @@ def changed_input(line: str) -> str:
     return "the prepared data was rebuilt or changed"
 
 
-def stage_state(stage: Stage, overwrite: bool = False) -> str:
+def stage_state(stage: Stage, overwrite: bool = False, extends: Extends | None = None) -> str:
     """FINISHED, RESUME or FRESH for a stage about to run (see the module docstring); with
-    overwrite, a stage of other settings is deleted and FRESH. Every rank of a launched run
-    calls it for every stage."""
-    state = read_stage_state(stage, overwrite)
+    overwrite, a stage of other settings is deleted and FRESH; `extends`: see `extended`.
+    Every rank of a launched run calls it for every stage."""
+    state = read_stage_state(stage, overwrite, extends)
     # Under a launcher every rank reads every stage: none may start writing one before all
     # have read it (a rank reading a half-started stage would take it for a foreign one).
     barrier()
@@ -171,13 +174,26 @@ def reuse_counts(states: list[str]) -> dict:
     return {"total": len(states), "reused": states.count(FINISHED)}
 
 
-def read_stage_state(stage: Stage, overwrite: bool) -> str:
+def extended(stage: Stage, record: dict | None, extends: Extends | None) -> bool:
+    """Whether outputs of the recorded, other settings stay as the start of `stage`:
+    extends(record) holds (a fine-tuning given more seeds keeps the runs it has). Their
+    marker, a result of the old settings, is then removed; the stage starts FRESH."""
+    if record is None or extends is None or not extends(record):
+        return False
+    if is_main_process():
+        (stage.directory / stage.marker).unlink(missing_ok=True)
+    return True
+
+
+def read_stage_state(stage: Stage, overwrite: bool, extends: Extends | None = None) -> str:
     """`stage_state` on this process alone, without waiting for the other ranks."""
     directory = stage.directory
     if not directory.is_dir() or not any(directory.iterdir()):
         return FRESH
     record = stage.record()
     if not stage.matches(record):
+        if extended(stage, record, extends):
+            return FRESH
         if not overwrite:
             raise mismatch_error(
                 stage,

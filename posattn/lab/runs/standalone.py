@@ -19,14 +19,22 @@ either. A comparison's cells follow the same rules through `stage_state`.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 
 from ...data.identity import PRETRAINED, DataFolders
 from ...errors import PosAttnConfigError, require
 from .lock import LOCK_FILE
 from .ranks import barrier
-from .stages import FINISHED, FRESH, RESUME, Stage, is_main_process, mismatch_error
+from .stages import (
+    FINISHED,
+    FRESH,
+    RESUME,
+    Extends,
+    Stage,
+    extended,
+    is_main_process,
+    mismatch_error,
+)
 from .trainer import checkpoints
 
 REMEDY = "Pass a new --output to keep both, or --overwrite to discard these outputs."
@@ -56,16 +64,11 @@ def discard_outputs(directory: Path) -> None:
 
 
 def standalone_state(
-    stage: Stage,
-    overwrite: bool = False,
-    resume: bool = False,
-    extends: Callable[[dict], bool] | None = None,
+    stage: Stage, overwrite: bool = False, resume: bool = False, extends: Extends | None = None
 ) -> str:
-    """FRESH, RESUME or FINISHED for a standalone command's stage (see the module docstring).
-
-    extends(record): whether outputs of the recorded, other settings may stay as the start of
-    this stage (a fine-tuning given more seeds keeps the runs it has); their marker, a result
-    of the old settings, is removed and the stage is FRESH."""
+    """FRESH, RESUME or FINISHED for a standalone command's stage (see the module docstring);
+    `extends`: outputs of other settings that may stay as the start of this stage
+    (`stages.extended`)."""
     directory = stage.directory
     require(
         not (overwrite and resume),
@@ -83,16 +86,13 @@ def standalone_state(
     return state
 
 
-def state_of_outputs(stage: Stage, resume: bool, extends: Callable[[dict], bool] | None) -> str:
+def state_of_outputs(stage: Stage, resume: bool, extends: Extends | None) -> str:
     directory = stage.directory
     record = stage.record()
     if not stage.matches(record):
-        if record is None or extends is None or not extends(record):
-            raise mismatch_error(stage, record, REMEDY)
-        barrier()  # every rank has read the record before the marker goes
-        if is_main_process():
-            (directory / stage.marker).unlink(missing_ok=True)
-        return FRESH
+        if extended(stage, record, extends):
+            return FRESH
+        raise mismatch_error(stage, record, REMEDY)
     if (directory / stage.marker).is_file():
         return FINISHED
     found = checkpoints(directory / "checkpoints")
