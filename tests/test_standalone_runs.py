@@ -247,3 +247,14 @@ def test_a_comparisons_fine_tuning_cell_given_more_seeds_runs_only_the_new_ones(
     # another setting than the lists is still refused
     with pytest.raises(PosAttnConfigError, match=r"finetune\.epochs: 1 -> 2"):
         main([*base, "finetune.seeds=[0,1]", "finetune.epochs=2"])
+
+
+def test_a_directory_that_is_not_a_run_is_neither_written_nor_deleted(tiny_data_dir, tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine\n")
+    with pytest.raises(PosAttnConfigError, match=r"without a stage\.json"):
+        main(pretrain_args(tiny_data_dir, folder))
+    with pytest.raises(PosAttnConfigError, match="not known to be a posattn run"):
+        main(pretrain_args(tiny_data_dir, folder, "--overwrite"))
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]

@@ -29,11 +29,13 @@ from .stages import (
     FINISHED,
     FRESH,
     RESUME,
+    STAGE_FILE,
     Extends,
     Stage,
     extended,
     is_main_process,
     mismatch_error,
+    stage_record,
 )
 from .trainer import checkpoints
 
@@ -53,9 +55,17 @@ def outputs_in(directory: Path) -> list[Path]:
 
 
 def discard_outputs(directory: Path) -> None:
-    """Delete a run directory's outputs; the lock this command holds stays."""
+    """Delete a run directory's outputs; the lock this command holds stays. A directory
+    without a stage.json is not known to be a run (`--output ~` is a typo away): refused."""
+    found = outputs_in(directory)
+    if found and stage_record(directory) is None:
+        raise PosAttnConfigError(
+            f"--overwrite: {directory} holds {len(found)} entries but no readable {STAGE_FILE}, "
+            "so it is not known to be a posattn run and nothing in it is deleted: choose "
+            "another --output, or empty it yourself"
+        )
     if is_main_process():
-        for entry in outputs_in(directory):
+        for entry in found:
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry)
             else:
@@ -92,7 +102,8 @@ def state_of_outputs(stage: Stage, resume: bool, extends: Extends | None) -> str
     if not stage.matches(record):
         if extended(stage, record, extends):
             return FRESH
-        raise mismatch_error(stage, record, REMEDY)
+        unknown = "Pass a new --output (--overwrite deletes only a posattn run's outputs)."
+        raise mismatch_error(stage, record, REMEDY if record is not None else unknown)
     if (directory / stage.marker).is_file():
         return FINISHED
     found = checkpoints(directory / "checkpoints")
