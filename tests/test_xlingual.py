@@ -269,6 +269,51 @@ def test_compare_xlingual_writes_every_output_and_reuses_its_cells(data_dir, tmp
     assert 'src="xlingual.png"' in (output / "report.html").read_text()
 
 
+def test_a_cell_given_more_seeds_or_killed_computes_only_the_runs_it_lacks(
+    data_dir, tmp_path, monkeypatch
+):
+    from posattn.lab.pretraining import xlingual as xlingual_module
+
+    computed = []
+    original = xlingual_module.finetune_once
+
+    def counting(*args):
+        computed.append((args[5], args[6]))  # learning_rate, seed
+        return original(*args)
+
+    monkeypatch.setattr(xlingual_module, "finetune_once", counting)
+    output = tmp_path / "xlingual"
+    base = ["compare", "--task", "xlingual", "--preset", "smoke", "--data-dir", str(data_dir),
+            "--output", str(output), "--encodings", "learned",
+            "finetune.tasks=[chapter]"]  # fmt: skip
+    assert main([*base, "finetune.seeds=[0]"]) == 0
+    cell = output / "learned" / "seed0"
+    weights = cell / "pretrain" / "model" / "model.safetensors"
+    trained = weights.stat().st_mtime_ns
+    marker = cell / "finetune" / "chapter" / "xlingual.json"
+    first = json.loads(marker.read_text())["chapter"]["runs"]["0.001"][0]
+    assert computed == [(1e-3, 0)]
+
+    assert main([*base, "finetune.seeds=[0,1]"]) == 0
+    assert computed == [(1e-3, 0), (1e-3, 1)]  # seed 0 read back, not trained again
+    assert weights.stat().st_mtime_ns == trained
+    runs = json.loads(marker.read_text())["chapter"]["runs"]["0.001"]
+    assert runs[0] == first and len(runs) == 2
+    stage = json.loads((marker.parent / "stage.json").read_text())
+    assert stage["settings"]["finetune"]["seeds"] == [0, 1]
+
+    # killed before its result was written: the runs it finished are kept
+    marker.unlink()
+    assert main([*base, "finetune.seeds=[0,1]"]) == 0
+    assert computed == [(1e-3, 0), (1e-3, 1)]
+    assert json.loads(marker.read_text())["chapter"]["runs"]["0.001"] == runs
+    # a run kept under other settings is not taken for one of these
+    with pytest.raises(PosAttnConfigError, match=r"finetune\.epochs: 1 -> 2"):
+        main([*base, "finetune.seeds=[0,1]", "finetune.epochs=2"])
+    assert main([*base, "finetune.seeds=[0,1]", "finetune.epochs=2", "--overwrite"]) == 0
+    assert computed[2:] == [(1e-3, 0), (1e-3, 1)]
+
+
 def test_preparing_the_set_again_writes_every_file_the_same(data_dir, tmp_path):
     """The tokenizer included: its trainer alone drew one of several vocabularies per run."""
     again = build_xlingual_data(tmp_path / "again")

@@ -9,6 +9,10 @@ differ: one English training set, then a test set per language at the dev-best e
 
     ARM/seedP/pretrain         masked-LM pretraining on every language's train pages
     ARM/seedP/finetune/TASK    English fine-tuning, every seed x learning rate; xlingual.json
+
+As in compare's English cells, each fine-tuning run keeps its result in its own directory
+(runs/TASK/lrLR-seedS/result.json, with what it was computed from): a killed cell computes
+only the runs it lacks, and a cell given other seeds or rates alone keeps the runs it has.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from ..runs.stages import (
     FINISHED,
     RESUME,
     Stage,
+    is_main_process,
     reuse_counts,
     save_run,
     stage_state,
@@ -38,7 +43,7 @@ from ..runs.stages import (
 from .arms import RANDOM_INIT
 from .baselines import save_initial_model
 from .compare import Cell, cells_of, check_before_training, collect_results, run_cells
-from .finetune import encode, finetune_once
+from .finetune import adds_runs, encode, finetune_once, keep_result, kept_result, run_identity
 from .pretrain import pretrain
 from .runconfig import RunConfig
 from .xlingual_summary import write_xlingual_summary
@@ -77,11 +82,19 @@ def stage_of(cell: Cell, config: RunConfig, output: Path, languages: list[str]) 
     return Stage(cell.directory(output), settings, marker=MARKER, data=data)
 
 
+def cell_state(cell: Cell, config: RunConfig, output: Path, overwrite: bool) -> str:
+    """The cell's `stage_state`; a fine-tuning cell that differs from the one in `output` only
+    in its seeds or rates keeps the runs it has (`finetune.adds_runs`)."""
+    data, _ = xlingual_data(config.data.data_dir)
+    stage = stage_of(cell, config, output, data.languages)
+    return stage_state(stage, overwrite, adds_runs(stage) if cell.task is not None else None)
+
+
 def run_xlingual_cell(config: RunConfig, cell: Cell, output: Path, overwrite: bool = False) -> str:
     """Compute one cell unless it is finished with the same settings; returns its name."""
     data, tokenizer = xlingual_data(config.data.data_dir)
     stage = stage_of(cell, config, output, data.languages)
-    state = stage_state(stage, overwrite)
+    state = cell_state(cell, config, output, overwrite)
     if state == FINISHED:
         return cell.name
     cell_config = cell.config(config)
@@ -97,6 +110,31 @@ def run_xlingual_cell(config: RunConfig, cell: Cell, output: Path, overwrite: bo
     return cell.name
 
 
+def xlingual_splits(tokenizer, data: XlingualData, task: str, f) -> dict:
+    """English train and dev, and a test set per language, as the finetune section `f` caps
+    them."""
+    splits = {
+        "train": encode(tokenizer, data.records(task, "train"), f.max_len, f.max_train_examples),
+        "dev": encode(tokenizer, data.records(task, "dev"), f.max_len, f.max_eval_examples),
+    }
+    for language in data.languages:
+        records = data.records(task, "test", language)
+        splits[language] = encode(tokenizer, records, f.max_len, f.max_eval_examples)
+    return splits
+
+
+def language_scores(once: dict, languages: list[str]) -> dict:
+    """One run's dev accuracy and epoch, and its test scores by language."""
+    return {
+        "dev": once["dev"],
+        "epoch": once["epoch"],
+        "test": {x: once[x] for x in languages},
+        "test_correct": {x: once[f"{x}_correct"] for x in languages},
+        "test_f1_macro": {x: once[f"{x}_f1_macro"] for x in languages},
+        "test_matthews": {x: once[f"{x}_matthews"] for x in languages},
+    }
+
+
 def finetune_xlingual(
     pretrained: Path, config: RunConfig, output: Path, tokenizer, data: XlingualData, stage: Stage
 ) -> dict:
@@ -105,36 +143,26 @@ def finetune_xlingual(
     English dev accuracy kept (finetune.py's protocol). Writes xlingual.json."""
     start_stage(stage)
     f = config.finetune
+    identity = run_identity(stage)
     results = {}
     for task in f.tasks:
-        spec = data.spec(task)
-        splits = {
-            "train": encode(
-                tokenizer, data.records(task, "train"), f.max_len, f.max_train_examples
-            ),
-            "dev": encode(tokenizer, data.records(task, "dev"), f.max_len, f.max_eval_examples),
-        }
-        for language in data.languages:
-            records = data.records(task, "test", language)
-            splits[language] = encode(tokenizer, records, f.max_len, f.max_eval_examples)
+        splits = None  # encoded only where a run is not kept
         runs = {}
         for lr in f.learning_rates:
             runs[lr] = []
             for seed in f.seeds:
                 run_dir = output / "runs" / task / f"lr{lr:g}-seed{seed}"
-                once = finetune_once(
-                    pretrained, tokenizer, splits, spec.num_labels, config, lr, seed, run_dir
-                )
-                runs[lr].append(
-                    {
-                        "dev": once["dev"],
-                        "epoch": once["epoch"],
-                        "test": {x: once[x] for x in data.languages},
-                        "test_correct": {x: once[f"{x}_correct"] for x in data.languages},
-                        "test_f1_macro": {x: once[f"{x}_f1_macro"] for x in data.languages},
-                        "test_matthews": {x: once[f"{x}_matthews"] for x in data.languages},
-                    }
-                )
+                run = kept_result(run_dir, identity)
+                if run is None:
+                    splits = splits or xlingual_splits(tokenizer, data, task, f)
+                    num_labels = data.spec(task).num_labels
+                    once = finetune_once(
+                        pretrained, tokenizer, splits, num_labels, config, lr, seed, run_dir
+                    )
+                    run = language_scores(once, data.languages)
+                    if is_main_process():
+                        keep_result(run_dir, identity, run)
+                runs[lr].append(run)
         medians = {lr: statistics.median(r["dev"] for r in rs) for lr, rs in runs.items()}
         best = max(medians, key=medians.get)
         results[task] = {
@@ -162,9 +190,7 @@ def compare_xlingual(config: RunConfig, output: Path, preset: str, overwrite: bo
     data, tokenizer = xlingual_data(config.data.data_dir)
     check_before_training(config, tokenizer, data)
     states = [  # refused (or discarded) before anything trains
-        stage_state(stage_of(cell, config, output, data.languages), overwrite)
-        for cells in cells_of(config)
-        for cell in cells
+        cell_state(cell, config, output, overwrite) for cells in cells_of(config) for cell in cells
     ]
     output.mkdir(parents=True, exist_ok=True)
     write_atomic(output / "config.yaml", to_yaml(config))
