@@ -101,6 +101,34 @@ def test_pretraining_losses_and_zero_shot_scores(tmp_path):
     assert comparison["p_value"] == pytest.approx(sign_flip_p([48.6, 44.5]))
 
 
+def test_runs_that_record_their_model_pair_only_with_its_pretraining_seed(tmp_path):
+    def tuned_from(directory, seed: int | None):
+        """A fine-tuning of a model pretrained with `seed` (None: one that does not say)."""
+        run = fine_tuning(directory, [0.5], [0])
+        record = {"settings": {"finetune": {"seeds": [0]}, "pretrain": {"seed": seed or 0}}}
+        if seed is not None:
+            record["data"] = {"pretrained": "digest-of-the-model"}
+        (run / "stage.json").write_text(json.dumps(record))
+        return run
+
+    a = [tuned_from(tmp_path / f"a{s}", s) for s in (0, 1)]
+    b = [tuned_from(tmp_path / f"b{s}", s) for s in (0, 1)]
+    assert len(paired_runs([f"x={a[0]}", f"x={a[1]}", f"y={b[0]}", f"y={b[1]}"])["arms"]) == 2
+    with pytest.raises(PosAttnConfigError, match=r"seed 0\); this run's model has seed 1"):
+        paired_runs([f"x={a[0]}", f"x={a[1]}", f"y={b[1]}", f"y={b[0]}"])
+    # a run that does not record its model (a comparison's cell, an older fine-tuning, whose
+    # recorded seed is a preset's) is paired as given
+    silent = [tuned_from(tmp_path / f"c{i}", None) for i in (0, 1)]
+    specs = [f"x={a[0]}", f"x={a[1]}", f"y={silent[0]}", f"y={silent[1]}"]
+    assert paired_runs(specs)["comparisons"][0]["runs"] == 2
+    scores = [zero_shot(tmp_path / f"z{i}", 60.0) for i in (0, 1)]
+    for i, score in enumerate(scores):
+        record = {"settings": {"pretrain": {"seed": 3 + i}}, "data": {"pretrained": "d"}}
+        (score / "stage.json").write_text(json.dumps(record))
+    with pytest.raises(PosAttnConfigError, match="this run's model has seed 4"):
+        paired_runs([f"x={scores[0]}", f"y={scores[1]}"])
+
+
 def test_the_command_prints_and_writes_json(tmp_path, capsys):
     a = [fine_tuning(tmp_path / f"a{i}", [v], [0]) for i, v in enumerate((0.5, 0.46, 0.51))]
     b = [fine_tuning(tmp_path / f"b{i}", [v], [0]) for i, v in enumerate((0.74, 0.58, 0.52))]
@@ -122,7 +150,7 @@ def test_the_command_prints_and_writes_json(tmp_path, capsys):
         ({"a": ["f"]}, {}, "runs", "runs of two arms or more"),
         ({"a": ["f"], "b": ["z"]}, {}, "runs", "a run of the first one's kind (fine-tuning"),
         ({"a": ["f"], "b": ["f"]}, {"finetune_seeds": [2]}, "--finetune-seeds", "ran (0, 1)"),
-        ({"a": ["p0"], "b": ["p1"]}, {}, "runs", "this run has seed 1"),
+        ({"a": ["p0"], "b": ["p1"]}, {}, "runs", "this run's model has seed 1"),
         ({"a": ["p0"], "b": ["p0"]}, {"task": "topic"}, "--task", "no task for pretraining"),
         ({"a": ["z"], "b": ["z"]}, {"finetune_seeds": [0]}, "--finetune-seeds", "zero-shot"),
         ({"a": ["z"], "b": ["z"]}, {"task": "topic"}, "--task", "a task"),

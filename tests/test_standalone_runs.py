@@ -14,6 +14,8 @@ import pytest
 from posattn import PosAttnConfigError
 from posattn.cli import main
 from posattn.lab.pretraining import finetune as finetune_module
+from posattn.lab.pretraining.paired import paired_runs
+from posattn.lab.pretraining.run_values import FINE_TUNING, pretraining_seed
 from posattn.lab.runs.lock import LOCK_FILE
 
 
@@ -87,6 +89,14 @@ def test_a_finished_pretraining_is_reused_and_others_refused(
     stage = json.loads((run / "stage.json").read_text())
     assert stage["settings"]["pretrain"]["seed"] == 7
     assert weights.read_bytes() != before[0]
+
+    # its fine-tuning records the model's seed, so `posattn paired` pairs it with seed 7 alone
+    tuned = [tmp_path / "tuned7", tmp_path / "tuned0"]
+    for model, output in zip((run / "model", pretrained / "model"), tuned, strict=True):
+        assert main(finetune_args(tiny_data_dir, model, output, "finetune.seeds=[0]")) == 0
+    assert [pretraining_seed(t, FINE_TUNING) for t in tuned] == [7, 0]
+    with pytest.raises(PosAttnConfigError, match="this run's model has seed 0"):
+        paired_runs([f"a={tuned[0]}", f"b={tuned[1]}"])
 
 
 def test_checkpoints_without_a_result_are_continued_only_with_resume(

@@ -10,10 +10,11 @@ together).
 
 Each arm is a name and its runs, one `NAME=DIR` a run, in the order given; every arm is read
 against the first. Runs pair by position, the i-th run of one arm with the i-th of the other:
-a fine-tuning's stage.json does not say which pretraining seed its model had (before
-`posattn finetune` read the pretraining's settings it recorded the preset's), so the order
-given is the pairing, and the table names each pair's directories. Pretraining runs, whose
-seed is recorded, are refused where a pair's seeds differ.
+not every run says which pretraining seed its model had (a comparison's cells, and fine-tunings
+from before `posattn finetune` read the pretraining's settings, record a preset's), so the
+order given is the pairing, and the table names each pair's directories. Where both runs of a
+pair do say it - pretraining runs, and fine-tunings and zero-shot scores that recorded the
+model they read (`run_values.pretraining_seed`) - a pair whose seeds differ is refused.
 """
 
 from __future__ import annotations
@@ -113,18 +114,20 @@ def choose_measure(
     return Measure(kind, task, tuple(finetune_seeds or ()))
 
 
-def check_pretraining_seeds(arms: dict[str, list[Path]]) -> None:
-    """Pretraining runs paired by position must share their recorded seed."""
+def check_pretraining_seeds(arms: dict[str, list[Path]], kind: str) -> None:
+    """Runs paired by position must share their models' pretraining seed where both record
+    it."""
     first, *others = arms
     for name in others:
         for mine, theirs in zip(arms[name], arms[first], strict=True):
-            seeds = pretraining_seed(mine), pretraining_seed(theirs)
+            seeds = pretraining_seed(mine, kind), pretraining_seed(theirs, kind)
             require(
-                seeds[0] == seeds[1],
+                None in seeds or seeds[0] == seeds[1],
                 "runs",
                 f"{name}={mine}",
                 f"the pretraining seed of the run it pairs with ({first}={theirs}, seed "
-                f"{seeds[1]}); this run has seed {seeds[0]} (pairs follow the order given)",
+                f"{seeds[1]}); this run's model has seed {seeds[0]} (pairs follow the order "
+                "given)",
             )
 
 
@@ -140,8 +143,7 @@ def paired_runs(
     require_confidence("--confidence", confidence)  # before any run is read
     arms = parse_arms(specs)
     measure = choose_measure(arms, task, finetune_seeds)
-    if measure.kind == PRETRAINING:
-        check_pretraining_seeds(arms)
+    check_pretraining_seeds(arms, measure.kind)
     values = {name: [run_value(run, measure) for run in runs] for name, runs in arms.items()}
     first, *others = arms
     comparisons = []

@@ -14,8 +14,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...data.identity import PRETRAINED
 from ...errors import invalid, require
-from ..runs.stages import STAGE_FILE, stage_record
+from ..runs.stages import DATA_KEY, STAGE_FILE, stage_record
 from .zero_shot import MARKER as ZERO_SHOT_FILE
 
 FINE_TUNING, ZERO_SHOT, PRETRAINING = "fine-tuning", "zero-shot", "pretraining"
@@ -86,9 +87,15 @@ def finetune_seeds_of(directory: Path) -> list[int]:
     return list(record.get("settings", {}).get("finetune", {}).get("seeds", []))
 
 
-def pretraining_seed(directory: Path) -> int | None:
-    """The seed a pretraining run recorded (None without a readable stage.json)."""
+def pretraining_seed(directory: Path, kind: str = PRETRAINING) -> int | None:
+    """The pretraining seed of the model a run of `kind` measures, where its stage.json says
+    it: a pretraining's own; a fine-tuning's or zero-shot score's only where it recorded the
+    model it read (`posattn finetune | zero-shot` record the model's digest and take its
+    pretraining's settings; a comparison's cells and older runs record a preset's seed, which
+    says nothing of their model); None otherwise."""
     record = stage_record(directory) or {}
+    if kind != PRETRAINING and PRETRAINED not in (record.get(DATA_KEY) or {}):
+        return None
     return record.get("settings", {}).get("pretrain", {}).get("seed")
 
 
