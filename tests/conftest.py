@@ -78,6 +78,20 @@ def no_dynamo_cache_warnings():
     assert not [str(w.message) for w in warned if "lru_cache" in str(w.message)]
 
 
+def counted_fine_tunings(monkeypatch, module) -> list[tuple[float, int]]:
+    """The (rate, seed) of every fine-tuning run `module`'s finetune_once computes (not reads
+    back) from now until the test ends."""
+    computed = []
+    original = module.finetune_once
+
+    def counting(*args):
+        computed.append((args[5], args[6]))  # learning_rate, seed
+        return original(*args)
+
+    monkeypatch.setattr(module, "finetune_once", counting)
+    return computed
+
+
 def settings_of(encoding: str) -> list[tuple[bool, str]]:
     """The (causal, segments) settings an encoding supports."""
     directions = (

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import counted_fine_tunings
 
 from posattn import PosAttnConfigError
 from posattn.cli import main
@@ -56,15 +57,7 @@ def copy_run(run: Path, where: Path) -> Path:
 @pytest.fixture
 def tuned_runs(monkeypatch) -> list[tuple[float, int]]:
     """The (rate, seed) of every fine-tuning run computed (not reused) while a test runs."""
-    computed = []
-    original = finetune_module.finetune_once
-
-    def counting(*args):
-        computed.append((args[5], args[6]))  # learning_rate, seed
-        return original(*args)
-
-    monkeypatch.setattr(finetune_module, "finetune_once", counting)
-    return computed
+    return counted_fine_tunings(monkeypatch, finetune_module)
 
 
 def test_a_finished_pretraining_is_reused_and_others_refused(

@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from conftest import counted_fine_tunings
 
 from posattn import PosAttnConfig, PosAttnConfigError
 from posattn.cli import main
@@ -274,14 +275,7 @@ def test_a_cell_given_more_seeds_or_killed_computes_only_the_runs_it_lacks(
 ):
     from posattn.lab.pretraining import xlingual as xlingual_module
 
-    computed = []
-    original = xlingual_module.finetune_once
-
-    def counting(*args):
-        computed.append((args[5], args[6]))  # learning_rate, seed
-        return original(*args)
-
-    monkeypatch.setattr(xlingual_module, "finetune_once", counting)
+    computed = counted_fine_tunings(monkeypatch, xlingual_module)
     output = tmp_path / "xlingual"
     base = ["compare", "--task", "xlingual", "--preset", "smoke", "--data-dir", str(data_dir),
             "--output", str(output), "--encodings", "learned",
