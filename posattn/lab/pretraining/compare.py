@@ -100,10 +100,10 @@ class Cell:
         build = pretrain_stage if self.task is None else finetune_stage
         return build(self.config(config), self.directory(output), data)
 
-    def state(self, config: RunConfig, output: Path, overwrite: bool) -> str:
-        """The cell's `stage_state`; a fine-tuning cell that differs from the one in `output`
-        only in its seeds or rates keeps the runs it has (`finetune.adds_runs`)."""
-        stage = self.stage(config, output)
+    def state(self, stage: Stage, overwrite: bool) -> str:
+        """`stage_state` of the cell's stage (`self.stage`, or a peer's such as xlingual's); a
+        fine-tuning cell that differs from the one in its directory only in its seeds or rates
+        keeps the runs it has (`finetune.adds_runs`)."""
         tuning = self.task is not None and not self.zero_shot
         return stage_state(stage, overwrite, adds_runs(stage) if tuning else None)
 
@@ -134,7 +134,7 @@ def prepared_data(data_dir: str | None, init_from: str | None) -> tuple[Prepared
 
 def run_cell(config: RunConfig, cell: Cell, output: Path, overwrite: bool = False) -> str:
     """Compute one cell unless it is finished with the same settings; returns its name."""
-    state = cell.state(config, output, overwrite)
+    state = cell.state(cell.stage(config, output), overwrite)
     if state == FINISHED:
         return cell.name
     data, tokenizer = prepared_data(config.data.data_dir, config.pretrain.init_from)
@@ -250,7 +250,8 @@ def check_stages(config: RunConfig, output: Path, overwrite: bool) -> list[str]:
     one of other settings fails here (or, with overwrite, is deleted here). Returns each
     cell's state."""
     pretraining, tuning = cells_of(config)
-    return [cell.state(config, output, overwrite) for cell in [*pretraining, *tuning]]
+    cells = [*pretraining, *tuning]
+    return [cell.state(cell.stage(config, output), overwrite) for cell in cells]
 
 
 def read_json(path: Path) -> dict:

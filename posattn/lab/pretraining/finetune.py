@@ -250,6 +250,12 @@ def adds_runs(stage: Stage) -> Extends:
     return same_runs
 
 
+def run_directory(output: Path, task: str, learning_rate: float, seed: int) -> Path:
+    """Where one (task, rate, seed) run of a fine-tuning in `output` writes and keeps its
+    result."""
+    return output / "runs" / task / f"lr{learning_rate:g}-seed{seed}"
+
+
 def kept_result(directory: Path, identity: str) -> dict | None:
     """A run's result written before with the same identity; None where there is none."""
     try:
@@ -330,7 +336,7 @@ def finetune(
     splits = {}
     mine = []
     for task, lr, seed in share(runs):
-        directory = output / "runs" / task / f"lr{lr:g}-seed{seed}"
+        directory = run_directory(output, task, lr, seed)
         tuned = kept_result(directory, identity)
         written = tuned is not None
         if tuned is None:
@@ -355,7 +361,7 @@ def finetune(
     done = {}
     for (task, lr, seed), (tuned, written) in gather(mine):
         if not written and is_main_process():
-            keep_result(output / "runs" / task / f"lr{lr:g}-seed{seed}", identity, tuned)
+            keep_result(run_directory(output, task, lr, seed), identity, tuned)
         done[(task, lr, seed)] = tuned
     results = {}
     for task in f.tasks:

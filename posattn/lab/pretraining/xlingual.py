@@ -37,13 +37,12 @@ from ..runs.stages import (
     is_main_process,
     reuse_counts,
     save_run,
-    stage_state,
     start_stage,
 )
 from .arms import RANDOM_INIT
 from .baselines import save_initial_model
 from .compare import Cell, cells_of, check_before_training, collect_results, run_cells
-from .finetune import adds_runs, encode, finetune_once, keep_result, kept_result, run_identity
+from .finetune import encode, finetune_once, keep_result, kept_result, run_directory, run_identity
 from .pretrain import pretrain
 from .runconfig import RunConfig
 from .xlingual_summary import write_xlingual_summary
@@ -82,19 +81,11 @@ def stage_of(cell: Cell, config: RunConfig, output: Path, languages: list[str]) 
     return Stage(cell.directory(output), settings, marker=MARKER, data=data)
 
 
-def cell_state(cell: Cell, config: RunConfig, output: Path, overwrite: bool) -> str:
-    """The cell's `stage_state`; a fine-tuning cell that differs from the one in `output` only
-    in its seeds or rates keeps the runs it has (`finetune.adds_runs`)."""
-    data, _ = xlingual_data(config.data.data_dir)
-    stage = stage_of(cell, config, output, data.languages)
-    return stage_state(stage, overwrite, adds_runs(stage) if cell.task is not None else None)
-
-
 def run_xlingual_cell(config: RunConfig, cell: Cell, output: Path, overwrite: bool = False) -> str:
     """Compute one cell unless it is finished with the same settings; returns its name."""
     data, tokenizer = xlingual_data(config.data.data_dir)
     stage = stage_of(cell, config, output, data.languages)
-    state = cell_state(cell, config, output, overwrite)
+    state = cell.state(stage, overwrite)
     if state == FINISHED:
         return cell.name
     cell_config = cell.config(config)
@@ -151,7 +142,7 @@ def finetune_xlingual(
         for lr in f.learning_rates:
             runs[lr] = []
             for seed in f.seeds:
-                run_dir = output / "runs" / task / f"lr{lr:g}-seed{seed}"
+                run_dir = run_directory(output, task, lr, seed)
                 run = kept_result(run_dir, identity)
                 if run is None:
                     splits = splits or xlingual_splits(tokenizer, data, task, f)
@@ -190,7 +181,9 @@ def compare_xlingual(config: RunConfig, output: Path, preset: str, overwrite: bo
     data, tokenizer = xlingual_data(config.data.data_dir)
     check_before_training(config, tokenizer, data)
     states = [  # refused (or discarded) before anything trains
-        cell_state(cell, config, output, overwrite) for cells in cells_of(config) for cell in cells
+        cell.state(stage_of(cell, config, output, data.languages), overwrite)
+        for cells in cells_of(config)
+        for cell in cells
     ]
     output.mkdir(parents=True, exist_ok=True)
     write_atomic(output / "config.yaml", to_yaml(config))
