@@ -48,6 +48,9 @@ from .trainer import checkpoints, last_intact_checkpoint
 Extends = Callable[[dict], bool]
 STAGE_FILE = "stage.json"
 FRESH, RESUME, FINISHED = "fresh", "resume", "finished"
+# Outputs of other settings or data: the caller refuses or discards them (`outputs_state`).
+FOREIGN = "foreign"
+REMEDY = "Pass a new --output to keep both, or --overwrite to discard these outputs."
 DATA_KEY = "data"
 WRITTEN_KEY = "_written"  # stage.json's modification time, added when read, never stored
 _warned_undigested: list[Path] = []  # one warning per process, not one per old stage
@@ -185,27 +188,32 @@ def extended(stage: Stage, record: dict | None, extends: Extends | None) -> bool
     return True
 
 
+def outputs_state(stage: Stage, extends: Extends | None = None) -> tuple[str, dict | None]:
+    """What a stage's directory that holds outputs holds, with its stage.json's record:
+    FINISHED (its marker), RESUME (checkpoints, no marker), FRESH (neither, or outputs of
+    other settings that `extends` keeps as its start) or FOREIGN (other or unknown settings or
+    data). What to do about checkpoints and foreign outputs is the caller's: a comparison's
+    cell resumes and, with overwrite, discards; a standalone command needs --resume and
+    --overwrite (runs/standalone.py)."""
+    record = stage.record()
+    if not stage.matches(record):
+        return (FRESH if extended(stage, record, extends) else FOREIGN), record
+    if (stage.directory / stage.marker).is_file():
+        return FINISHED, record
+    return (RESUME if checkpoints(stage.directory / "checkpoints") else FRESH), record
+
+
 def read_stage_state(stage: Stage, overwrite: bool, extends: Extends | None = None) -> str:
     """`stage_state` on this process alone, without waiting for the other ranks."""
     directory = stage.directory
     if not directory.is_dir() or not any(directory.iterdir()):
         return FRESH
-    record = stage.record()
-    if not stage.matches(record):
-        if extended(stage, record, extends):
-            return FRESH
-        if not overwrite:
-            raise mismatch_error(
-                stage,
-                record,
-                "Pass a new --output to keep both, or --overwrite to discard these outputs.",
-            )
-        shutil.rmtree(directory, ignore_errors=True)  # every rank may try: none must fail
-        return FRESH
-    if (directory / stage.marker).is_file():
-        return FINISHED
-    if checkpoints(directory / "checkpoints"):
-        return RESUME
+    state, record = outputs_state(stage, extends)
+    if state != FOREIGN:
+        return state
+    if not overwrite:
+        raise mismatch_error(stage, record, REMEDY)
+    shutil.rmtree(directory, ignore_errors=True)  # every rank may try: none must fail
     return FRESH
 
 

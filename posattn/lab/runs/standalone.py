@@ -27,19 +27,19 @@ from .lock import LOCK_FILE
 from .ranks import barrier
 from .stages import (
     FINISHED,
+    FOREIGN,
     FRESH,
+    REMEDY,
     RESUME,
     STAGE_FILE,
     Extends,
     Stage,
-    extended,
     is_main_process,
     mismatch_error,
+    outputs_state,
     stage_record,
 )
 from .trainer import checkpoints
-
-REMEDY = "Pass a new --output to keep both, or --overwrite to discard these outputs."
 
 
 def reading_model(data: DataFolders, model_dir: Path) -> DataFolders:
@@ -97,22 +97,17 @@ def standalone_state(
 
 
 def state_of_outputs(stage: Stage, resume: bool, extends: Extends | None) -> str:
-    directory = stage.directory
-    record = stage.record()
-    if not stage.matches(record):
-        if extended(stage, record, extends):
-            return FRESH
+    state, record = outputs_state(stage, extends)
+    if state == FOREIGN:
         unknown = "Pass a new --output (--overwrite deletes only a posattn run's outputs)."
         raise mismatch_error(stage, record, REMEDY if record is not None else unknown)
-    if (directory / stage.marker).is_file():
-        return FINISHED
-    found = checkpoints(directory / "checkpoints")
-    if found and not resume:
+    if state == RESUME and not resume:
+        last = checkpoints(stage.directory / "checkpoints")[-1]
         raise PosAttnConfigError(
-            f"{directory} holds checkpoints of this run with these settings (the last: "
-            f"{found[-1].name}): pass --resume to continue from it, or --overwrite to start again"
+            f"{stage.directory} holds checkpoints of this run with these settings (the last: "
+            f"{last.name}): pass --resume to continue from it, or --overwrite to start again"
         )
-    return RESUME if found else FRESH
+    return state
 
 
 def reused(stage: Stage, state: str) -> bool:
