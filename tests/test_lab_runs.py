@@ -289,6 +289,22 @@ def test_overrides_may_follow_options_after_a_positional():
         parse_arguments(["finetune", "run/model", "--preset", "smoke", "--nonsense"])
 
 
+@pytest.mark.parametrize("command", ["finetune", "zero-shot"])
+def test_a_missing_model_directory_is_the_only_argument_named(command, capsys):
+    """Overrides are optional: argparse named KEY=VALUE as required beside the model directory
+    (a positional of nargs="*" without a default)."""
+    from posattn.cli import parse_arguments
+
+    with pytest.raises(SystemExit):
+        parse_arguments([command])
+    assert (
+        capsys.readouterr()
+        .err.rstrip()
+        .endswith("the following arguments are required: pretrained")
+    )
+    assert parse_arguments([command, "run/model"]).overrides == []
+
+
 def test_compare_reuses_only_stages_of_the_same_settings(data_dir, tmp_path):
     output = tmp_path / "compare"
     base = ["compare", "--preset", "smoke", "--data-dir", str(data_dir), "--output",

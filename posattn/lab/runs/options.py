@@ -33,7 +33,9 @@ def add_run_options(
     parser.add_argument("--config", help="a YAML run config, applied over the preset")
     parser.add_argument("--output", help="the run directory")
     parser.add_argument("--data-dir", help="a prepared data directory (posattn data prepare)")
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=f"e.g. {example}")
+    parser.add_argument(
+        "overrides", nargs="*", default=[], metavar="KEY=VALUE", help=f"e.g. {example}"
+    )
 
 
 def finish_distributed() -> None:
