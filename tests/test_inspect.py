@@ -15,7 +15,7 @@ from posattn.cli import main
 from posattn.encodings.t5 import t5_relative_bucket
 from posattn.lab.inspection.forward import logits_per_layer
 from posattn.lab.inspection.heads import bias_classes, classify, head_patterns, head_statistics
-from posattn.lab.inspection.positional import cls_lines, positional_logits
+from posattn.lab.inspection.positional import cls_lines, positional_logits, relative_share
 from posattn.lab.inspection.rank import rank_summary
 from posattn.lab.inspection.structure import rank1_r2, shuffled, toeplitz_r2
 from posattn.lab.inspection.terms import TERMS, four_terms
@@ -318,6 +318,10 @@ def test_inspect_command_writes_figures_and_the_numbers_behind_them(tmp_path):
     torch.testing.assert_close(torch.tensor(group["bias"]), expected, atol=1e-6, rtol=0)
     assert group["classes_alone"] == bias_classes(expected)
     assert group["layers"] == [1, 2]
+    share = group["relative_share"]
+    torch.testing.assert_close(torch.tensor(share["toeplitz_r2"]), toeplitz_r2(expected))
+    inner = toeplitz_r2(expected[:, 1:, 1:])  # [CLS] at 0: the rest keeps its offsets
+    torch.testing.assert_close(torch.tensor(share["toeplitz_r2_without_cls"]), inner)
     ids = torch.tensor(
         [word_level_tokenizer(WORDS)(TEXT, truncation=True, max_length=12)["input_ids"]]
     )
@@ -418,3 +422,18 @@ def test_four_terms_of_real_minilm_weights_give_transformers_layer1_attention(mi
     expected = bert(ids, output_attentions=True).attentions[0]
     found = four_terms(load_for_inspection(minilm_path).encoder, ids)
     torch.testing.assert_close(torch.softmax(sum(found.values()), -1), expected)
+
+
+def test_relative_share_leaves_the_cls_row_and_column_out():
+    """A per-offset pattern with its own [CLS] row and column (DIET App. C's reading of
+    DIET-ABS): wholly relative without them, less so with them; no offsets over
+    projected keys."""
+    n = 10
+    offsets = torch.arange(n)[None, :] - torch.arange(n)[:, None]
+    bias = torch.stack([offsets.double().sin(), (offsets.double() / 3).cos()])
+    bias[:, 2, :] = torch.tensor([5.0, -5.0])[:, None] * torch.arange(n)  # cls_index = 2
+    bias[:, :, 2] = 3.0
+    share = relative_share(bias, cls_index=2)
+    assert share["toeplitz_r2_without_cls"] == pytest.approx([1.0, 1.0])
+    assert max(share["toeplitz_r2"]) < 0.9
+    assert relative_share(torch.zeros(2, n, 4, dtype=torch.float64), 0) is None

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from ...models.encoder import Encoder
+from .structure import toeplitz_r2, toeplitz_r2_without
 
 
 def cls_index_of(encoder: Encoder) -> int:
@@ -53,4 +54,18 @@ def cls_lines(bias: Tensor, cls_index: int) -> dict:
         "row_spread": spread(row),
         "column_mean": column.mean(-1).tolist() if column.shape[-1] else [],
         "column_spread": spread(column),
+    }
+
+
+def relative_share(bias: Tensor, cls_index: int) -> dict | None:
+    """Per head, the share of [H, n, n]'s within-row variance a function of j - i explains
+    (Toeplitz R2): with every position, and without the [CLS] row and column (DIET App. C
+    reads DIET-ABS's trained term as relative patterns plus one of its own at [CLS]). None
+    for a bias over projected keys ([H, n, k], Linformer), which has no offsets."""
+    n = bias.shape[-1]
+    if bias.shape[-2] != n:
+        return None
+    return {
+        "toeplitz_r2": toeplitz_r2(bias).tolist(),
+        "toeplitz_r2_without_cls": toeplitz_r2_without(bias, cls_index).tolist(),
     }

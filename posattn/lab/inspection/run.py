@@ -15,7 +15,7 @@ from .figures import plot_four_terms, plot_head_grid, plot_positional, plot_spec
 from .forward import logits_per_layer
 from .heads import CLASSES, bias_classes, head_patterns
 from .loading import InspectedModel, load_for_inspection
-from .positional import cls_index_of, cls_lines, positional_logits
+from .positional import cls_index_of, cls_lines, positional_logits, relative_share
 from .rank import rank_summary
 from .structure import row_centred, structure
 from .terms import four_terms, has_four_terms, is_input_additive
@@ -157,6 +157,7 @@ def analyse_positional(encoder, n: int, settings: InspectSettings, figure_dir: P
                 "shape": list(group["bias"].shape),
                 "cls": cls_lines(group["bias"], cls_index),
                 "classes_alone": bias_classes(group["bias"]),
+                "relative_share": relative_share(group["bias"], cls_index),
                 "bias": rounded(group["bias"]),
                 "figure": figure.name,
             }

@@ -45,6 +45,22 @@ def toeplitz_r2(m: Tensor) -> Tensor:
     return (1 - residual / total.clamp_min(1e-300)).view(m.shape[:-2])
 
 
+def toeplitz_r2_without(m: Tensor, index: int) -> Tensor:
+    """[..., n, n] -> [...]: `toeplitz_r2` over the entries off row and column `index`, each
+    at its own offset j - i (dropping an inner row renumbers the rest: the offsets stay)."""
+    n = m.shape[-1]
+    kept = torch.tensor([i for i in range(n) if i != index])
+    rows, cols = kept.repeat_interleave(len(kept)), kept.repeat(len(kept))
+    design = torch.zeros(len(rows), n + 2 * n - 1, dtype=torch.float64)
+    design[torch.arange(len(rows)), rows] = 1.0
+    design[torch.arange(len(rows)), n + cols - rows + n - 1] = 1.0
+    flat = m[..., kept[:, None], kept[None, :]].reshape(-1, len(rows)).to(torch.float64)
+    fitted = (flat @ torch.linalg.pinv(design).T) @ design.T
+    residual = (flat - fitted).pow(2).sum(-1)
+    total = row_centred(flat.view(-1, len(kept), len(kept))).pow(2).sum((-1, -2))
+    return (1 - residual / total.clamp_min(1e-300)).view(m.shape[:-2])
+
+
 def rank1_r2(m: Tensor) -> Tensor:
     """[..., n, n] -> [...]: share of the row-centred energy in its top singular value."""
     values = torch.linalg.svdvals(row_centred(m.to(torch.float64)))
