@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from ...models.encoder import Encoder
-from .structure import toeplitz_r2, toeplitz_r2_without
+from .structure import toeplitz_r2
 
 
 def cls_index_of(encoder: Encoder) -> int:
@@ -67,5 +67,5 @@ def relative_share(bias: Tensor, cls_index: int) -> dict | None:
         return None
     return {
         "toeplitz_r2": toeplitz_r2(bias).tolist(),
-        "toeplitz_r2_without_cls": toeplitz_r2_without(bias, cls_index).tolist(),
+        "toeplitz_r2_without_cls": toeplitz_r2(bias, without=cls_index).tolist(),
     }

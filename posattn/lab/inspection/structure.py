@@ -24,40 +24,29 @@ def row_centred(m: Tensor) -> Tensor:
 
 
 @functools.lru_cache(maxsize=4)
-def _toeplitz_design(n: int) -> tuple[Tensor, Tensor]:
-    """(D, pinv(D)) of M_ij = r_i + t_{j-i}: n row effects and 2n - 1 offsets, float64."""
-    rows = torch.arange(n).repeat_interleave(n)
-    cols = torch.arange(n).repeat(n)
-    design = torch.zeros(n * n, n + 2 * n - 1, dtype=torch.float64)
-    design[torch.arange(n * n), rows] = 1.0
-    design[torch.arange(n * n), n + cols - rows + n - 1] = 1.0
-    return design, torch.linalg.pinv(design)
-
-
-def toeplitz_r2(m: Tensor) -> Tensor:
-    """[..., n, n] -> [...]: share of within-row variance explained by t_{j-i}."""
-    n = m.shape[-1]
-    design, pinv = _toeplitz_design(n)
-    flat = m.reshape(-1, n * n).to(torch.float64)
-    fitted = (flat @ pinv.T) @ design.T
-    residual = (flat - fitted).pow(2).sum(-1)
-    total = row_centred(flat.view(-1, n, n)).pow(2).sum((-1, -2))
-    return (1 - residual / total.clamp_min(1e-300)).view(m.shape[:-2])
-
-
-def toeplitz_r2_without(m: Tensor, index: int) -> Tensor:
-    """[..., n, n] -> [...]: `toeplitz_r2` over the entries off row and column `index`, each
-    at its own offset j - i (dropping an inner row renumbers the rest: the offsets stay)."""
-    n = m.shape[-1]
-    kept = torch.tensor([i for i in range(n) if i != index])
+def _toeplitz_design(n: int, left_out: int | None) -> tuple[Tensor, Tensor, Tensor]:
+    """(D, pinv(D), kept positions) of M_ij = r_i + t_{j-i} over the entries off row and
+    column `left_out` (None: every entry): n row effects and 2n - 1 offsets, float64. Each
+    entry keeps its own offset j - i (dropping an inner row renumbers the rest)."""
+    kept = torch.tensor([i for i in range(n) if i != left_out])
     rows, cols = kept.repeat_interleave(len(kept)), kept.repeat(len(kept))
     design = torch.zeros(len(rows), n + 2 * n - 1, dtype=torch.float64)
     design[torch.arange(len(rows)), rows] = 1.0
     design[torch.arange(len(rows)), n + cols - rows + n - 1] = 1.0
-    flat = m[..., kept[:, None], kept[None, :]].reshape(-1, len(rows)).to(torch.float64)
-    fitted = (flat @ torch.linalg.pinv(design).T) @ design.T
+    return design, torch.linalg.pinv(design), kept
+
+
+def toeplitz_r2(m: Tensor, without: int | None = None) -> Tensor:
+    """[..., n, n] -> [...]: share of within-row variance explained by t_{j-i}; with
+    `without`, over the entries off that row and column (the [CLS] position's)."""
+    design, pinv, kept = _toeplitz_design(m.shape[-1], without)
+    size = len(kept)
+    if without is not None:
+        m = m[..., kept[:, None], kept[None, :]]
+    flat = m.reshape(-1, size * size).to(torch.float64)
+    fitted = (flat @ pinv.T) @ design.T
     residual = (flat - fitted).pow(2).sum(-1)
-    total = row_centred(flat.view(-1, len(kept), len(kept))).pow(2).sum((-1, -2))
+    total = row_centred(flat.view(-1, size, size)).pow(2).sum((-1, -2))
     return (1 - residual / total.clamp_min(1e-300)).view(m.shape[:-2])
 
 
