@@ -139,14 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--keep-denormals",
         action="store_true",
         help="compute with IEEE subnormal floats on the CPU (default: flushed to zero, which "
-        "made ALiBi training 2-2.6x faster on an Intel CPU; see README 'Cost, measured')",
+        "made ALiBi training 2-2.6x faster on an Intel CPU; see docs/cost.md)",
     )
     parser.add_argument(
         "--release-memory",
         action="store_true",
         help="return freed CPU memory to the system at once, glibc's default (default: keep "
         "blocks below 1 GiB for reuse, which took Shaw's training at n=1024 from 2.3x to "
-        "1.6x bias-free attention; see README 'Cost, measured')",
+        "1.6x bias-free attention; see docs/cost.md)",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     for add_commands in command_modules():

@@ -1,7 +1,7 @@
 """How posattn runs, in one place: which attention kernel a module gets by default, whether
 low-rank biases are folded into q and k, whether content x position terms use offset windows,
 and when `auto` leaves SDPA for the Triton kernel or FlexAttention. None of these changes a
-result beyond rounding; each default is the measured faster choice (README, "Cost,
+result beyond rounding; each default is the measured faster choice (docs/cost.md, "Cost,
 measured").
 
     import posattn.execution as execution

@@ -234,7 +234,7 @@ def auto_attention(
     Triton over flex and SDPA there: H200, bf16, B=8, H=8, d_h=64, T5 forward + backward as
     a ratio to bias-free flash SDPA, n=4096: triton 3.80x / 643 MiB, flex 4.95x / 802 MiB,
     SDPA 6.31x / 3010 MiB; n=1024 (128 MiB of gradient, below the threshold): SDPA 3.40x,
-    triton 3.42x, flex 4.08x (`posattn bench`, README "On a GPU"). TUPE-R reaches triton
+    triton 3.42x, flex 4.08x (`posattn bench`, docs/cost.md "On a GPU"). TUPE-R reaches triton
     from `MultiHeadAttention.attend`, which folds its absolute part into q and k alone; handed
     here with its [CLS] untie (`cls_untie`), q, k and v come folded to one width and it stays
     with SDPA or flex, whose bias tensor holds the untie. Handed unfolded with its parts

@@ -39,8 +39,8 @@ __all__ = ["PosAttnForSeq2SeqLM", "PosAttnSeq2SeqConfig", "PosAttnSeq2SeqModel"]
 class PosAttnForSeq2SeqLM(PosAttnPreTrainedModel, GenerationMixin):
     """The encoder-decoder, with transformers' `generate` (greedy, sampling, HF beam search;
     see seq2seq_generation.py for the cache plumbing). The paper's decoding (GNMT length
-    penalty, DIET Sec. 4.3) is posattn.lab.translation's beam search (README, "Decoding").
-    `.encoder` and `.decoder` are the base model's stacks."""
+    penalty, DIET Sec. 4.3) is posattn.lab.translation's beam search (docs/translation.md,
+    "Decoding"). `.encoder` and `.decoder` are the base model's stacks."""
 
     config_class = PosAttnSeq2SeqConfig
     config: PosAttnSeq2SeqConfig

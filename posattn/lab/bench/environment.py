@@ -6,7 +6,7 @@ Measured on the 2-core development CPU: several torch threads on a loaded machin
 slower than one; and with glibc's malloc told to keep freed blocks
 (`MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`) the forward of a T5 attention call at
 n=1024 took 1.12-1.13x bias-free SDPA's time instead of 1.20-1.22x (its [H, n, n] bias, a
-fresh 32 MiB tensor each call, no longer page-faulted in; README "Learned biases on the CPU").
+fresh 32 MiB tensor each call, no longer page-faulted in; docs/cost.md "Learned biases on the CPU").
 """
 
 from __future__ import annotations

