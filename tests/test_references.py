@@ -171,7 +171,8 @@ def tupe_reference(model, hidden, layer, relative: bool):
     c = options.cls_index
     positions = encoding.positions
     pq, pk = untied_projections(positions, positions.table[:9])
-    tq, tk = untied_projections(positions, positions.special)
+    if options.untie_cls:  # theta's rows p_theta1, p_theta2 exist with the untie alone
+        tq, tk = untied_projections(positions, positions.special)
     scale = 1 / math.sqrt(2 * D_H)
     q, k = projections(model, hidden, layer)
     table = encoding.relative.weight if relative else None

@@ -22,7 +22,9 @@ class UntiedPositions(OwnsParameters, nn.Module):
 
     One table p in R^{max_len x d} shared by the heads; one LayerNorm; U^Q, U^K: Linear(d, d) with
     bias, split into H heads of d_h. Shared across all layers. p and the extra rows: N(0, init_std);
-    U^Q, U^K: N(0, init_std) weights, zero biases.
+    U^Q, U^K: N(0, init_std) weights, zero biases. Without extra rows `special` is None: an
+    empty parameter that no forward reads made DistributedDataParallel fail BERT-Ad's second
+    step (a parameter without a gradient, under its default find_unused_parameters=False).
     """
 
     def __init__(self, dims: ModelDims, extra_rows: int = 0) -> None:
@@ -31,7 +33,7 @@ class UntiedPositions(OwnsParameters, nn.Module):
         self.std = dims.init_std
         self.table = empty_parameter(dims.max_len, dims.d_model)
         # p_theta1, p_theta2 of TUPE App. B: learnable rows whose self-correlation is theta.
-        self.special = empty_parameter(extra_rows, dims.d_model)
+        self.special = empty_parameter(extra_rows, dims.d_model) if extra_rows else None
         self.reset_parameters()
         self.norm = nn.LayerNorm(dims.d_model)
         self.query = nn.Linear(dims.d_model, dims.d_model)
@@ -42,7 +44,8 @@ class UntiedPositions(OwnsParameters, nn.Module):
 
     def reset_parameters(self) -> None:
         normal_(self.table, std=self.std)
-        normal_(self.special, std=self.std)
+        if self.special is not None:
+            normal_(self.special, std=self.std)
 
     def _heads(self, x: Tensor) -> Tensor:
         return x.unflatten(-1, (self.num_heads, -1)).transpose(-2, -3)  # [..., H, m, d_h]
@@ -154,7 +157,9 @@ class TupeAbsolute(PositionalEncoding):
     def projected(self, seq_len: int) -> tuple[Tensor, Tensor, Tensor | None]:
         """(LN(p) U^Q / sqrt(2 d_h), LN(p) U^K) of the n positions, [H, n, d_h] each, and
         theta [H, 2] when [CLS] is untied."""
-        rows = torch.cat([self.positions.table[:seq_len], self.positions.special])
+        rows = self.positions.table[:seq_len]
+        if self.options.untie_cls:
+            rows = torch.cat([rows, self.positions.special])
         pq, pk = self.positions.project(rows)
         pq = pq * self.content_scale()
         if not self.options.untie_cls:
